@@ -1,0 +1,24 @@
+/*
+ * cli.h - what the parts of the kvtier admin command share.
+ */
+#ifndef KVT_CLI_H
+#define KVT_CLI_H
+
+#include "kvtier.h"
+
+/* Exit codes of kvtier(1). */
+enum {
+	CLI_OK = 0,
+	CLI_FAIL = 1,		/* the operation failed (object missing, I/O error) */
+	CLI_USAGE = 2,		/* bad command line or configuration */
+	CLI_DAMAGED = 3,	/* fsck found problems it did not repair */
+};
+
+/*
+ * `kvtier bench engine [options]`: the engine against fio on the same disk.
+ * argv[0] is "engine". cfg is the loaded configuration (its [store] dir is
+ * where the benchmark's scratch store and fio's file go).
+ */
+int bench_engine_main(const struct kvt_config *cfg, int argc, char **argv);
+
+#endif /* KVT_CLI_H */

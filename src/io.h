@@ -1,0 +1,115 @@
+/*
+ * io.h - the hot tier's block I/O, behind one small interface.
+ *
+ * Three backends implement it: io_uring with O_DIRECT and registered buffers
+ * (io_uring.c), plain pread/pwrite (io_sync.c) and a fault injector that wraps
+ * either of them (io_fault.c). The segment store only ever calls io_*().
+ *
+ * An io_ctx belongs to one thread. It owns `nbufs` buffers of `buf_size`
+ * bytes, aligned to IO_ALIGN, registered with the kernel where the backend
+ * can; requests should use them (buf_index >= 0) but any IO_ALIGN-aligned
+ * memory works (buf_index = -1).
+ *
+ * Requests are asynchronous: io_submit() queues one, io_wait() returns one
+ * completed request (in any order). res holds the byte count transferred or
+ * a negative errno; a short count is reported as such, not retried.
+ */
+#ifndef KVT_IO_H
+#define KVT_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define IO_ALIGN 4096
+
+enum io_op { IO_READ, IO_WRITE };
+
+struct io_req {
+	enum io_op op;
+	int fd;
+	void *buf;
+	int buf_index;		/* registered buffer, or -1 */
+	size_t len;
+	uint64_t off;
+	ssize_t res;		/* set on completion: bytes or -errno */
+	void *data;		/* the caller's */
+};
+
+struct io_ctx;
+
+struct io_ops {
+	const char *name;
+	int (*submit)(struct io_ctx *io, struct io_req *req);
+	/* Blocks until one request completes; *done is that request. */
+	int (*wait)(struct io_ctx *io, struct io_req **done);
+	void (*free)(struct io_ctx *io);
+};
+
+struct io_ctx {
+	const struct io_ops *ops;
+	unsigned nbufs;
+	size_t buf_size;
+	void **bufs;
+	unsigned inflight;	/* submitted, not yet returned by wait */
+	int direct;		/* files for this backend are opened O_DIRECT */
+};
+
+/*
+ * Creates a context of the given kind with `depth` requests in flight at most
+ * and nbufs buffers of buf_size bytes. Caller frees with io_ctx_free().
+ */
+int io_uring_ctx_new(unsigned depth, unsigned nbufs, size_t buf_size, struct io_ctx **out);
+int io_sync_ctx_new(unsigned depth, unsigned nbufs, size_t buf_size, struct io_ctx **out);
+
+/* Frees a context of any backend; waits for requests still in flight. Accepts NULL. */
+void io_ctx_free(struct io_ctx *io);
+
+static inline void *io_buf(struct io_ctx *io, unsigned i) { return io->bufs[i]; }
+
+int io_submit(struct io_ctx *io, struct io_req *req);
+int io_wait(struct io_ctx *io, struct io_req **done);
+
+/* Submits one request and waits for it: the synchronous convenience. */
+ssize_t io_run(struct io_ctx *io, enum io_op op, int fd, void *buf, int buf_index,
+	       size_t len, uint64_t off);
+
+/*
+ * Probes whether this kernel and the file system under dir support io_uring
+ * and O_DIRECT. Returns 0 if both work, else a negative errno and a reason
+ * in why ("io_uring_setup: Operation not permitted").
+ */
+int io_uring_probe(const char *dir, char *why, size_t whylen);
+
+/* Shared helpers for backends (io.c). */
+int io_bufs_alloc(struct io_ctx *io, unsigned nbufs, size_t buf_size);
+void io_bufs_release(struct io_ctx *io);
+
+/* ---- fault injection (io_fault.c), for tests ------------------------ */
+
+enum io_fault_kind {
+	IO_FAULT_NONE,
+	IO_FAULT_EIO,		/* the request fails with -EIO */
+	IO_FAULT_ENOSPC,	/* the request fails with -ENOSPC */
+	IO_FAULT_SHORT,		/* half the bytes are transferred */
+	IO_FAULT_CORRUPT,	/* a read returns with one byte flipped */
+};
+
+/*
+ * A plan shared by every fault context made from it: the nth request
+ * (counting from 1, over all contexts) of the chosen ops fails as `kind`;
+ * with `sticky` every request from the nth on fails. Counters are atomic.
+ */
+struct io_fault_plan {
+	enum io_fault_kind kind;
+	unsigned ops;		/* 1 << IO_READ | 1 << IO_WRITE */
+	unsigned long nth;
+	int sticky;
+	unsigned long calls;	/* requests seen, updated by the backend */
+	unsigned long injected;	/* faults injected */
+};
+
+/* Wraps inner (takes ownership) so that requests obey plan. */
+int io_fault_ctx_new(struct io_ctx *inner, struct io_fault_plan *plan, struct io_ctx **out);
+
+#endif /* KVT_IO_H */

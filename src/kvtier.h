@@ -1,0 +1,297 @@
+/*
+ * kvtier.h - the public interface of libkvtier, the engine every kvtier
+ * binary links.
+ *
+ * A store is one data directory: a SQLite catalog and a set of segment files
+ * on local NVMe (the hot tier). Several processes may open the same store at
+ * once; every rule below holds across processes, not only across threads.
+ *
+ * Every function returns 0 (or a count) on success and a negative errno on
+ * failure: -ENOENT (no such bucket or object), -EEXIST, -ENOSPC (the hot tier
+ * is full of objects that must not be dropped), -EIO (a checksum mismatch or
+ * a device error), -EINVAL (a bad argument), -ENAMETOOLONG (a key over
+ * KVT_KEY_MAX bytes), -ENOTEMPTY (a bucket still holds objects).
+ *
+ * Handles are opaque. A handle is used by one thread at a time; the store
+ * itself may be shared by any number of threads.
+ */
+#ifndef KVTIER_H
+#define KVTIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define KVT_KEY_MAX 1024	/* bytes of UTF-8, as in S3 */
+#define KVT_BUCKET_MIN 3
+#define KVT_BUCKET_MAX 63
+#define KVT_META_MAX 2048	/* bytes of user metadata, names plus values */
+#define KVT_ETAG_MAX 48		/* "<32 hex>-<parts>" and quotes fit */
+
+/* ---- configuration (config.c) ---------------------------------------- */
+
+enum kvt_io_kind {
+	KVT_IO_URING,		/* O_DIRECT through io_uring (default) */
+	KVT_IO_SYNC,		/* pread/pwrite through the page cache */
+};
+
+/*
+ * One kvtier.conf, shared by every binary. Each section is filled from its
+ * [section] of the file; keys not in the file keep the defaults set by
+ * kvt_config_init().
+ */
+struct kvt_config {
+	char *path;			/* the file it was read from, or NULL */
+	struct {
+		char *dir;		/* data directory: catalog + segments */
+		uint64_t capacity;	/* hot-tier bytes */
+		uint64_t segment_size;
+		double high_watermark;	/* reclaim starts above this fill */
+		double low_watermark;	/* ... and stops below this one */
+		enum kvt_io_kind io;
+		unsigned session_depth;	/* leading key components naming a session */
+		unsigned access_flush_ms; /* how often access times reach the catalog */
+	} store;
+};
+
+/* Fill cfg with the embedded defaults. Release with kvt_config_release(). */
+void kvt_config_init(struct kvt_config *cfg);
+void kvt_config_release(struct kvt_config *cfg);
+
+/*
+ * Read path into cfg (already initialised). On failure returns a negative
+ * errno and writes one line to err naming the path, the line and the key:
+ * "kvtier.conf:12: unknown key 'capacty' in [store]".
+ */
+int kvt_config_load(struct kvt_config *cfg, const char *path, char *err, size_t errlen);
+
+/* Parse "64K", "256M", "4G", "1T" (powers of two) or a plain byte count. */
+int kvt_parse_size(const char *s, uint64_t *out);
+
+/* Parse "90s", "15m", "24h", "7d" or plain seconds. */
+int kvt_parse_duration(const char *s, uint64_t *seconds);
+
+/* ---- logging (log.c) -------------------------------------------------- */
+
+enum kvt_log_level { KVT_LOG_ERR, KVT_LOG_WARN, KVT_LOG_INFO, KVT_LOG_DEBUG };
+
+/* Lines go to stderr as "kvtier: <level>: <message>[: <strerror>]". */
+void kvt_log_set_level(enum kvt_log_level level);
+void kvt_log_set_ident(const char *ident);
+
+/* ---- store (store.c) -------------------------------------------------- */
+
+struct kvt_store;
+
+enum {
+	KVT_OPEN_CREATE = 1 << 0,	/* create the data directory if new */
+};
+
+int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_store **out);
+/* Flushes batched access times and closes. Accepts NULL. */
+void kvt_store_close(struct kvt_store *st);
+
+struct kvt_store_stat {
+	uint64_t capacity;		/* bytes of hot tier */
+	uint64_t segment_size;
+	uint64_t segments;		/* total */
+	uint64_t segments_free;
+	uint64_t segments_open;		/* being appended to */
+	uint64_t segments_sealed;
+	uint64_t used_bytes;		/* bytes in segments that are not free */
+	uint64_t live_bytes;		/* bytes of committed extents */
+	uint64_t buckets;
+	uint64_t objects;
+	uint64_t object_bytes;		/* sum of object sizes */
+	uint64_t sessions;
+	uint64_t tier_count[4];		/* by enum kvt_tier */
+	uint64_t pinned;
+	uint64_t evicted_objects;	/* dropped by reclaim since init */
+	uint64_t reclaimed_segments;	/* since init */
+	uint64_t checksum_failures;	/* since init */
+	const char *io;			/* "uring" or "sync": what runs */
+};
+
+int kvt_store_stat(struct kvt_store *st, struct kvt_store_stat *out);
+
+/* Make everything committed so far durable against power loss. */
+int kvt_store_sync(struct kvt_store *st);
+
+/* Write batched access times to the catalog now. */
+int kvt_store_flush_access(struct kvt_store *st);
+
+/*
+ * Free whole segments until the hot tier is below its low watermark (or to
+ * free `need` segments, whichever is more). Writers call this themselves when
+ * space runs short; it is public for the CLI and for tests.
+ */
+int kvt_store_reclaim(struct kvt_store *st, unsigned need);
+
+/* ---- buckets (bucket.c) ----------------------------------------------- */
+
+/* S3 bucket naming rules: 3-63 of [a-z0-9.-], starting and ending alnum. */
+int kvt_bucket_name_valid(const char *name);
+int kvt_bucket_create(struct kvt_store *st, const char *name);	/* -EEXIST */
+int kvt_bucket_delete(struct kvt_store *st, const char *name);	/* -ENOTEMPTY */
+int kvt_bucket_exists(struct kvt_store *st, const char *name);	/* 0 or -ENOENT */
+
+/* Calls fn for each bucket in name order; a non-zero return stops the walk. */
+int kvt_bucket_list(struct kvt_store *st,
+		    int (*fn)(void *arg, const char *name, int64_t ctime_ns),
+		    void *arg);
+
+/* ---- objects (object.c, writer.c, reader.c) --------------------------- */
+
+enum kvt_tier {
+	KVT_TIER_HOT,		/* extents on NVMe */
+	KVT_TIER_DEMOTING,	/* being copied to G4, still hot */
+	KVT_TIER_COLD,		/* only in G4 */
+	KVT_TIER_RECALLING,	/* being copied back from G4 */
+};
+
+const char *kvt_tier_name(enum kvt_tier tier);
+
+/* One user metadata pair (x-amz-meta-NAME: VALUE); NAME in lower case. */
+struct kvt_meta {
+	char *name;
+	char *value;
+};
+
+struct kvt_object {
+	char *bucket;
+	char *key;
+	uint64_t size;
+	char etag[KVT_ETAG_MAX];	/* quoted, as S3 sends it */
+	uint32_t crc32c;		/* of the whole object */
+	int64_t mtime_ns;
+	char *content_type;		/* NULL if none was given */
+	char *session;
+	enum kvt_tier tier;
+	int pinned;
+	size_t nmeta;
+	struct kvt_meta *meta;
+};
+
+/* Accepts NULL. */
+void kvt_object_free(struct kvt_object *obj);
+
+/* Keys: 1..KVT_KEY_MAX bytes of valid UTF-8 without NUL. */
+int kvt_key_valid(const char *key);
+
+enum {
+	KVT_PUT_IF_NONE_MATCH = 1 << 0,	/* -EEXIST if the key exists */
+	KVT_PUT_PIN = 1 << 1,		/* never dropped by reclaim */
+	KVT_PUT_MD5_ETAG = 1 << 2,	/* ETag = MD5 of the bytes, as S3 does */
+};
+
+struct kvt_put_opts {
+	unsigned flags;
+	const char *content_type;	/* NULL: none */
+	const char *session;		/* NULL: from the key's leading components */
+	const char *etag;		/* NULL: computed (see KVT_PUT_MD5_ETAG) */
+	const struct kvt_meta *meta;
+	size_t nmeta;
+	int64_t mtime_ns;		/* 0: now */
+};
+
+/*
+ * Streaming writer. Bytes go to the hot tier as they are written; the object
+ * becomes visible, to every process at once, only when commit returns 0. A
+ * writer that is aborted, fails, or whose process dies leaves nothing
+ * visible and its space is reclaimed.
+ */
+struct kvt_writer;
+
+int kvt_writer_open(struct kvt_store *st, const char *bucket, const char *key,
+		    const struct kvt_put_opts *opts, struct kvt_writer **out);
+int kvt_writer_write(struct kvt_writer *w, const void *buf, size_t len);
+/* Publishes the object; fills *info if info is not NULL. Frees w. */
+int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info);
+/* Drops what was written. Frees w. Accepts NULL. */
+void kvt_writer_abort(struct kvt_writer *w);
+
+/*
+ * Reader over one version of an object: the version current at open keeps
+ * reading back byte-exact even if the key is overwritten meanwhile, until
+ * reclaim takes its space (then -ESTALE). Every byte returned has had its
+ * extent's checksum verified; a mismatch returns -EIO.
+ */
+struct kvt_reader;
+
+int kvt_reader_open(struct kvt_store *st, const char *bucket, const char *key,
+		    struct kvt_reader **out);
+/* The object's description; owned by the reader. */
+const struct kvt_object *kvt_reader_object(const struct kvt_reader *r);
+/* Reads up to len bytes at off; returns the count (0 at the end) or -errno. */
+ssize_t kvt_reader_pread(struct kvt_reader *r, void *buf, size_t len, uint64_t off);
+/* Accepts NULL. */
+void kvt_reader_close(struct kvt_reader *r);
+
+int kvt_object_head(struct kvt_store *st, const char *bucket, const char *key,
+		    struct kvt_object **out);
+int kvt_object_delete(struct kvt_store *st, const char *bucket, const char *key);
+
+/* Copies bytes and, when opts is NULL, the source's metadata and session. */
+int kvt_object_copy(struct kvt_store *st, const char *src_bucket, const char *src_key,
+		    const char *dst_bucket, const char *dst_key,
+		    const struct kvt_put_opts *opts, struct kvt_object **info);
+
+/* Sets or clears the pin of an object. */
+int kvt_object_pin(struct kvt_store *st, const char *bucket, const char *key, int pinned);
+
+/*
+ * Listing in key order (UTF-8 byte order, as S3). With a delimiter, keys that
+ * contain it after the prefix are rolled up into common prefixes.
+ */
+struct kvt_list_opts {
+	const char *prefix;		/* NULL or "" for all */
+	const char *delimiter;		/* NULL for none */
+	const char *start_after;	/* NULL: from the start */
+	const char *continuation;	/* token from a previous page, or NULL */
+	unsigned limit;			/* entries (objects + prefixes) per page; 0 allowed */
+};
+
+struct kvt_list {
+	size_t nobjects;
+	struct kvt_object **objects;
+	size_t nprefixes;
+	char **prefixes;
+	int truncated;
+	char *next_continuation;	/* opaque, set when truncated */
+	char *next_marker;		/* last key or prefix returned */
+};
+
+int kvt_object_list(struct kvt_store *st, const char *bucket,
+		    const struct kvt_list_opts *opts, struct kvt_list **out);
+/* Accepts NULL. */
+void kvt_list_free(struct kvt_list *list);
+
+/* ---- checking (fsck.c) ------------------------------------------------ */
+
+struct kvt_fsck_report {
+	uint64_t objects_checked;
+	uint64_t extents_checked;
+	uint64_t bytes_checked;
+	uint64_t checksum_errors;	/* extent payload does not match its CRC */
+	uint64_t header_errors;		/* extent header does not name its object */
+	uint64_t catalog_errors;	/* extents out of bounds, overlaps, bad accounting */
+	uint64_t repaired;		/* objects removed or accounting fixed */
+};
+
+enum { KVT_FSCK_REPAIR = 1 << 0 };
+
+/*
+ * Checks the catalog against the segment files and every checksum. With
+ * KVT_FSCK_REPAIR, objects whose bytes are damaged are removed (they would
+ * only ever read as -EIO) and segment accounting is rewritten. Each problem
+ * is logged as it is found. Returns 0 when the store is clean (or was
+ * repaired), 1 when problems remain, or a negative errno.
+ */
+int kvt_store_fsck(struct kvt_store *st, unsigned flags, struct kvt_fsck_report *rep);
+
+/* ---- checksums (util.c) ----------------------------------------------- */
+
+/* CRC32C (Castagnoli) as S3's x-amz-checksum-crc32c: crc = 0 to start. */
+uint32_t kvt_crc32c(uint32_t crc, const void *buf, size_t len);
+
+#endif /* KVTIER_H */

@@ -1,0 +1,54 @@
+/*
+ * log.c - the engine's one logging function. Each line is written with one
+ * write(2) so that lines from several threads and processes sharing stderr
+ * do not interleave.
+ */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+static enum kvt_log_level log_level = KVT_LOG_INFO;
+static const char *log_ident = "kvtier";
+
+void kvt_log_set_level(enum kvt_log_level level)
+{
+	log_level = level;
+}
+
+void kvt_log_set_ident(const char *ident)
+{
+	log_ident = ident;
+}
+
+void log_msg(enum kvt_log_level level, int err, const char *fmt, ...)
+{
+	static const char *names[] = { "error", "warning", "info", "debug" };
+	char line[1024];
+	va_list ap;
+	int n;
+
+	if (level > log_level)
+		return;
+	n = snprintf(line, sizeof(line), "%s: %s: ", log_ident, names[level]);
+	va_start(ap, fmt);
+	n += vsnprintf(line + n, sizeof(line) - n, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(line) - 2)
+		n = sizeof(line) - 2;
+	if (err) {
+		char buf[128];
+		const char *s = strerror_r(err < 0 ? -err : err, buf, sizeof(buf));
+
+		n += snprintf(line + n, sizeof(line) - n, ": %s", s);
+		if (n > (int)sizeof(line) - 2)
+			n = sizeof(line) - 2;
+	}
+	line[n++] = '\n';
+	if (write(STDERR_FILENO, line, n) < 0)
+		return;
+}

@@ -1,0 +1,22 @@
+/*
+ * log.h - one way to log. Messages are lower case, the subject quoted, no
+ * trailing period; err is a negative (or positive) errno or 0:
+ *
+ *	log_err(rc, "cannot open segment '%s'", path);
+ *
+ * prints "kvtier: error: cannot open segment '/d/seg-7': No space left on device".
+ */
+#ifndef KVT_LOG_H
+#define KVT_LOG_H
+
+#include "kvtier.h"
+
+void log_msg(enum kvt_log_level level, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#define log_err(err, ...) log_msg(KVT_LOG_ERR, (err), __VA_ARGS__)
+#define log_warn(err, ...) log_msg(KVT_LOG_WARN, (err), __VA_ARGS__)
+#define log_info(...) log_msg(KVT_LOG_INFO, 0, __VA_ARGS__)
+#define log_debug(...) log_msg(KVT_LOG_DEBUG, 0, __VA_ARGS__)
+
+#endif /* KVT_LOG_H */

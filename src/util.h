@@ -1,0 +1,35 @@
+/*
+ * util.h - small helpers shared by the engine: time, allocation that cannot
+ * fail silently, hex, alignment.
+ */
+#ifndef KVT_UTIL_H
+#define KVT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define ALIGN_UP(x, a) (((x) + (a) - 1) / (a) * (a))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Wall clock and monotonic clock in nanoseconds. */
+int64_t util_now_ns(void);
+int64_t util_mono_ns(void);
+
+/* Lower-case hex of len bytes into out (2 * len + 1 bytes). */
+void util_hex(char *out, const void *buf, size_t len);
+
+/* A random 64-bit value from getrandom(2). */
+uint64_t util_random64(void);
+
+/* The kernel's boot id, to tell a reboot from a process restart. */
+int util_boot_id(char out[37]);
+
+/* Create dir and its parents (mode 0755); exists already is fine. */
+int util_mkdir_p(const char *dir);
+
+/* Aligned allocation for O_DIRECT; free with free(). NULL on failure. */
+void *util_aligned_alloc(size_t align, size_t size);
+
+#endif /* KVT_UTIL_H */
