@@ -65,6 +65,13 @@ void kvt_config_release(struct kvt_config *cfg);
  */
 int kvt_config_load(struct kvt_config *cfg, const char *path, char *err, size_t errlen);
 
+/*
+ * What every binary calls at startup: loads path, or if it is NULL
+ * $KVTIER_CONF, or if that is unset SYSCONFDIR/kvtier.conf if it exists;
+ * with none of them cfg keeps its defaults and 0 is returned.
+ */
+int kvt_config_load_default(struct kvt_config *cfg, const char *path, char *err, size_t errlen);
+
 /* Parse "64K", "256M", "4G", "1T" (powers of two) or a plain byte count. */
 int kvt_parse_size(const char *s, uint64_t *out);
 

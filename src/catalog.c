@@ -1,0 +1,1457 @@
+/*
+ * catalog.c - the SQLite catalog shared by every kvtier process.
+ *
+ * One database file in WAL mode. Readers never block writers and a read
+ * never turns into a write (access times are batched by the store). Every
+ * connection sets a busy timeout, so processes that write at once queue
+ * instead of failing; writes use BEGIN IMMEDIATE so that two writers never
+ * deadlock upgrading a read lock.
+ *
+ * Order of a write: the data is on the device, then the transaction that
+ * publishes it commits. A row in `extents` therefore always points at bytes
+ * that were written; bytes without a row are garbage that reclaim frees.
+ *
+ * The schema carries a version in PRAGMA user_version; cat_open() applies
+ * the migrations a database lacks, in order, each in its own transaction.
+ * Later schema changes append a step to `migrations`, never edit one.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "catalog.h"
+#include "log.h"
+#include "segment.h"
+#include "util.h"
+
+static const char *const migrations[] = {
+	/* 1: the first schema. */
+	"CREATE TABLE settings(name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"
+	"CREATE TABLE counters(name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"
+	"CREATE TABLE buckets(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,"
+	"  ctime INTEGER NOT NULL);"
+	"CREATE TABLE objects(id INTEGER PRIMARY KEY, bucket INTEGER NOT NULL,"
+	"  key TEXT NOT NULL, vid INTEGER NOT NULL, size INTEGER NOT NULL,"
+	"  etag TEXT NOT NULL, crc32c INTEGER NOT NULL, content_type TEXT, meta BLOB,"
+	"  mtime INTEGER NOT NULL, session TEXT NOT NULL,"
+	"  tier INTEGER NOT NULL DEFAULT 0, pinned INTEGER NOT NULL DEFAULT 0,"
+	"  UNIQUE(bucket, key));"
+	"CREATE INDEX objects_session ON objects(bucket, session);"
+	"CREATE TABLE extents(object INTEGER NOT NULL, seq INTEGER NOT NULL,"
+	"  segment INTEGER NOT NULL, gen INTEGER NOT NULL, offset INTEGER NOT NULL,"
+	"  length INTEGER NOT NULL, crc INTEGER NOT NULL, obj_off INTEGER NOT NULL,"
+	"  PRIMARY KEY(object, seq)) WITHOUT ROWID;"
+	"CREATE INDEX extents_segment ON extents(segment, offset);"
+	"CREATE TABLE segments(id INTEGER PRIMARY KEY, state INTEGER NOT NULL,"
+	"  gen INTEGER NOT NULL, live INTEGER NOT NULL, used INTEGER NOT NULL,"
+	"  last_access INTEGER NOT NULL);"
+	"CREATE TABLE sessions(bucket INTEGER NOT NULL, name TEXT NOT NULL,"
+	"  last_access INTEGER NOT NULL, PRIMARY KEY(bucket, name)) WITHOUT ROWID;",
+};
+
+enum stmt_id {
+	S_BEGIN, S_BEGIN_READ, S_COMMIT, S_ROLLBACK,
+	S_SETTING_GET, S_SETTING_SET, S_SEG_COUNT, S_SEG_INSERT,
+	S_BUCKET_INSERT, S_BUCKET_ID, S_BUCKET_DELETE, S_BUCKET_HAS_OBJECTS,
+	S_BUCKET_LIST,
+	S_OBJ_LOOKUP, S_OBJ_GET, S_OBJ_EXTENTS, S_OBJ_INSERT, S_OBJ_DELETE_ID,
+	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_PIN,
+	S_OBJ_RANGE, S_OBJ_RANGE_INCL, S_OBJ_WALK,
+	S_SEG_GET, S_SEG_LIST, S_SEG_LIVE_ADD, S_SEG_CLAIM, S_SEG_NEXT_FREE,
+	S_SEG_SET_STATE, S_SEG_HAS_EXTENTS, S_SEG_FREE, S_SEG_VICTIM, S_SEG_COUNTS,
+	S_SEG_OBJECTS, S_EXT_GET, S_EXT_MOVE, S_SEG_SET_LIVE,
+	S_SESSION_TOUCH, S_SEG_TOUCH, S_COUNTER_ADD, S_COUNTER_GET,
+	S_STAT_OBJECTS, S_STAT_TIERS, S_STAT_BUCKETS, S_STAT_SESSIONS, S_STAT_SEGS,
+	S_COUNT
+};
+
+static const char *const stmt_sql[S_COUNT] = {
+	[S_BEGIN] = "BEGIN IMMEDIATE",
+	[S_BEGIN_READ] = "BEGIN",
+	[S_COMMIT] = "COMMIT",
+	[S_ROLLBACK] = "ROLLBACK",
+	[S_SETTING_GET] = "SELECT value FROM settings WHERE name = ?1",
+	[S_SETTING_SET] = "INSERT OR REPLACE INTO settings(name, value) VALUES(?1, ?2)",
+	[S_SEG_COUNT] = "SELECT count(*) FROM segments",
+	[S_SEG_INSERT] = "INSERT INTO segments(id, state, gen, live, used, last_access)"
+			 " VALUES(?1, 0, 1, 0, 0, 0)",
+	[S_BUCKET_INSERT] = "INSERT INTO buckets(name, ctime) VALUES(?1, ?2)",
+	[S_BUCKET_ID] = "SELECT id FROM buckets WHERE name = ?1",
+	[S_BUCKET_DELETE] = "DELETE FROM buckets WHERE id = ?1",
+	[S_BUCKET_HAS_OBJECTS] = "SELECT 1 FROM objects WHERE bucket = ?1 LIMIT 1",
+	[S_BUCKET_LIST] = "SELECT name, ctime FROM buckets ORDER BY name",
+	[S_OBJ_LOOKUP] = "SELECT id, vid FROM objects WHERE bucket = ?1 AND key = ?2",
+	[S_OBJ_GET] = "SELECT id, vid, size, etag, crc32c, content_type, meta, mtime,"
+		      " session, tier, pinned, key FROM objects WHERE bucket = ?1 AND key = ?2",
+	[S_OBJ_EXTENTS] = "SELECT seq, segment, gen, offset, length, crc, obj_off"
+			  " FROM extents WHERE object = ?1 ORDER BY seq",
+	[S_OBJ_INSERT] = "INSERT INTO objects(bucket, key, vid, size, etag, crc32c,"
+			 " content_type, meta, mtime, session, tier, pinned)"
+			 " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0, ?11)",
+	[S_OBJ_DELETE_ID] = "DELETE FROM objects WHERE id = ?1",
+	[S_EXT_INSERT] = "INSERT INTO extents(object, seq, segment, gen, offset, length,"
+			 " crc, obj_off) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+	[S_EXT_SPACE_BY_SEG] = "SELECT segment, sum((?2 + length + ?3 - 1) / ?3 * ?3)"
+			       " FROM extents WHERE object = ?1 GROUP BY segment",
+	[S_SEG_LIVE_SUB] = "UPDATE segments SET live = max(live - ?2, 0) WHERE id = ?1",
+	[S_BUCKET_EXISTS] = "SELECT 1 FROM buckets WHERE id = ?1",
+	[S_OBJ_KEY] = "SELECT bucket, key FROM objects WHERE id = ?1",
+	[S_EXT_DELETE_OBJ] = "DELETE FROM extents WHERE object = ?1",
+	[S_OBJ_VID] = "SELECT vid FROM objects WHERE id = ?1",
+	[S_OBJ_PIN] = "UPDATE objects SET pinned = ?3 WHERE bucket = ?1 AND key = ?2",
+	[S_OBJ_RANGE] = "SELECT key, size, etag, crc32c, content_type, mtime, session, tier,"
+			" pinned FROM objects WHERE bucket = ?1 AND key > ?2 AND key < ?3"
+			" ORDER BY key LIMIT ?4",
+	[S_OBJ_RANGE_INCL] = "SELECT key, size, etag, crc32c, content_type, mtime, session,"
+			     " tier, pinned FROM objects WHERE bucket = ?1 AND key >= ?2"
+			     " AND key < ?3 ORDER BY key LIMIT ?4",
+	[S_OBJ_WALK] = "SELECT o.id, o.bucket, b.name, o.key FROM objects o"
+		       " JOIN buckets b ON b.id = o.bucket WHERE o.id > ?1 ORDER BY o.id LIMIT 256",
+	[S_SEG_GET] = "SELECT id, state, gen, live, used, last_access FROM segments WHERE id = ?1",
+	[S_SEG_LIST] = "SELECT id, state, gen, live, used, last_access FROM segments ORDER BY id",
+	[S_SEG_LIVE_ADD] = "UPDATE segments SET live = live + ?3, last_access = max(last_access, ?4)"
+			   " WHERE id = ?1 AND gen = ?2 AND state IN (1, 2, 3)",
+	[S_SEG_CLAIM] = "UPDATE segments SET state = 1, used = 0, live = 0, last_access = ?2"
+			" WHERE id = ?1 AND state = 0 RETURNING gen",
+	[S_SEG_NEXT_FREE] = "SELECT id FROM segments WHERE state = 0 AND id > ?1 ORDER BY id LIMIT 1",
+	[S_SEG_SET_STATE] = "UPDATE segments SET state = ?3, used = ?4 WHERE id = ?1 AND state = ?2",
+	[S_SEG_HAS_EXTENTS] = "SELECT 1 FROM extents WHERE segment = ?1 LIMIT 1",
+	[S_SEG_FREE] = "UPDATE segments SET state = 0, gen = gen + 1, live = 0, used = 0"
+		       " WHERE id = ?1 RETURNING gen",
+	[S_SEG_VICTIM] = "SELECT id FROM segments WHERE state = 2"
+			 " ORDER BY live > 0, last_access, id LIMIT 1",
+	[S_SEG_COUNTS] = "SELECT state, count(*) FROM segments GROUP BY state",
+	[S_SEG_OBJECTS] = "SELECT DISTINCT o.id, o.vid, o.pinned FROM extents e"
+			  " JOIN objects o ON o.id = e.object WHERE e.segment = ?1",
+	[S_EXT_GET] = "SELECT segment, gen, offset, length FROM extents WHERE object = ?1 AND seq = ?2",
+	[S_EXT_MOVE] = "UPDATE extents SET segment = ?3, gen = ?4, offset = ?5"
+		       " WHERE object = ?1 AND seq = ?2",
+	[S_SEG_SET_LIVE] = "UPDATE segments SET live = ?2 WHERE id = ?1",
+	[S_SESSION_TOUCH] = "INSERT INTO sessions(bucket, name, last_access) VALUES(?1, ?2, ?3)"
+			    " ON CONFLICT(bucket, name) DO UPDATE SET"
+			    " last_access = max(last_access, excluded.last_access)",
+	[S_SEG_TOUCH] = "UPDATE segments SET last_access = max(last_access, ?2) WHERE id = ?1",
+	[S_COUNTER_ADD] = "INSERT INTO counters(name, value) VALUES(?1, ?2)"
+			  " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+	[S_COUNTER_GET] = "SELECT value FROM counters WHERE name = ?1",
+	[S_STAT_OBJECTS] = "SELECT count(*), coalesce(sum(size), 0), coalesce(sum(pinned), 0)"
+			   " FROM objects",
+	[S_STAT_TIERS] = "SELECT tier, count(*) FROM objects GROUP BY tier",
+	[S_STAT_BUCKETS] = "SELECT count(*) FROM buckets",
+	[S_STAT_SESSIONS] = "SELECT count(*) FROM sessions",
+	[S_STAT_SEGS] = "SELECT coalesce(sum(live), 0), count(*) FROM segments",
+};
+
+struct cat {
+	sqlite3 *db;
+	sqlite3_stmt *stmt[S_COUNT];
+};
+
+/* Maps an SQLite result code to a negative errno: one place for it. */
+static int cat_errno(struct cat *c, int rc, const char *what)
+{
+	switch (rc & 0xff) {
+	case SQLITE_OK:
+	case SQLITE_DONE:
+	case SQLITE_ROW:
+		return 0;
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED:
+		log_err(0, "catalog busy during %s: %s", what, sqlite3_errmsg(c->db));
+		return -EBUSY;
+	case SQLITE_CONSTRAINT:
+		return -EEXIST;
+	case SQLITE_FULL:
+		log_err(0, "catalog full during %s", what);
+		return -ENOSPC;
+	case SQLITE_NOMEM:
+		return -ENOMEM;
+	case SQLITE_CANTOPEN:
+	case SQLITE_PERM:
+	case SQLITE_READONLY:
+		log_err(0, "catalog cannot be written during %s: %s", what, sqlite3_errmsg(c->db));
+		return -EACCES;
+	default:
+		log_err(0, "catalog error during %s: %s", what, sqlite3_errmsg(c->db));
+		return -EIO;
+	}
+}
+
+/* The prepared statement id, reset and unbound, ready for binds. */
+static sqlite3_stmt *cat_stmt(struct cat *c, enum stmt_id id)
+{
+	sqlite3_stmt *s = c->stmt[id];
+
+	if (!s) {
+		if (sqlite3_prepare_v3(c->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
+				       &s, NULL) != SQLITE_OK) {
+			log_err(0, "cannot prepare '%s': %s", stmt_sql[id], sqlite3_errmsg(c->db));
+			return NULL;
+		}
+		c->stmt[id] = s;
+	}
+	return s;
+}
+
+/* Steps a statement that returns no rows (or ignores them) and resets it. */
+static int cat_exec_stmt(struct cat *c, sqlite3_stmt *s, const char *what)
+{
+	int rc = sqlite3_step(s);
+
+	while (rc == SQLITE_ROW)
+		rc = sqlite3_step(s);
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+	return cat_errno(c, rc, what);
+}
+
+static void cat_done(sqlite3_stmt *s)
+{
+	sqlite3_reset(s);
+	sqlite3_clear_bindings(s);
+}
+
+/* Row exists? 0, -ENOENT or an error. The statement takes one integer. */
+static int cat_exists(struct cat *c, enum stmt_id id, int64_t arg)
+{
+	sqlite3_stmt *s = cat_stmt(c, id);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, arg);
+	rc = sqlite3_step(s);
+	cat_done(s);
+	return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "exists");
+}
+
+static int cat_exec(struct cat *c, const char *sql)
+{
+	char *msg = NULL;
+	int rc = sqlite3_exec(c->db, sql, NULL, NULL, &msg);
+
+	if (rc != SQLITE_OK) {
+		log_err(0, "catalog: %s", msg ? msg : sqlite3_errstr(rc));
+		sqlite3_free(msg);
+		return cat_errno(c, rc, "exec");
+	}
+	return 0;
+}
+
+static int cat_migrate(struct cat *c)
+{
+	sqlite3_stmt *s = NULL;
+	int version = 0, rc;
+
+	rc = cat_exec(c, "BEGIN IMMEDIATE");
+	if (rc < 0)
+		return rc;
+	if (sqlite3_prepare_v2(c->db, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK &&
+	    sqlite3_step(s) == SQLITE_ROW)
+		version = sqlite3_column_int(s, 0);
+	sqlite3_finalize(s);
+	if (version > (int)ARRAY_SIZE(migrations)) {
+		log_err(0, "catalog schema version %d is newer than this kvtier (%d)",
+			version, (int)ARRAY_SIZE(migrations));
+		cat_exec(c, "ROLLBACK");
+		return -EPROTO;
+	}
+	for (; version < (int)ARRAY_SIZE(migrations); version++) {
+		char pragma[64];
+
+		rc = cat_exec(c, migrations[version]);
+		if (rc < 0)
+			goto fail;
+		snprintf(pragma, sizeof(pragma), "PRAGMA user_version = %d", version + 1);
+		rc = cat_exec(c, pragma);
+		if (rc < 0)
+			goto fail;
+	}
+	return cat_exec(c, "COMMIT");
+fail:
+	cat_exec(c, "ROLLBACK");
+	return rc;
+}
+
+int cat_open(const char *path, int create, struct cat **out)
+{
+	struct cat *c = calloc(1, sizeof(*c));
+	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	rc = sqlite3_open_v2(path, &c->db, flags, NULL);
+	if (rc != SQLITE_OK) {
+		rc = rc == SQLITE_CANTOPEN ? -ENOENT : cat_errno(c, rc, "open");
+		goto fail;
+	}
+	sqlite3_busy_timeout(c->db, 30000);
+	rc = cat_exec(c, "PRAGMA journal_mode = WAL;"
+			 "PRAGMA synchronous = NORMAL;"
+			 "PRAGMA cache_size = -16384;"
+			 "PRAGMA temp_store = MEMORY;");
+	if (rc < 0)
+		goto fail;
+	rc = cat_migrate(c);
+	if (rc < 0)
+		goto fail;
+	*out = c;
+	return 0;
+fail:
+	cat_close(c);
+	return rc;
+}
+
+void cat_close(struct cat *c)
+{
+	if (!c)
+		return;
+	for (int i = 0; i < S_COUNT; i++)
+		sqlite3_finalize(c->stmt[i]);
+	sqlite3_close_v2(c->db);
+	free(c);
+}
+
+static int cat_run(struct cat *c, enum stmt_id id, const char *what)
+{
+	sqlite3_stmt *s = cat_stmt(c, id);
+
+	return s ? cat_exec_stmt(c, s, what) : -EIO;
+}
+
+int cat_begin(struct cat *c)
+{
+	return cat_run(c, S_BEGIN, "begin");
+}
+
+int cat_begin_read(struct cat *c)
+{
+	return cat_run(c, S_BEGIN_READ, "begin");
+}
+
+int cat_commit(struct cat *c)
+{
+	int rc = cat_run(c, S_COMMIT, "commit");
+
+	if (rc < 0)
+		cat_rollback(c);
+	return rc;
+}
+
+void cat_rollback(struct cat *c)
+{
+	if (!sqlite3_get_autocommit(c->db))
+		cat_run(c, S_ROLLBACK, "rollback");
+}
+
+/* ---- settings and geometry --------------------------------------------- */
+
+static int cat_setting_get(struct cat *c, const char *name, int64_t *value)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SETTING_GET);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*value = sqlite3_column_int64(s, 0);
+	cat_done(s);
+	return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "setting");
+}
+
+static int cat_setting_set(struct cat *c, const char *name, int64_t value)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SETTING_SET);
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, value);
+	return cat_exec_stmt(c, s, "setting");
+}
+
+int cat_init_geometry(struct cat *c, uint64_t segment_size, uint32_t nsegs)
+{
+	sqlite3_stmt *s;
+	int64_t have_size = 0, have = 0;
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	rc = cat_setting_get(c, "segment_size", &have_size);
+	if (rc == -ENOENT) {
+		rc = cat_setting_set(c, "segment_size", (int64_t)segment_size);
+		have_size = (int64_t)segment_size;
+	}
+	if (rc < 0)
+		goto fail;
+	if ((uint64_t)have_size != segment_size) {
+		log_err(0, "the store was made with segment_size %lld; the configuration says %llu",
+			(long long)have_size, (unsigned long long)segment_size);
+		rc = -EINVAL;
+		goto fail;
+	}
+	s = cat_stmt(c, S_SEG_COUNT);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	if (sqlite3_step(s) == SQLITE_ROW)
+		have = sqlite3_column_int64(s, 0);
+	cat_done(s);
+	/* Capacity may grow; shrinking would strand the objects in the tail. */
+	if (have > nsegs) {
+		log_err(0, "the store has %lld segments; capacity now allows %u (shrinking is not supported)",
+			(long long)have, nsegs);
+		rc = -EINVAL;
+		goto fail;
+	}
+	for (int64_t i = have; i < nsegs; i++) {
+		s = cat_stmt(c, S_SEG_INSERT);
+		if (!s) {
+			rc = -EIO;
+			goto fail;
+		}
+		sqlite3_bind_int64(s, 1, i);
+		rc = cat_exec_stmt(c, s, "segment insert");
+		if (rc < 0)
+			goto fail;
+	}
+	return cat_commit(c);
+fail:
+	cat_rollback(c);
+	return rc;
+}
+
+/* ---- buckets ------------------------------------------------------------ */
+
+int cat_bucket_create(struct cat *c, const char *name, int64_t ctime_ns)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_BUCKET_INSERT);
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, ctime_ns);
+	return cat_exec_stmt(c, s, "bucket create");
+}
+
+int cat_bucket_id(struct cat *c, const char *name, int64_t *id)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_BUCKET_ID);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*id = sqlite3_column_int64(s, 0);
+	cat_done(s);
+	return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "bucket");
+}
+
+int cat_bucket_delete(struct cat *c, const char *name)
+{
+	sqlite3_stmt *s;
+	int64_t id;
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	rc = cat_bucket_id(c, name, &id);
+	if (rc < 0)
+		goto fail;
+	rc = cat_exists(c, S_BUCKET_HAS_OBJECTS, id);
+	if (rc != -ENOENT) {
+		rc = rc == 0 ? -ENOTEMPTY : rc;
+		goto fail;
+	}
+	s = cat_stmt(c, S_BUCKET_DELETE);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, id);
+	rc = cat_exec_stmt(c, s, "bucket delete");
+	if (rc < 0)
+		goto fail;
+	return cat_commit(c);
+fail:
+	cat_rollback(c);
+	return rc;
+}
+
+int cat_bucket_list(struct cat *c, int (*fn)(void *, const char *, int64_t), void *arg)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_BUCKET_LIST);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (fn(arg, (const char *)sqlite3_column_text(s, 0), sqlite3_column_int64(s, 1)))
+			break;
+	}
+	cat_done(s);
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "bucket list");
+}
+
+/* ---- objects ------------------------------------------------------------ */
+
+/* User metadata is stored as "name\0value\0name\0value\0". */
+static int meta_encode(const struct kvt_meta *meta, size_t n, char **out, size_t *outlen)
+{
+	size_t len = 0, off = 0;
+	char *buf;
+
+	for (size_t i = 0; i < n; i++)
+		len += strlen(meta[i].name) + strlen(meta[i].value) + 2;
+	buf = malloc(len ? len : 1);
+	if (!buf)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		size_t a = strlen(meta[i].name) + 1, b = strlen(meta[i].value) + 1;
+
+		memcpy(buf + off, meta[i].name, a);
+		memcpy(buf + off + a, meta[i].value, b);
+		off += a + b;
+	}
+	*out = buf;
+	*outlen = len;
+	return 0;
+}
+
+static int meta_decode(const char *blob, size_t len, struct kvt_object *obj)
+{
+	size_t n = 0, off;
+
+	for (off = 0; off < len; off++)
+		n += blob[off] == '\0';
+	n /= 2;
+	if (n == 0)
+		return 0;
+	obj->meta = calloc(n, sizeof(*obj->meta));
+	if (!obj->meta)
+		return -ENOMEM;
+	off = 0;
+	for (size_t i = 0; i < n; i++) {
+		obj->meta[i].name = strdup(blob + off);
+		off += strlen(blob + off) + 1;
+		obj->meta[i].value = strdup(blob + off);
+		off += strlen(blob + off) + 1;
+		obj->nmeta++;
+		if (!obj->meta[i].name || !obj->meta[i].value)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static char *col_strdup(sqlite3_stmt *s, int col)
+{
+	const unsigned char *t = sqlite3_column_text(s, col);
+
+	return t ? strdup((const char *)t) : NULL;
+}
+
+/* Subtracts the space of object id's extents from their segments, drops them. */
+static int cat_release_extents(struct cat *c, int64_t id)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_EXT_SPACE_BY_SEG);
+	int64_t *acc = NULL;
+	size_t n = 0, cap = 0;
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, SEG_HEADER_SIZE);
+	sqlite3_bind_int64(s, 3, SEG_ALIGN);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (n + 2 > cap) {
+			int64_t *a = realloc(acc, (cap = cap ? 2 * cap : 16) * sizeof(*a));
+
+			if (!a) {
+				rc = SQLITE_NOMEM;
+				break;
+			}
+			acc = a;
+		}
+		acc[n++] = sqlite3_column_int64(s, 0);
+		acc[n++] = sqlite3_column_int64(s, 1);
+	}
+	cat_done(s);
+	if (rc != SQLITE_DONE) {
+		rc = cat_errno(c, rc, "extent space");
+		goto out;
+	}
+	rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i += 2) {
+		s = cat_stmt(c, S_SEG_LIVE_SUB);
+		if (!s) {
+			rc = -EIO;
+			break;
+		}
+		sqlite3_bind_int64(s, 1, acc[i]);
+		sqlite3_bind_int64(s, 2, acc[i + 1]);
+		rc = cat_exec_stmt(c, s, "segment live");
+	}
+	if (rc < 0)
+		goto out;
+	s = cat_stmt(c, S_EXT_DELETE_OBJ);
+	if (!s) {
+		rc = -EIO;
+		goto out;
+	}
+	sqlite3_bind_int64(s, 1, id);
+	rc = cat_exec_stmt(c, s, "extent delete");
+out:
+	free(acc);
+	return rc;
+}
+
+static int cat_delete_id(struct cat *c, int64_t id)
+{
+	sqlite3_stmt *s;
+	int rc = cat_release_extents(c, id);
+
+	if (rc < 0)
+		return rc;
+	s = cat_stmt(c, S_OBJ_DELETE_ID);
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	return cat_exec_stmt(c, s, "object delete");
+}
+
+int cat_object_put(struct cat *c, const struct cat_put *p, int64_t *id_out, uint64_t *freed_vid)
+{
+	sqlite3_stmt *s;
+	char *meta = NULL;
+	size_t metalen = 0;
+	int64_t id;
+	int rc;
+
+	rc = meta_encode(p->meta, p->nmeta, &meta, &metalen);
+	if (rc < 0)
+		return rc;
+	rc = cat_begin(c);
+	if (rc < 0)
+		goto out;
+
+	/* The bucket may have been deleted while the bytes were written. */
+	rc = cat_exists(c, S_BUCKET_EXISTS, p->bucket_id);
+	if (rc < 0)
+		goto fail;
+
+	s = cat_stmt(c, S_OBJ_LOOKUP);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, p->bucket_id);
+	sqlite3_bind_text(s, 2, p->key, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		id = sqlite3_column_int64(s, 0);
+		if (freed_vid)
+			*freed_vid = (uint64_t)sqlite3_column_int64(s, 1);
+		cat_done(s);
+		if (p->if_none_match) {
+			rc = -EEXIST;
+			goto fail;
+		}
+		rc = cat_delete_id(c, id);
+		if (rc < 0)
+			goto fail;
+	} else {
+		cat_done(s);
+		if (rc != SQLITE_DONE) {
+			rc = cat_errno(c, rc, "object lookup");
+			goto fail;
+		}
+	}
+
+	s = cat_stmt(c, S_OBJ_INSERT);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, p->bucket_id);
+	sqlite3_bind_text(s, 2, p->key, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 3, (int64_t)p->vid);
+	sqlite3_bind_int64(s, 4, (int64_t)p->size);
+	sqlite3_bind_text(s, 5, p->etag, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 6, p->crc32c);
+	if (p->content_type)
+		sqlite3_bind_text(s, 7, p->content_type, -1, SQLITE_STATIC);
+	if (metalen)
+		sqlite3_bind_blob(s, 8, meta, (int)metalen, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 9, p->mtime_ns);
+	sqlite3_bind_text(s, 10, p->session, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 11, p->pinned);
+	rc = cat_exec_stmt(c, s, "object insert");
+	if (rc < 0)
+		goto fail;
+	id = sqlite3_last_insert_rowid(c->db);
+
+	for (size_t i = 0; i < p->nextents; i++) {
+		const struct cat_extent *e = &p->extents[i];
+		uint64_t space = ALIGN_UP((uint64_t)SEG_HEADER_SIZE + e->length, SEG_ALIGN);
+
+		s = cat_stmt(c, S_EXT_INSERT);
+		if (!s) {
+			rc = -EIO;
+			goto fail;
+		}
+		sqlite3_bind_int64(s, 1, id);
+		sqlite3_bind_int64(s, 2, e->seq);
+		sqlite3_bind_int64(s, 3, e->segment);
+		sqlite3_bind_int64(s, 4, (int64_t)e->gen);
+		sqlite3_bind_int64(s, 5, (int64_t)e->offset);
+		sqlite3_bind_int64(s, 6, e->length);
+		sqlite3_bind_int64(s, 7, e->crc);
+		sqlite3_bind_int64(s, 8, (int64_t)e->obj_off);
+		rc = cat_exec_stmt(c, s, "extent insert");
+		if (rc < 0)
+			goto fail;
+		/* The segment must still be the generation the bytes went to. */
+		s = cat_stmt(c, S_SEG_LIVE_ADD);
+		if (!s) {
+			rc = -EIO;
+			goto fail;
+		}
+		sqlite3_bind_int64(s, 1, e->segment);
+		sqlite3_bind_int64(s, 2, (int64_t)e->gen);
+		sqlite3_bind_int64(s, 3, (int64_t)space);
+		sqlite3_bind_int64(s, 4, p->mtime_ns);
+		rc = cat_exec_stmt(c, s, "segment live");
+		if (rc < 0)
+			goto fail;
+		if (sqlite3_changes(c->db) != 1) {
+			log_err(0, "segment %u was reclaimed under an uncommitted write", e->segment);
+			rc = -ESTALE;
+			goto fail;
+		}
+	}
+	rc = cat_touch_session(c, p->bucket_id, p->session, p->mtime_ns);
+	if (rc < 0)
+		goto fail;
+	rc = cat_commit(c);
+	if (rc == 0 && id_out)
+		*id_out = id;
+	goto out;
+fail:
+	cat_rollback(c);
+out:
+	free(meta);
+	return rc;
+}
+
+static int cat_extents_load(struct cat *c, struct cat_object *co)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_OBJ_EXTENTS);
+	size_t cap = 0;
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, co->id);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct cat_extent *e;
+
+		if (co->nextents == cap) {
+			size_t ncap = cap ? 2 * cap : 8;
+			struct cat_extent *n = realloc(co->extents, ncap * sizeof(*n));
+
+			if (!n) {
+				cat_done(s);
+				return -ENOMEM;
+			}
+			co->extents = n;
+			cap = ncap;
+		}
+		e = &co->extents[co->nextents++];
+		e->seq = (uint32_t)sqlite3_column_int64(s, 0);
+		e->segment = (uint32_t)sqlite3_column_int64(s, 1);
+		e->gen = (uint64_t)sqlite3_column_int64(s, 2);
+		e->offset = (uint64_t)sqlite3_column_int64(s, 3);
+		e->length = (uint32_t)sqlite3_column_int64(s, 4);
+		e->crc = (uint32_t)sqlite3_column_int64(s, 5);
+		e->obj_off = (uint64_t)sqlite3_column_int64(s, 6);
+	}
+	cat_done(s);
+	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "extents");
+}
+
+void cat_object_free(struct cat_object *co)
+{
+	if (!co)
+		return;
+	kvt_object_free(co->obj);
+	free(co->extents);
+	free(co);
+}
+
+int cat_object_get(struct cat *c, int64_t bucket_id, const char *key, int with_extents,
+		   struct cat_object **out)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_OBJ_GET);
+	struct cat_object *co = NULL;
+	struct kvt_object *o;
+	const char *etag;
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, key, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	if (rc != SQLITE_ROW) {
+		cat_done(s);
+		return rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "object get");
+	}
+	co = calloc(1, sizeof(*co));
+	o = co ? calloc(1, sizeof(*o)) : NULL;
+	if (!o) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	co->obj = o;
+	co->id = sqlite3_column_int64(s, 0);
+	co->bucket_id = bucket_id;
+	co->vid = (uint64_t)sqlite3_column_int64(s, 1);
+	o->size = (uint64_t)sqlite3_column_int64(s, 2);
+	etag = (const char *)sqlite3_column_text(s, 3);
+	snprintf(o->etag, sizeof(o->etag), "%s", etag ? etag : "");
+	o->crc32c = (uint32_t)sqlite3_column_int64(s, 4);
+	o->content_type = col_strdup(s, 5);
+	rc = meta_decode(sqlite3_column_blob(s, 6), sqlite3_column_bytes(s, 6), o);
+	o->mtime_ns = sqlite3_column_int64(s, 7);
+	o->session = col_strdup(s, 8);
+	o->tier = sqlite3_column_int(s, 9);
+	o->pinned = sqlite3_column_int(s, 10);
+	o->key = col_strdup(s, 11);
+	cat_done(s);
+	if (rc < 0 || !o->key || !o->session)
+		goto fail_nostmt;
+	if (with_extents) {
+		rc = cat_extents_load(c, co);
+		if (rc < 0)
+			goto fail_nostmt;
+	}
+	*out = co;
+	return 0;
+fail:
+	cat_done(s);
+fail_nostmt:
+	cat_object_free(co);
+	return rc < 0 ? rc : -ENOMEM;
+}
+
+int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key)
+{
+	sqlite3_stmt *s;
+	int64_t id;
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	s = cat_stmt(c, S_OBJ_LOOKUP);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, key, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	id = sqlite3_column_int64(s, 0);
+	cat_done(s);
+	if (rc != SQLITE_ROW) {
+		rc = rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "object lookup");
+		goto fail;
+	}
+	rc = cat_delete_id(c, id);
+	if (rc < 0)
+		goto fail;
+	return cat_commit(c);
+fail:
+	cat_rollback(c);
+	return rc;
+}
+
+int cat_object_drop(struct cat *c, int64_t id, uint64_t vid)
+{
+	sqlite3_stmt *s;
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	s = cat_stmt(c, S_OBJ_VID);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, id);
+	rc = sqlite3_step(s);
+	/* Overwritten or deleted since reclaim looked: nothing to drop. */
+	if (rc != SQLITE_ROW || (uint64_t)sqlite3_column_int64(s, 0) != vid) {
+		cat_done(s);
+		rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "object vid");
+		goto fail;
+	}
+	cat_done(s);
+	rc = cat_delete_id(c, id);
+	if (rc < 0)
+		goto fail;
+	rc = cat_counter_add(c, "evicted_objects", 1);
+	if (rc < 0)
+		goto fail;
+	return cat_commit(c);
+fail:
+	cat_rollback(c);
+	return rc;
+}
+
+int cat_object_drop_id(struct cat *c, int64_t id)
+{
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	rc = cat_delete_id(c, id);
+	if (rc < 0) {
+		cat_rollback(c);
+		return rc;
+	}
+	return cat_commit(c);
+}
+
+int cat_object_set_pin(struct cat *c, int64_t bucket_id, const char *key, int pinned)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_OBJ_PIN);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, key, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 3, pinned ? 1 : 0);
+	rc = cat_exec_stmt(c, s, "object pin");
+	if (rc == 0 && sqlite3_changes(c->db) == 0)
+		rc = -ENOENT;
+	return rc;
+}
+
+int cat_object_range(struct cat *c, int64_t bucket_id, const char *after, int inclusive,
+		     const char *upper, unsigned limit,
+		     int (*fn)(void *arg, struct kvt_object *obj), void *arg)
+{
+	sqlite3_stmt *s = cat_stmt(c, inclusive ? S_OBJ_RANGE_INCL : S_OBJ_RANGE);
+	int rc, stop = 0;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, after ? after : "", -1, SQLITE_STATIC);
+	/* Keys are UTF-8 and never hold the byte 0xff: it bounds every key. */
+	sqlite3_bind_text(s, 3, upper ? upper : "\xff", -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 4, limit);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct kvt_object *o = calloc(1, sizeof(*o));
+		const char *etag;
+
+		if (!o) {
+			rc = SQLITE_NOMEM;
+			break;
+		}
+		o->key = col_strdup(s, 0);
+		o->size = (uint64_t)sqlite3_column_int64(s, 1);
+		etag = (const char *)sqlite3_column_text(s, 2);
+		snprintf(o->etag, sizeof(o->etag), "%s", etag ? etag : "");
+		o->crc32c = (uint32_t)sqlite3_column_int64(s, 3);
+		o->content_type = col_strdup(s, 4);
+		o->mtime_ns = sqlite3_column_int64(s, 5);
+		o->session = col_strdup(s, 6);
+		o->tier = sqlite3_column_int(s, 7);
+		o->pinned = sqlite3_column_int(s, 8);
+		if (!o->key) {
+			kvt_object_free(o);
+			rc = SQLITE_NOMEM;
+			break;
+		}
+		/* fn owns o from here; negative is an error, positive stops. */
+		stop = fn(arg, o);
+		if (stop) {
+			rc = SQLITE_DONE;
+			break;
+		}
+	}
+	cat_done(s);
+	if (stop < 0)
+		return stop;
+	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "object list");
+}
+
+/* ---- segments ----------------------------------------------------------- */
+
+static void seg_row(sqlite3_stmt *s, struct cat_segment *out)
+{
+	out->id = (uint32_t)sqlite3_column_int64(s, 0);
+	out->state = sqlite3_column_int(s, 1);
+	out->gen = (uint64_t)sqlite3_column_int64(s, 2);
+	out->live = (uint64_t)sqlite3_column_int64(s, 3);
+	out->used = (uint64_t)sqlite3_column_int64(s, 4);
+	out->last_access = sqlite3_column_int64(s, 5);
+}
+
+int cat_segment_get(struct cat *c, uint32_t id, struct cat_segment *out)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_GET);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		seg_row(s, out);
+	cat_done(s);
+	return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "segment");
+}
+
+int cat_segment_list(struct cat *c, int (*fn)(void *, const struct cat_segment *), void *arg)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_LIST);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct cat_segment seg;
+
+		seg_row(s, &seg);
+		if (fn(arg, &seg)) {
+			rc = SQLITE_DONE;
+			break;
+		}
+	}
+	cat_done(s);
+	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "segment list");
+}
+
+int cat_segment_next_free(struct cat *c, uint32_t after, uint32_t *id)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_NEXT_FREE);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, after == UINT32_MAX ? -1 : (int64_t)after);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*id = (uint32_t)sqlite3_column_int64(s, 0);
+	cat_done(s);
+	return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOSPC : cat_errno(c, rc, "free segment");
+}
+
+int cat_segment_claim(struct cat *c, uint32_t id, uint64_t *gen)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_CLAIM);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, util_now_ns());
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*gen = (uint64_t)sqlite3_column_int64(s, 0);
+	/* RETURNING rows must be stepped to the end before the change counts. */
+	int rc2 = rc == SQLITE_ROW ? sqlite3_step(s) : rc;
+	cat_done(s);
+	if (rc == SQLITE_ROW && rc2 == SQLITE_DONE)
+		return 0;
+	return rc == SQLITE_DONE ? -EBUSY : cat_errno(c, rc == SQLITE_ROW ? rc2 : rc, "claim");
+}
+
+int cat_segment_set_state(struct cat *c, uint32_t id, enum seg_state from,
+			  enum seg_state to, uint64_t used)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_SET_STATE);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int(s, 2, from);
+	sqlite3_bind_int(s, 3, to);
+	sqlite3_bind_int64(s, 4, (int64_t)used);
+	rc = cat_exec_stmt(c, s, "segment state");
+	if (rc == 0 && sqlite3_changes(c->db) != 1)
+		rc = -ESTALE;
+	return rc;
+}
+
+int cat_segment_free(struct cat *c, uint32_t id, uint64_t *new_gen)
+{
+	sqlite3_stmt *s;
+	int rc = cat_exists(c, S_SEG_HAS_EXTENTS, id);
+
+	if (rc == 0)
+		return -EBUSY;
+	if (rc != -ENOENT)
+		return rc;
+	s = cat_stmt(c, S_SEG_FREE);
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		*new_gen = (uint64_t)sqlite3_column_int64(s, 0);
+		rc = sqlite3_step(s);
+	}
+	cat_done(s);
+	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "segment free");
+}
+
+int cat_segment_pick_victim(struct cat *c, uint32_t *id)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_VICTIM);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*id = (uint32_t)sqlite3_column_int64(s, 0);
+	cat_done(s);
+	return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "victim");
+}
+
+int cat_segment_counts(struct cat *c, uint64_t counts[4])
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_COUNTS);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	memset(counts, 0, 4 * sizeof(counts[0]));
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		int state = sqlite3_column_int(s, 0);
+
+		if (state >= 0 && state < 4)
+			counts[state] = (uint64_t)sqlite3_column_int64(s, 1);
+	}
+	cat_done(s);
+	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "segment counts");
+}
+
+int cat_segment_objects(struct cat *c, uint32_t id,
+			int (*fn)(void *arg, int64_t obj, uint64_t vid, int pinned), void *arg)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_OBJECTS);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (fn(arg, sqlite3_column_int64(s, 0), (uint64_t)sqlite3_column_int64(s, 1),
+		       sqlite3_column_int(s, 2))) {
+			rc = SQLITE_DONE;
+			break;
+		}
+	}
+	cat_done(s);
+	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "segment objects");
+}
+
+int cat_extent_move(struct cat *c, int64_t obj, uint64_t vid, const struct cat_extent *to,
+		    uint32_t space)
+{
+	sqlite3_stmt *s;
+	int64_t old_seg;
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	s = cat_stmt(c, S_OBJ_VID);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, obj);
+	rc = sqlite3_step(s);
+	if (rc != SQLITE_ROW || (uint64_t)sqlite3_column_int64(s, 0) != vid) {
+		cat_done(s);
+		rc = -ENOENT;
+		goto fail;
+	}
+	cat_done(s);
+	s = cat_stmt(c, S_EXT_GET);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, obj);
+	sqlite3_bind_int64(s, 2, to->seq);
+	rc = sqlite3_step(s);
+	old_seg = sqlite3_column_int64(s, 0);
+	cat_done(s);
+	if (rc != SQLITE_ROW) {
+		rc = -ENOENT;
+		goto fail;
+	}
+	s = cat_stmt(c, S_EXT_MOVE);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, obj);
+	sqlite3_bind_int64(s, 2, to->seq);
+	sqlite3_bind_int64(s, 3, to->segment);
+	sqlite3_bind_int64(s, 4, (int64_t)to->gen);
+	sqlite3_bind_int64(s, 5, (int64_t)to->offset);
+	rc = cat_exec_stmt(c, s, "extent move");
+	if (rc < 0)
+		goto fail;
+	s = cat_stmt(c, S_SEG_LIVE_SUB);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, old_seg);
+	sqlite3_bind_int64(s, 2, space);
+	rc = cat_exec_stmt(c, s, "segment live");
+	if (rc < 0)
+		goto fail;
+	s = cat_stmt(c, S_SEG_LIVE_ADD);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, to->segment);
+	sqlite3_bind_int64(s, 2, (int64_t)to->gen);
+	sqlite3_bind_int64(s, 3, space);
+	sqlite3_bind_int64(s, 4, 0);
+	rc = cat_exec_stmt(c, s, "segment live");
+	if (rc == 0 && sqlite3_changes(c->db) != 1)
+		rc = -ESTALE;
+	if (rc < 0)
+		goto fail;
+	return cat_commit(c);
+fail:
+	cat_rollback(c);
+	return rc;
+}
+
+int cat_segment_set_live(struct cat *c, uint32_t id, uint64_t live)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_SET_LIVE);
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)live);
+	return cat_exec_stmt(c, s, "segment live");
+}
+
+/* ---- access times and counters ------------------------------------------ */
+
+int cat_touch_session(struct cat *c, int64_t bucket_id, const char *session, int64_t when_ns)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SESSION_TOUCH);
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, session, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 3, when_ns);
+	return cat_exec_stmt(c, s, "session touch");
+}
+
+int cat_touch_segment(struct cat *c, uint32_t id, int64_t when_ns)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_TOUCH);
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, when_ns);
+	return cat_exec_stmt(c, s, "segment touch");
+}
+
+int cat_counter_add(struct cat *c, const char *name, int64_t delta)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_COUNTER_ADD);
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 2, delta);
+	return cat_exec_stmt(c, s, "counter");
+}
+
+int cat_counter_get(struct cat *c, const char *name, uint64_t *value)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_COUNTER_GET);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	*value = 0;
+	sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*value = (uint64_t)sqlite3_column_int64(s, 0);
+	cat_done(s);
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "counter");
+}
+
+/* One-row aggregate query: copies up to n integer columns into out. */
+static int cat_aggregate(struct cat *c, enum stmt_id id, uint64_t *out, int n)
+{
+	sqlite3_stmt *s = cat_stmt(c, id);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	rc = sqlite3_step(s);
+	for (int i = 0; i < n && rc == SQLITE_ROW; i++)
+		out[i] = (uint64_t)sqlite3_column_int64(s, i);
+	cat_done(s);
+	return rc == SQLITE_ROW ? 0 : cat_errno(c, rc, "stat");
+}
+
+int cat_stat(struct cat *c, struct kvt_store_stat *st)
+{
+	uint64_t objs[3] = { 0 }, segs[2] = { 0 }, counts[4];
+	sqlite3_stmt *s;
+	int rc = cat_begin_read(c);
+
+	if (rc < 0)
+		return rc;
+	if ((rc = cat_aggregate(c, S_STAT_OBJECTS, objs, 3)) < 0 ||
+	    (rc = cat_aggregate(c, S_STAT_BUCKETS, &st->buckets, 1)) < 0 ||
+	    (rc = cat_aggregate(c, S_STAT_SESSIONS, &st->sessions, 1)) < 0 ||
+	    (rc = cat_aggregate(c, S_STAT_SEGS, segs, 2)) < 0 ||
+	    (rc = cat_segment_counts(c, counts)) < 0 ||
+	    (rc = cat_counter_get(c, "evicted_objects", &st->evicted_objects)) < 0 ||
+	    (rc = cat_counter_get(c, "reclaimed_segments", &st->reclaimed_segments)) < 0 ||
+	    (rc = cat_counter_get(c, "checksum_failures", &st->checksum_failures)) < 0)
+		goto out;
+	st->objects = objs[0];
+	st->object_bytes = objs[1];
+	st->pinned = objs[2];
+	st->live_bytes = segs[0];
+	st->segments = segs[1];
+	st->segments_free = counts[SEG_FREE];
+	st->segments_open = counts[SEG_OPEN];
+	st->segments_sealed = counts[SEG_SEALED] + counts[SEG_RECLAIMING];
+	memset(st->tier_count, 0, sizeof(st->tier_count));
+	s = cat_stmt(c, S_STAT_TIERS);
+	if (!s) {
+		rc = -EIO;
+		goto out;
+	}
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		int tier = sqlite3_column_int(s, 0);
+
+		if (tier >= 0 && tier < 4)
+			st->tier_count[tier] = (uint64_t)sqlite3_column_int64(s, 1);
+	}
+	cat_done(s);
+	rc = rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "stat");
+out:
+	cat_rollback(c);
+	return rc;
+}
+
+/* ---- fsck --------------------------------------------------------------- */
+
+int cat_object_walk(struct cat *c, int (*fn)(void *arg, struct cat_object *co), void *arg)
+{
+	int64_t after = -1;
+
+	for (;;) {
+		sqlite3_stmt *s = cat_stmt(c, S_OBJ_WALK);
+		struct { int64_t bucket; char *bucket_name; char *key; } batch[256];
+		int n = 0, rc;
+
+		if (!s)
+			return -EIO;
+		sqlite3_bind_int64(s, 1, after);
+		while (n < 256 && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+			after = sqlite3_column_int64(s, 0);
+			batch[n].bucket = sqlite3_column_int64(s, 1);
+			batch[n].bucket_name = col_strdup(s, 2);
+			batch[n].key = col_strdup(s, 3);
+			n++;
+		}
+		cat_done(s);
+		rc = 0;
+		for (int i = 0; i < n; i++) {
+			struct cat_object *co = NULL;
+
+			if (rc == 0 && batch[i].key && batch[i].bucket_name &&
+			    cat_object_get(c, batch[i].bucket, batch[i].key, 1, &co) == 0) {
+				co->obj->bucket = batch[i].bucket_name;
+				batch[i].bucket_name = NULL;
+				rc = fn(arg, co);
+				cat_object_free(co);
+			}
+			free(batch[i].bucket_name);
+			free(batch[i].key);
+		}
+		if (rc || n < 256)
+			return rc;
+	}
+}
+
+int cat_sync(struct cat *c)
+{
+	int rc = cat_exec(c, "PRAGMA synchronous = FULL");
+
+	/* In WAL mode a FULL commit syncs the log, and with it every commit before. */
+	if (rc == 0)
+		rc = cat_begin(c);
+	if (rc == 0) {
+		rc = cat_counter_add(c, "syncs", 1);
+		rc = rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
+	}
+	cat_exec(c, "PRAGMA synchronous = NORMAL");
+	return rc;
+}
+
+int cat_object_by_id(struct cat *c, int64_t id, struct cat_object **out)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_OBJ_KEY);
+	int64_t bucket;
+	char *key;
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	rc = sqlite3_step(s);
+	if (rc != SQLITE_ROW) {
+		cat_done(s);
+		return rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "object by id");
+	}
+	bucket = sqlite3_column_int64(s, 0);
+	key = col_strdup(s, 1);
+	cat_done(s);
+	if (!key)
+		return -ENOMEM;
+	rc = cat_object_get(c, bucket, key, 1, out);
+	free(key);
+	return rc;
+}

@@ -1,0 +1,151 @@
+/*
+ * catalog.h - the SQLite catalog: buckets, objects, extents, segments and
+ * sessions. Only catalog.c speaks SQL.
+ *
+ * A `struct cat` is one connection; the store keeps one per thread. Every
+ * function that changes more than one row runs in one transaction, so other
+ * processes see all of the change or none of it.
+ */
+#ifndef KVT_CATALOG_H
+#define KVT_CATALOG_H
+
+#include <stdint.h>
+
+#include "kvtier.h"
+
+struct cat;
+
+/* Segment states, stored in segments.state. */
+enum seg_state {
+	SEG_FREE = 0,		/* holds nothing; may be claimed */
+	SEG_OPEN = 1,		/* a process appends to it (holds its append lock) */
+	SEG_SEALED = 2,		/* full; extents are read, never written */
+	SEG_RECLAIMING = 3,	/* a process is emptying it (holds its append lock) */
+};
+
+/* One extent of an object: payload bytes [obj_off, obj_off + length). */
+struct cat_extent {
+	uint32_t seq;
+	uint32_t segment;
+	uint64_t gen;		/* the segment's generation when written */
+	uint64_t offset;	/* in the segment file, of the header */
+	uint32_t length;	/* payload bytes */
+	uint32_t crc;		/* CRC32C of the payload */
+	uint64_t obj_off;	/* payload offset in the object */
+};
+
+/* An object row with its extents, as the reader and fsck need it. */
+struct cat_object {
+	int64_t id;
+	int64_t bucket_id;
+	uint64_t vid;		/* version id, in every extent header */
+	struct kvt_object *obj;	/* the public description */
+	size_t nextents;
+	struct cat_extent *extents;
+};
+
+void cat_object_free(struct cat_object *co);
+
+struct cat_segment {
+	uint32_t id;
+	enum seg_state state;
+	uint64_t gen;
+	uint64_t live;		/* bytes of committed extents (headers and padding included) */
+	uint64_t used;		/* append pointer when sealed */
+	int64_t last_access;
+};
+
+/* What a writer commits. */
+struct cat_put {
+	int64_t bucket_id;
+	const char *key;
+	uint64_t vid;
+	uint64_t size;
+	const char *etag;
+	uint32_t crc32c;
+	const char *content_type;
+	const struct kvt_meta *meta;
+	size_t nmeta;
+	int64_t mtime_ns;
+	const char *session;
+	int pinned;
+	int if_none_match;
+	size_t nextents;
+	const struct cat_extent *extents;
+};
+
+int cat_open(const char *path, int create, struct cat **out);
+void cat_close(struct cat *c);
+
+/* Geometry fixed at init: refuses a segment size that differs, grows nsegs. */
+int cat_init_geometry(struct cat *c, uint64_t segment_size, uint32_t nsegs);
+
+int cat_begin(struct cat *c);		/* BEGIN IMMEDIATE: a write transaction */
+int cat_begin_read(struct cat *c);	/* BEGIN DEFERRED */
+int cat_commit(struct cat *c);
+/* Makes every transaction committed so far durable against power loss. */
+int cat_sync(struct cat *c);
+void cat_rollback(struct cat *c);
+
+/* Buckets. */
+int cat_bucket_create(struct cat *c, const char *name, int64_t ctime_ns);
+int cat_bucket_delete(struct cat *c, const char *name);
+int cat_bucket_id(struct cat *c, const char *name, int64_t *id);
+int cat_bucket_list(struct cat *c, int (*fn)(void *, const char *, int64_t), void *arg);
+
+/* Objects. */
+int cat_object_put(struct cat *c, const struct cat_put *put, int64_t *id_out,
+		   uint64_t *freed_vid);
+int cat_object_get(struct cat *c, int64_t bucket_id, const char *key, int with_extents,
+		   struct cat_object **out);
+int cat_object_by_id(struct cat *c, int64_t id, struct cat_object **out);
+int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key);
+/* Deletes object id only if its version is still vid (reclaim's drop). */
+int cat_object_drop(struct cat *c, int64_t id, uint64_t vid);
+int cat_object_set_pin(struct cat *c, int64_t bucket_id, const char *key, int pinned);
+
+/* Lists up to limit objects of a bucket with key > after (NULL: from the
+ * start) and key < upper (NULL: no bound), in key order, without extents. */
+int cat_object_range(struct cat *c, int64_t bucket_id, const char *after, int inclusive,
+		     const char *upper, unsigned limit,
+		     int (*fn)(void *arg, struct kvt_object *obj), void *arg);
+
+/* Segments. */
+int cat_segment_get(struct cat *c, uint32_t id, struct cat_segment *out);
+int cat_segment_list(struct cat *c, int (*fn)(void *, const struct cat_segment *), void *arg);
+/* FREE -> OPEN: the lowest free segment, or -ENOSPC. */
+int cat_segment_claim(struct cat *c, uint32_t id, uint64_t *gen);
+int cat_segment_next_free(struct cat *c, uint32_t after, uint32_t *id);
+/* OPEN -> SEALED with its append pointer; SEALED/RECLAIMING when live is 0 may go FREE. */
+int cat_segment_set_state(struct cat *c, uint32_t id, enum seg_state from,
+			  enum seg_state to, uint64_t used);
+/* Any -> FREE with gen + 1; fails with -EBUSY if extents remain. */
+int cat_segment_free(struct cat *c, uint32_t id, uint64_t *new_gen);
+/* SEALED -> RECLAIMING: the coldest sealed segment; -ENOENT if none. */
+int cat_segment_pick_victim(struct cat *c, uint32_t *id);
+int cat_segment_counts(struct cat *c, uint64_t counts[4]);
+/* Objects (id, vid, pinned) with an extent in segment id. */
+int cat_segment_objects(struct cat *c, uint32_t id,
+			int (*fn)(void *arg, int64_t obj, uint64_t vid, int pinned), void *arg);
+/* Moves extent (obj, seq) if the object still has version vid. */
+int cat_extent_move(struct cat *c, int64_t obj, uint64_t vid, const struct cat_extent *to,
+		    uint32_t space);
+int cat_segment_set_live(struct cat *c, uint32_t id, uint64_t live);
+
+/* Access times, batched by the store. */
+int cat_touch_session(struct cat *c, int64_t bucket_id, const char *session, int64_t when_ns);
+int cat_touch_segment(struct cat *c, uint32_t id, int64_t when_ns);
+
+/* Persistent counters ("evicted_objects", ...). */
+int cat_counter_add(struct cat *c, const char *name, int64_t delta);
+int cat_counter_get(struct cat *c, const char *name, uint64_t *value);
+
+/* Totals for kvt_store_stat. */
+int cat_stat(struct cat *c, struct kvt_store_stat *st);
+
+/* fsck: every object in id order, with its extents and bucket name; the walk
+ * frees co after fn returns. A non-zero return from fn stops the walk. */
+int cat_object_walk(struct cat *c, int (*fn)(void *arg, struct cat_object *co), void *arg);
+int cat_object_drop_id(struct cat *c, int64_t id);
+
+#endif /* KVT_CATALOG_H */

@@ -1,0 +1,250 @@
+/*
+ * io.c - the backend-independent half of the hot tier's block I/O: dispatch
+ * through io_ops, the in-flight count, the aligned buffer pool every backend
+ * shares, and the probe that tells whether io_uring with O_DIRECT can be used
+ * on a given file system.
+ *
+ * Invariant: io->inflight counts requests accepted by io_submit() and not yet
+ * returned by io_wait(). Backends never touch it; that is why every caller,
+ * the fault injector included, goes through io_submit()/io_wait() rather
+ * than through ops directly.
+ *
+ * A request's life:
+ *
+ *	caller's ---io_submit()---> in flight ---io_wait()---> completed,
+ *	(res unset)                 (inflight++)               res = bytes or -errno
+ *	                                                       (inflight--)
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io.h"
+
+int io_submit(struct io_ctx *io, struct io_req *req)
+{
+	int rc;
+
+	if (req->op != IO_READ && req->op != IO_WRITE)
+		return -EINVAL;
+	if (req->buf_index >= 0 && (unsigned)req->buf_index >= io->nbufs)
+		return -EINVAL;
+	rc = io->ops->submit(io, req);
+	if (rc == 0)
+		io->inflight++;
+	return rc;
+}
+
+int io_wait(struct io_ctx *io, struct io_req **done)
+{
+	int rc;
+
+	/* io_uring would block forever waiting for a completion that never comes. */
+	if (io->inflight == 0)
+		return -EINVAL;
+	rc = io->ops->wait(io, done);
+	if (rc == 0)
+		io->inflight--;
+	return rc;
+}
+
+/*
+ * Refuses (-EBUSY) when other requests are in flight: io_wait() may return
+ * any of them, and a completion handed to the wrong caller would be lost.
+ */
+ssize_t io_run(struct io_ctx *io, enum io_op op, int fd, void *buf, int buf_index,
+	       size_t len, uint64_t off)
+{
+	struct io_req req = {
+		.op = op, .fd = fd, .buf = buf, .buf_index = buf_index,
+		.len = len, .off = off, .res = 0, .data = NULL,
+	};
+	struct io_req *done = NULL;
+	int rc;
+
+	if (io->inflight != 0)
+		return -EBUSY;
+	rc = io_submit(io, &req);
+	if (rc < 0)
+		return rc;
+	rc = io_wait(io, &done);
+	if (rc < 0)
+		return rc;
+	return done->res;
+}
+
+void io_ctx_free(struct io_ctx *io)
+{
+	struct io_req *done;
+
+	if (!io)
+		return;
+	/*
+	 * The kernel may still be writing into buffers we are about to free;
+	 * drain first. A failing wait cannot be retried forever: give up and
+	 * let the backend tear down (io_uring_queue_exit cancels what is left).
+	 */
+	while (io->inflight > 0) {
+		if (io_wait(io, &done) < 0)
+			break;
+	}
+	io->ops->free(io);
+}
+
+int io_bufs_alloc(struct io_ctx *io, unsigned nbufs, size_t buf_size)
+{
+	int rc = 0;
+
+	io->bufs = NULL;
+	io->nbufs = 0;
+	io->buf_size = buf_size;
+	if (nbufs == 0)
+		return 0;
+	if (buf_size == 0)
+		return -EINVAL;
+	io->bufs = calloc(nbufs, sizeof(*io->bufs));
+	if (!io->bufs)
+		return -ENOMEM;
+	for (unsigned i = 0; i < nbufs; i++) {
+		rc = -posix_memalign(&io->bufs[i], IO_ALIGN, buf_size);
+		if (rc < 0)
+			goto out;
+		io->nbufs = i + 1;
+	}
+out:
+	if (rc < 0)
+		io_bufs_release(io);
+	return rc;
+}
+
+void io_bufs_release(struct io_ctx *io)
+{
+	for (unsigned i = 0; i < io->nbufs; i++)
+		free(io->bufs[i]);
+	free(io->bufs);
+	io->bufs = NULL;
+	io->nbufs = 0;
+	io->buf_size = 0;
+}
+
+/* One I/O through the ring, waited for; bytes transferred or -errno. */
+static int io_probe_rw(struct io_uring *ring, enum io_op op, int fd, void *buf, unsigned len)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	struct io_uring_cqe *cqe = NULL;
+	int rc;
+
+	if (!sqe)
+		return -EBUSY;
+	if (op == IO_WRITE)
+		io_uring_prep_write(sqe, fd, buf, len, 0);
+	else
+		io_uring_prep_read(sqe, fd, buf, len, 0);
+	rc = io_uring_submit(ring);
+	if (rc < 0)
+		return rc;
+	do {
+		rc = io_uring_wait_cqe(ring, &cqe);
+	} while (rc == -EINTR);
+	if (rc < 0)
+		return rc;
+	rc = cqe->res;
+	io_uring_cqe_seen(ring, cqe);
+	return rc;
+}
+
+/*
+ * The probe does its I/O through the ring rather than with pread/pwrite:
+ * io_uring_setup alone succeeds on kernels (5.1-5.5) that lack
+ * IORING_OP_READ/WRITE, and some file systems accept O_DIRECT at open but
+ * fail the I/O itself.
+ */
+int io_uring_probe(const char *dir, char *why, size_t whylen)
+{
+	struct io_uring ring;
+	int ring_ok = 0;
+	char path[4096];
+	void *wbuf = NULL, *rbuf = NULL;
+	int fd = -1, tmpfd = -1;
+	int rc;
+
+	if (why && whylen > 0)
+		why[0] = '\0';
+	rc = io_uring_queue_init(2, &ring, 0);
+	if (rc < 0) {
+		if (why)
+			snprintf(why, whylen, "io_uring_setup: %s", strerror(-rc));
+		goto out;
+	}
+	ring_ok = 1;
+
+	if (snprintf(path, sizeof(path), "%s/.kvtier-probe-XXXXXX", dir) >= (int)sizeof(path)) {
+		rc = -ENAMETOOLONG;
+		if (why)
+			snprintf(why, whylen, "'%s': %s", dir, strerror(-rc));
+		goto out;
+	}
+	tmpfd = mkstemp(path);
+	if (tmpfd < 0) {
+		rc = -errno;
+		if (why)
+			snprintf(why, whylen, "cannot create a file in '%s': %s", dir, strerror(-rc));
+		goto out;
+	}
+	/* tmpfs (and others) refuse O_DIRECT at open with EINVAL. */
+	fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+	/* Unlink now so that no exit path leaves the probe file behind. */
+	unlink(path);
+	if (fd < 0) {
+		rc = -errno;
+		if (why)
+			snprintf(why, whylen, "open '%s' with O_DIRECT: %s", dir, strerror(-rc));
+		goto out;
+	}
+
+	rc = -posix_memalign(&wbuf, IO_ALIGN, IO_ALIGN);
+	if (rc == 0)
+		rc = -posix_memalign(&rbuf, IO_ALIGN, IO_ALIGN);
+	if (rc < 0) {
+		if (why)
+			snprintf(why, whylen, "%s", strerror(-rc));
+		goto out;
+	}
+	for (unsigned i = 0; i < IO_ALIGN; i++)
+		((unsigned char *)wbuf)[i] = (unsigned char)(i * 7 + 1);
+	memset(rbuf, 0, IO_ALIGN);
+
+	rc = io_probe_rw(&ring, IO_WRITE, fd, wbuf, IO_ALIGN);
+	if (rc >= 0 && rc != IO_ALIGN)
+		rc = -EIO;
+	if (rc < 0) {
+		if (why)
+			snprintf(why, whylen, "io_uring O_DIRECT write in '%s': %s", dir, strerror(-rc));
+		goto out;
+	}
+	rc = io_probe_rw(&ring, IO_READ, fd, rbuf, IO_ALIGN);
+	if (rc >= 0 && (rc != IO_ALIGN || memcmp(wbuf, rbuf, IO_ALIGN) != 0))
+		rc = -EIO;
+	if (rc < 0) {
+		if (why)
+			snprintf(why, whylen, "io_uring O_DIRECT read in '%s': %s", dir, strerror(-rc));
+		goto out;
+	}
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	if (tmpfd >= 0)
+		close(tmpfd);
+	free(wbuf);
+	free(rbuf);
+	if (ring_ok)
+		io_uring_queue_exit(&ring);
+	return rc;
+}

@@ -1,0 +1,481 @@
+/*
+ * object.c - objects as a whole: key rules, head, delete, copy, pin and
+ * listing. Writing and reading bytes are writer.c and reader.c.
+ *
+ * Keys are compared as bytes, so listings come out in the order S3 gives
+ * (UTF-8 byte order), and S3 does not normalise keys: "a//b", "a/b" and
+ * "a/./b" are three different keys.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "store.h"
+#include "util.h"
+
+const char *kvt_tier_name(enum kvt_tier tier)
+{
+	static const char *const names[] = { "hot", "demoting", "cold", "recalling" };
+
+	return (unsigned)tier < ARRAY_SIZE(names) ? names[tier] : "unknown";
+}
+
+void kvt_object_free(struct kvt_object *obj)
+{
+	if (!obj)
+		return;
+	for (size_t i = 0; i < obj->nmeta; i++) {
+		free(obj->meta[i].name);
+		free(obj->meta[i].value);
+	}
+	free(obj->meta);
+	free(obj->bucket);
+	free(obj->key);
+	free(obj->content_type);
+	free(obj->session);
+	free(obj);
+}
+
+/* Strict UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF. */
+static int utf8_valid(const unsigned char *s, size_t len)
+{
+	size_t i = 0;
+
+	while (i < len) {
+		unsigned char c = s[i];
+		size_t n;
+		uint32_t cp;
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf) {
+			n = 1;
+			cp = c & 0x1f;
+		} else if (c >= 0xe0 && c <= 0xef) {
+			n = 2;
+			cp = c & 0x0f;
+		} else if (c >= 0xf0 && c <= 0xf4) {
+			n = 3;
+			cp = c & 0x07;
+		} else {
+			return 0;
+		}
+		for (size_t k = 1; k <= n; k++) {
+			if (i + k >= len || (s[i + k] & 0xc0) != 0x80)
+				return 0;
+			cp = cp << 6 | (s[i + k] & 0x3f);
+		}
+		if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
+		    (cp >= 0xd800 && cp <= 0xdfff))
+			return 0;
+		i += n + 1;
+	}
+	return 1;
+}
+
+int kvt_key_valid(const char *key)
+{
+	size_t len;
+
+	if (!key)
+		return -EINVAL;
+	len = strlen(key);
+	if (len == 0)
+		return -EINVAL;
+	if (len > KVT_KEY_MAX)
+		return -ENAMETOOLONG;
+	return utf8_valid((const unsigned char *)key, len) ? 0 : -EILSEQ;
+}
+
+int kvt_object_head(struct kvt_store *st, const char *bucket, const char *key,
+		    struct kvt_object **out)
+{
+	struct cat *c = store_cat(st);
+	struct cat_object *co = NULL;
+	int64_t bucket_id;
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	rc = kvt_key_valid(key);
+	if (rc < 0)
+		return rc;
+	rc = store_bucket_id(st, bucket, &bucket_id);
+	if (rc < 0)
+		return rc;
+	rc = cat_object_get(c, bucket_id, key, 0, &co);
+	if (rc < 0)
+		return rc;
+	*out = co->obj;
+	co->obj = NULL;
+	cat_object_free(co);
+	(*out)->bucket = strdup(bucket);
+	if (!(*out)->bucket) {
+		kvt_object_free(*out);
+		*out = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int kvt_object_delete(struct kvt_store *st, const char *bucket, const char *key)
+{
+	struct cat *c = store_cat(st);
+	int64_t bucket_id;
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	rc = kvt_key_valid(key);
+	if (rc < 0)
+		return rc;
+	rc = store_bucket_id(st, bucket, &bucket_id);
+	if (rc < 0)
+		return rc;
+	return cat_object_delete(c, bucket_id, key);
+}
+
+int kvt_object_pin(struct kvt_store *st, const char *bucket, const char *key, int pinned)
+{
+	struct cat *c = store_cat(st);
+	int64_t bucket_id;
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	rc = kvt_key_valid(key);
+	if (rc < 0)
+		return rc;
+	rc = store_bucket_id(st, bucket, &bucket_id);
+	if (rc < 0)
+		return rc;
+	return cat_object_set_pin(c, bucket_id, key, pinned);
+}
+
+int kvt_object_copy(struct kvt_store *st, const char *src_bucket, const char *src_key,
+		    const char *dst_bucket, const char *dst_key,
+		    const struct kvt_put_opts *opts, struct kvt_object **info)
+{
+	struct kvt_reader *r = NULL;
+	struct kvt_writer *w = NULL;
+	struct kvt_put_opts copy;
+	const struct kvt_object *src;
+	size_t chunk = SEG_PAYLOAD_MAX;
+	char *buf = NULL;
+	uint64_t off = 0;
+	int rc;
+
+	rc = kvt_reader_open(st, src_bucket, src_key, &r);
+	if (rc < 0)
+		return rc;
+	src = kvt_reader_object(r);
+	if (!opts) {
+		/* Same bytes, same description: S3's COPY metadata directive. */
+		copy = (struct kvt_put_opts){
+			.flags = src->pinned ? KVT_PUT_PIN : 0,
+			.content_type = src->content_type,
+			.session = src->session,
+			.meta = src->meta,
+			.nmeta = src->nmeta,
+		};
+		opts = &copy;
+	}
+	buf = malloc(chunk);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = kvt_writer_open(st, dst_bucket, dst_key, opts, &w);
+	if (rc < 0)
+		goto out;
+	while (off < src->size) {
+		ssize_t n = kvt_reader_pread(r, buf, chunk, off);
+
+		if (n <= 0) {
+			rc = n < 0 ? (int)n : -EIO;
+			goto out;
+		}
+		rc = kvt_writer_write(w, buf, (size_t)n);
+		if (rc < 0)
+			goto out;
+		off += (uint64_t)n;
+	}
+	rc = kvt_writer_commit(w, info);
+	w = NULL;
+out:
+	kvt_writer_abort(w);
+	kvt_reader_close(r);
+	free(buf);
+	return rc;
+}
+
+/* ---- listing --------------------------------------------------------------- */
+
+/*
+ * The smallest string greater than every string that starts with s: s with
+ * its last byte incremented (carrying past 0xff). NULL if there is none.
+ */
+static char *prefix_upper(const char *s)
+{
+	size_t len = strlen(s);
+	char *u;
+
+	while (len > 0 && (unsigned char)s[len - 1] == 0xff)
+		len--;
+	if (len == 0)
+		return NULL;
+	u = strndup(s, len);
+	if (u)
+		u[len - 1] = (char)((unsigned char)u[len - 1] + 1);
+	return u;
+}
+
+static char *token_encode(const char *marker)
+{
+	size_t len = strlen(marker);
+	char *t = malloc(2 * len + 1);
+
+	if (t)
+		util_hex(t, marker, len);
+	return t;
+}
+
+static int token_decode(const char *token, char **out)
+{
+	size_t len = strlen(token);
+	char *m;
+
+	if (len % 2 || len / 2 > KVT_KEY_MAX)
+		return -EINVAL;
+	m = malloc(len / 2 + 1);
+	if (!m)
+		return -ENOMEM;
+	for (size_t i = 0; i < len / 2; i++) {
+		unsigned v = 0;
+
+		for (int k = 0; k < 2; k++) {
+			char ch = token[2 * i + k];
+
+			v <<= 4;
+			if (ch >= '0' && ch <= '9')
+				v |= (unsigned)(ch - '0');
+			else if (ch >= 'a' && ch <= 'f')
+				v |= (unsigned)(ch - 'a' + 10);
+			else {
+				free(m);
+				return -EINVAL;
+			}
+		}
+		m[i] = (char)v;
+		if (v == 0) {
+			free(m);
+			return -EINVAL;
+		}
+	}
+	m[len / 2] = '\0';
+	*out = m;
+	return 0;
+}
+
+struct list_state {
+	struct kvt_list *list;
+	const char *prefix;
+	size_t prefix_len;
+	const char *delim;
+	const char *marker;	/* list only what sorts after this */
+	unsigned limit;
+	char *cursor;		/* where the next query starts */
+	int inclusive;		/* ... and whether it includes cursor */
+	int full;		/* limit reached and one more entry seen */
+	int jumped;		/* a common prefix moved the cursor */
+	size_t cap_objects, cap_prefixes;
+};
+
+static int list_push_prefix(struct list_state *ls, char *cp)
+{
+	struct kvt_list *l = ls->list;
+
+	if (l->nprefixes == ls->cap_prefixes) {
+		size_t cap = ls->cap_prefixes ? 2 * ls->cap_prefixes : 16;
+		char **v = realloc(l->prefixes, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->prefixes = v;
+		ls->cap_prefixes = cap;
+	}
+	l->prefixes[l->nprefixes++] = cp;
+	return 0;
+}
+
+static int list_push_object(struct list_state *ls, struct kvt_object *o)
+{
+	struct kvt_list *l = ls->list;
+
+	if (l->nobjects == ls->cap_objects) {
+		size_t cap = ls->cap_objects ? 2 * ls->cap_objects : 16;
+		struct kvt_object **v = realloc(l->objects, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->objects = v;
+		ls->cap_objects = cap;
+	}
+	l->objects[l->nobjects++] = o;
+	return 0;
+}
+
+static void list_set_cursor(struct list_state *ls, char *cursor, int inclusive)
+{
+	free(ls->cursor);
+	ls->cursor = cursor;
+	ls->inclusive = inclusive;
+}
+
+/* One row of a listing query. Returns non-zero to stop the query. */
+static int list_row(void *arg, struct kvt_object *o)
+{
+	struct list_state *ls = arg;
+	struct kvt_list *l = ls->list;
+	const char *d = NULL;
+	char *cp = NULL;
+
+	if (ls->delim && *ls->delim)
+		d = strstr(o->key + ls->prefix_len, ls->delim);
+	if (d) {
+		cp = strndup(o->key, (size_t)(d - o->key) + strlen(ls->delim));
+		kvt_object_free(o);
+		if (!cp)
+			return -ENOMEM;
+		/* Next query starts past every key under this common prefix. */
+		list_set_cursor(ls, prefix_upper(cp), 1);
+		ls->jumped = 1;
+		if (ls->marker && strcmp(cp, ls->marker) <= 0) {
+			free(cp);	/* returned on an earlier page */
+			return 1;
+		}
+		if (l->nobjects + l->nprefixes == ls->limit) {
+			free(cp);
+			ls->full = 1;
+			return 1;
+		}
+		free(l->next_marker);
+		l->next_marker = strdup(cp);
+		if (list_push_prefix(ls, cp) < 0) {
+			free(cp);
+			return -ENOMEM;
+		}
+		return 1;
+	}
+	list_set_cursor(ls, strdup(o->key), 0);
+	if (l->nobjects + l->nprefixes == ls->limit) {
+		kvt_object_free(o);
+		ls->full = 1;
+		return 1;
+	}
+	free(l->next_marker);
+	l->next_marker = strdup(o->key);
+	if (list_push_object(ls, o) < 0) {
+		kvt_object_free(o);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int kvt_object_list(struct kvt_store *st, const char *bucket,
+		    const struct kvt_list_opts *opts, struct kvt_list **out)
+{
+	struct cat *c = store_cat(st);
+	struct list_state ls = { 0 };
+	char *upper = NULL, *token_marker = NULL;
+	int64_t bucket_id;
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	rc = store_bucket_id(st, bucket, &bucket_id);
+	if (rc < 0)
+		return rc;
+	ls.list = calloc(1, sizeof(*ls.list));
+	if (!ls.list)
+		return -ENOMEM;
+	ls.prefix = opts->prefix ? opts->prefix : "";
+	ls.prefix_len = strlen(ls.prefix);
+	ls.delim = opts->delimiter;
+	ls.limit = opts->limit;
+	if (opts->continuation && *opts->continuation) {
+		rc = token_decode(opts->continuation, &token_marker);
+		if (rc < 0)
+			goto fail;
+		ls.marker = token_marker;
+	} else if (opts->start_after && *opts->start_after) {
+		ls.marker = opts->start_after;
+	}
+	/* Start at the later of the prefix and the marker. */
+	if (ls.marker && strcmp(ls.marker, ls.prefix) >= 0)
+		list_set_cursor(&ls, strdup(ls.marker), 0);
+	else
+		list_set_cursor(&ls, strdup(ls.prefix), 1);
+	upper = ls.prefix_len ? prefix_upper(ls.prefix) : NULL;
+	if (!ls.cursor) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+
+	rc = cat_begin_read(c);
+	while (rc == 0 && !ls.full) {
+		size_t before = ls.list->nobjects + ls.list->nprefixes;
+		unsigned batch = MIN(ls.limit + 1 - (unsigned)before, 1000u);
+
+		ls.jumped = 0;
+		rc = cat_object_range(c, bucket_id, ls.cursor, ls.inclusive, upper, batch,
+				      list_row, &ls);
+		if (rc < 0 || !ls.cursor)
+			break;
+		/* The query ran dry without a jump: nothing is left. */
+		if (!ls.jumped && !ls.full &&
+		    ls.list->nobjects + ls.list->nprefixes - before < batch)
+			break;
+		if (upper && strcmp(ls.cursor, upper) >= 0)
+			break;
+	}
+	cat_rollback(c);
+	if (rc < 0)
+		goto fail;
+	ls.list->truncated = ls.full;
+	if (ls.full && ls.list->next_marker) {
+		ls.list->next_continuation = token_encode(ls.list->next_marker);
+		if (!ls.list->next_continuation) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+	}
+	*out = ls.list;
+	ls.list = NULL;
+fail:
+	kvt_list_free(ls.list);
+	free(ls.cursor);
+	free(upper);
+	free(token_marker);
+	return rc;
+}
+
+void kvt_list_free(struct kvt_list *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->nobjects; i++)
+		kvt_object_free(l->objects[i]);
+	for (size_t i = 0; i < l->nprefixes; i++)
+		free(l->prefixes[i]);
+	free(l->objects);
+	free(l->prefixes);
+	free(l->next_continuation);
+	free(l->next_marker);
+	free(l);
+}

@@ -1,0 +1,292 @@
+/*
+ * reclaim.c - freeing whole segments, and recovering segments whose process
+ * died.
+ *
+ * Segment life cycle (the function that makes each transition):
+ *
+ *        store_claim()            store_seal()          reclaim_segment()
+ *   FREE -------------> OPEN -----------------> SEALED ----------------> RECLAIMING
+ *    ^                   |                                                   |
+ *    |  reclaim_recover(): owner died, nothing live                           |
+ *    +-------------------+---------------------------------------------------+
+ *                          reclaim_segment(): emptied, generation + 1
+ *
+ * Reclaim takes the coldest SEALED segment (empty ones first). Each object
+ * with bytes in it is either dropped, if it is plain cache, or, if it is
+ * pinned, relocated: its extents in the victim are copied to the segment
+ * this process appends to and the catalog is pointed at the copies. Then,
+ * under the segment's exclusive read lock (no reader in any process is
+ * inside it), the segment becomes FREE with a new generation.
+ *
+ * A reclaimer holds the victim's append lock from the moment it marks it
+ * RECLAIMING; if it dies, recovery finds the lock free and puts the segment
+ * back to SEALED. A segment left OPEN by a dead process is sealed (or freed,
+ * if it holds nothing committed): the extents it holds that were never
+ * committed are garbage that the next reclaim of it frees.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "store.h"
+#include "util.h"
+
+struct victim_obj {
+	int64_t id;
+	uint64_t vid;
+	int pinned;
+};
+
+struct victim_list {
+	struct victim_obj *v;
+	size_t n, cap;
+};
+
+static int victim_collect(void *arg, int64_t obj, uint64_t vid, int pinned)
+{
+	struct victim_list *l = arg;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 64;
+		struct victim_obj *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = (struct victim_obj){ obj, vid, pinned };
+	return 0;
+}
+
+/* Copies the extents of one pinned object that lie in segment id elsewhere. */
+static int reclaim_relocate(struct kvt_store *st, uint32_t id, const struct victim_obj *vo)
+{
+	struct cat *c = store_cat(st);
+	struct cat_object *co = NULL;
+	struct io_ctx *io = NULL;
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	/* Look the object up by id through its walk row: bucket and key first. */
+	rc = cat_object_by_id(c, vo->id, &co);
+	if (rc < 0 || co->vid != vo->vid) {
+		rc = rc < 0 ? rc : 0;	/* overwritten meanwhile: nothing to keep */
+		goto out;
+	}
+	rc = store_io_get(st, &io);
+	if (rc < 0)
+		goto out;
+	for (size_t i = 0; i < co->nextents; i++) {
+		struct cat_extent *e = &co->extents[i];
+		struct store_alloc a;
+		void *buf = io_buf(io, 0);
+
+		if (e->segment != id)
+			continue;
+		rc = store_read_extent(st, io, 0, buf, co->vid, e);
+		if (rc < 0)
+			goto out;
+		rc = store_alloc(st, seg_extent_space(e->length), &a);
+		if (rc < 0)
+			goto out;
+		seg_header_fill(buf, co->vid, e->seq, e->obj_off, a.gen, a.segment, e->length, e->crc);
+		rc = store_write_extent(st, io, 0, buf, e->length, &a);
+		if (rc == 0) {
+			struct cat_extent to = *e;
+
+			to.segment = a.segment;
+			to.gen = a.gen;
+			to.offset = a.offset;
+			rc = cat_extent_move(c, co->id, co->vid, &to, (uint32_t)seg_extent_space(e->length));
+			if (rc == -ENOENT)
+				rc = 0;	/* overwritten while copied: the copy is garbage */
+		}
+		store_release(st, a.segment, a.gen);
+		if (rc < 0)
+			goto out;
+	}
+out:
+	store_io_put(st, io);
+	cat_object_free(co);
+	return rc;
+}
+
+static int reclaim_set_state(struct cat *c, uint32_t id, enum seg_state from, enum seg_state to)
+{
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	rc = cat_segment_set_state(c, id, from, to, 0);
+	return rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
+}
+
+/* Frees an emptied segment: generation + 1, published under the exclusive
+ * read lock so that no reader is inside it. The caller holds its append lock. */
+static int reclaim_free(struct kvt_store *st, uint32_t id)
+{
+	struct store_thread *t = store_thread(st);
+	uint64_t gen;
+	int rc;
+
+	if (!t)
+		return -ENOMEM;
+	rc = seg_reclaim_lock(t->lock_fd, id);
+	if (rc < 0)
+		return rc;
+	rc = cat_begin(t->cat);
+	if (rc == 0) {
+		rc = cat_segment_free(t->cat, id, &gen);
+		if (rc == 0)
+			rc = cat_counter_add(t->cat, "reclaimed_segments", 1);
+		rc = rc == 0 ? cat_commit(t->cat) : (cat_rollback(t->cat), rc);
+	}
+	if (rc == 0)
+		seg_map_set_gen(st->sf, id, gen);
+	seg_read_unlock(t->lock_fd, id);
+	return rc;
+}
+
+/* Empties and frees one SEALED segment; -ENOENT if there is none. */
+static int reclaim_segment(struct kvt_store *st, int allow_relocate)
+{
+	struct store_thread *t = store_thread(st);
+	struct victim_list list = { 0 };
+	uint32_t id;
+	int rc;
+
+	if (!t)
+		return -ENOMEM;
+	rc = cat_segment_pick_victim(t->cat, &id);
+	if (rc < 0)
+		return rc;
+	if (seg_append_trylock(st->lock_fd, id) < 0)
+		return -EAGAIN;
+	rc = reclaim_set_state(t->cat, id, SEG_SEALED, SEG_RECLAIMING);
+	if (rc < 0) {
+		seg_append_unlock(st->lock_fd, id);
+		return rc == -ESTALE ? -EAGAIN : rc;
+	}
+	rc = cat_segment_objects(t->cat, id, victim_collect, &list);
+	for (size_t i = 0; rc == 0 && i < list.n; i++) {
+		const struct victim_obj *vo = &list.v[i];
+
+		if (vo->pinned && !allow_relocate)
+			rc = -ENOSPC;
+		else if (vo->pinned)
+			rc = reclaim_relocate(st, id, vo);
+		else
+			rc = cat_object_drop(t->cat, vo->id, vo->vid);
+		if (rc == -ENOENT)
+			rc = 0;	/* deleted or overwritten meanwhile */
+	}
+	if (rc == 0)
+		rc = reclaim_free(st, id);
+	if (rc < 0) {
+		/* Leave it readable: what was not moved is still in place. */
+		if (reclaim_set_state(t->cat, id, SEG_RECLAIMING, SEG_SEALED) < 0)
+			log_err(0, "segment %u left reclaiming (recovery will seal it)", id);
+		if (rc != -ENOSPC)
+			log_err(rc, "cannot reclaim segment %u", id);
+	}
+	seg_append_unlock(st->lock_fd, id);
+	free(list.v);
+	return rc;
+}
+
+int kvt_store_reclaim(struct kvt_store *st, unsigned need)
+{
+	struct store_thread *t = store_thread(st);
+	uint64_t counts[4], target;
+	int rc = 0, tries = 0;
+
+	if (!t)
+		return -ENOMEM;
+	pthread_mutex_lock(&st->reclaim_lock);
+	t->in_reclaim = 1;
+	/* Free segments to reach: below the low watermark, and at least `need`. */
+	target = st->nsegs - (uint64_t)(st->low_watermark * st->nsegs);
+	for (;;) {
+		rc = cat_segment_counts(t->cat, counts);
+		if (rc < 0)
+			break;
+		if (counts[SEG_FREE] >= MAX(target, need))
+			break;
+		/* Relocating needs somewhere to go: with no free segment, drop only. */
+		rc = reclaim_segment(st, counts[SEG_FREE] > 0);
+		if (rc == -EAGAIN && ++tries < 16)
+			continue;
+		if (rc < 0)
+			break;
+	}
+	t->in_reclaim = 0;
+	pthread_mutex_unlock(&st->reclaim_lock);
+	if (rc == -ENOENT) {
+		/* Nothing sealed is left to take. */
+		rc = counts[SEG_FREE] >= need ? 0 : -ENOSPC;
+	}
+	return rc;
+}
+
+/* ---- recovery ---------------------------------------------------------------- */
+
+struct recover_arg {
+	struct kvt_store *st;
+	struct cat_segment *segs;
+	size_t n, cap;
+};
+
+static int recover_collect(void *arg, const struct cat_segment *s)
+{
+	struct recover_arg *ra = arg;
+
+	if (s->state != SEG_OPEN && s->state != SEG_RECLAIMING)
+		return 0;
+	if (ra->n == ra->cap) {
+		size_t cap = ra->cap ? 2 * ra->cap : 16;
+		struct cat_segment *v = realloc(ra->segs, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		ra->segs = v;
+		ra->cap = cap;
+	}
+	ra->segs[ra->n++] = *s;
+	return 0;
+}
+
+int reclaim_recover(struct kvt_store *st)
+{
+	struct recover_arg ra = { .st = st };
+	struct cat *c = store_cat(st);
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	rc = cat_segment_list(c, recover_collect, &ra);
+	for (size_t i = 0; rc == 0 && i < ra.n; i++) {
+		const struct cat_segment *s = &ra.segs[i];
+
+		if (seg_append_trylock(st->lock_fd, s->id) < 0)
+			continue;	/* its owner is alive */
+		/* The owner died: what it wrote and never committed is garbage. */
+		rc = reclaim_set_state(c, s->id, s->state, SEG_SEALED);
+		if (rc == 0) {
+			rc = reclaim_free(st, s->id);
+			if (rc == -EBUSY)
+				rc = 0;	/* committed extents remain: sealed it stays */
+			else if (rc == 0)
+				log_info("recovered segment %u of a process that died", s->id);
+		} else if (rc == -ESTALE) {
+			rc = 0;		/* changed meanwhile by someone alive */
+		}
+		seg_append_unlock(st->lock_fd, s->id);
+	}
+	free(ra.segs);
+	return rc;
+}

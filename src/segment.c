@@ -1,0 +1,311 @@
+/*
+ * segment.c - segment files, the shared generation map, and the byte-range
+ * locks that order readers, appenders and reclaim across processes. See
+ * segment.h for the protocol; this file only implements its pieces.
+ *
+ * The map's generations are a cache of the catalog's: they live in a shared
+ * mapping so that a reader checks one without a query. The map does not
+ * survive a reboot reliably (it is never fsynced), so it records the boot id
+ * it was made under; the store rebuilds it from the catalog after a reboot.
+ * Within one boot it is authoritative the moment a segment is freed or
+ * claimed, because both write it under the segment's exclusive read lock.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kvtier.h"
+#include "log.h"
+#include "segment.h"
+#include "util.h"
+
+#define MAP_MAGIC 0x4b56544d50ull	/* "KVTMP" */
+#define MAP_HEADER 4096			/* the generations start here */
+
+struct map_header {
+	uint64_t magic;
+	uint64_t nsegs;
+	char boot_id[40];
+};
+
+struct seg_files {
+	char *dir;
+	uint32_t nsegs;
+	uint64_t size;
+	int direct;
+	int *fds;
+	int map_fd;
+	size_t map_len;
+	void *map;
+	uint64_t *gens;
+	int stale;
+};
+
+void seg_header_fill(struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t obj_off,
+		     uint64_t gen, uint32_t segment, uint32_t length, uint32_t crc)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = SEG_MAGIC;
+	h->version = 1;
+	h->header_size = SEG_HEADER_SIZE;
+	h->vid = vid;
+	h->obj_off = obj_off;
+	h->gen = gen;
+	h->seq = seq;
+	h->length = length;
+	h->crc = crc;
+	h->segment = segment;
+	h->hcrc = kvt_crc32c(0, h, offsetof(struct seg_header, hcrc));
+}
+
+int seg_header_check(const struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t gen,
+		     uint32_t segment, uint32_t length)
+{
+	const char *why = NULL;
+
+	if (h->magic != SEG_MAGIC)
+		why = "bad magic";
+	else if (h->hcrc != kvt_crc32c(0, h, offsetof(struct seg_header, hcrc)))
+		why = "header checksum mismatch";
+	else if (h->vid != vid || h->seq != seq)
+		why = "header names another object";
+	else if (h->gen != gen || h->segment != segment)
+		why = "header from another segment generation";
+	else if (h->length != length)
+		why = "header length mismatch";
+	if (!why)
+		return 0;
+	log_err(0, "extent %u of version %016llx in segment %u: %s", seq,
+		(unsigned long long)vid, segment, why);
+	return -EIO;
+}
+
+static int seg_file_open(struct seg_files *sf, uint32_t id, int create)
+{
+	char path[4200];
+	struct stat sb;
+	int fd, rc;
+
+	snprintf(path, sizeof(path), "%s/segments/%06u", sf->dir, id);
+	fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0) | (sf->direct ? O_DIRECT : 0),
+		  0600);
+	if (fd < 0) {
+		rc = -errno;
+		log_err(rc, "cannot open segment '%s'", path);
+		return rc;
+	}
+	if (fstat(fd, &sb) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	if ((uint64_t)sb.st_size < sf->size) {
+		if (!create) {
+			rc = -EIO;
+			log_err(0, "segment '%s' is %lld bytes, expected %llu", path,
+				(long long)sb.st_size, (unsigned long long)sf->size);
+			goto fail;
+		}
+		/* Preallocate so that appends never meet ENOSPC from the file system. */
+		rc = -posix_fallocate(fd, 0, (off_t)sf->size);
+		if (rc < 0) {
+			log_err(rc, "cannot preallocate segment '%s'", path);
+			goto fail;
+		}
+	}
+	sf->fds[id] = fd;
+	return 0;
+fail:
+	close(fd);
+	return rc;
+}
+
+static int seg_map_open(struct seg_files *sf, int create)
+{
+	char path[4200], boot[37];
+	struct map_header *h;
+	struct stat sb;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/segments.map", sf->dir);
+	sf->map_fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+	if (sf->map_fd < 0) {
+		rc = -errno;
+		log_err(rc, "cannot open '%s'", path);
+		return rc;
+	}
+	sf->map_len = MAP_HEADER + ALIGN_UP((size_t)sf->nsegs * 8, 4096);
+	if (fstat(sf->map_fd, &sb) < 0)
+		return -errno;
+	/* Growing is safe under concurrent openers: ftruncate only extends. */
+	if ((size_t)sb.st_size < sf->map_len && ftruncate(sf->map_fd, (off_t)sf->map_len) < 0) {
+		rc = -errno;
+		log_err(rc, "cannot size '%s'", path);
+		return rc;
+	}
+	sf->map = mmap(NULL, sf->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, sf->map_fd, 0);
+	if (sf->map == MAP_FAILED) {
+		sf->map = NULL;
+		return -errno;
+	}
+	sf->gens = (uint64_t *)((char *)sf->map + MAP_HEADER);
+	h = sf->map;
+	rc = util_boot_id(boot);
+	if (rc < 0)
+		snprintf(boot, sizeof(boot), "unknown");
+	sf->stale = h->magic != MAP_MAGIC || h->nsegs < sf->nsegs ||
+		    strncmp(h->boot_id, boot, sizeof(h->boot_id)) != 0;
+	return 0;
+}
+
+int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, int create,
+		   struct seg_files **out)
+{
+	struct seg_files *sf = calloc(1, sizeof(*sf));
+	char path[4200];
+	int rc;
+
+	if (!sf)
+		return -ENOMEM;
+	sf->map_fd = -1;
+	sf->dir = strdup(dir);
+	sf->nsegs = nsegs;
+	sf->size = size;
+	sf->direct = direct;
+	sf->fds = malloc(nsegs * sizeof(*sf->fds));
+	if (!sf->dir || !sf->fds) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (uint32_t i = 0; i < nsegs; i++)
+		sf->fds[i] = -1;
+	snprintf(path, sizeof(path), "%s/segments", dir);
+	if (create && mkdir(path, 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		log_err(rc, "cannot create '%s'", path);
+		goto fail;
+	}
+	for (uint32_t i = 0; i < nsegs; i++) {
+		rc = seg_file_open(sf, i, create);
+		if (rc < 0)
+			goto fail;
+	}
+	rc = seg_map_open(sf, create);
+	if (rc < 0)
+		goto fail;
+	*out = sf;
+	return 0;
+fail:
+	seg_files_close(sf);
+	return rc;
+}
+
+void seg_files_close(struct seg_files *sf)
+{
+	if (!sf)
+		return;
+	for (uint32_t i = 0; sf->fds && i < sf->nsegs; i++)
+		if (sf->fds[i] >= 0)
+			close(sf->fds[i]);
+	if (sf->map)
+		munmap(sf->map, sf->map_len);
+	if (sf->map_fd >= 0)
+		close(sf->map_fd);
+	free(sf->fds);
+	free(sf->dir);
+	free(sf);
+}
+
+int seg_fd(struct seg_files *sf, uint32_t id)
+{
+	return id < sf->nsegs ? sf->fds[id] : -1;
+}
+
+uint32_t seg_count(const struct seg_files *sf)
+{
+	return sf->nsegs;
+}
+
+uint64_t seg_size(const struct seg_files *sf)
+{
+	return sf->size;
+}
+
+uint64_t seg_map_gen(struct seg_files *sf, uint32_t id)
+{
+	return __atomic_load_n(&sf->gens[id], __ATOMIC_ACQUIRE);
+}
+
+void seg_map_set_gen(struct seg_files *sf, uint32_t id, uint64_t gen)
+{
+	__atomic_store_n(&sf->gens[id], gen, __ATOMIC_RELEASE);
+}
+
+int seg_map_stale(struct seg_files *sf)
+{
+	return sf->stale;
+}
+
+void seg_map_mark_fresh(struct seg_files *sf)
+{
+	struct map_header *h = sf->map;
+
+	if (util_boot_id(h->boot_id) < 0)
+		snprintf(h->boot_id, sizeof(h->boot_id), "unknown");
+	h->nsegs = sf->nsegs;
+	__atomic_store_n(&h->magic, MAP_MAGIC, __ATOMIC_RELEASE);
+	sf->stale = 0;
+}
+
+int seg_lock_fd_open(struct seg_files *sf)
+{
+	char path[4200];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/segments.map", sf->dir);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+static int seg_lock(int fd, short type, off_t byte, int wait)
+{
+	struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = byte, .l_len = 1 };
+
+	while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) < 0) {
+		if (errno == EINTR)
+			continue;
+		return errno == EACCES ? -EAGAIN : -errno;
+	}
+	return 0;
+}
+
+int seg_read_lock(int lock_fd, uint32_t id)
+{
+	return seg_lock(lock_fd, F_RDLCK, 2 * (off_t)id, 1);
+}
+
+int seg_reclaim_lock(int lock_fd, uint32_t id)
+{
+	return seg_lock(lock_fd, F_WRLCK, 2 * (off_t)id, 1);
+}
+
+void seg_read_unlock(int lock_fd, uint32_t id)
+{
+	seg_lock(lock_fd, F_UNLCK, 2 * (off_t)id, 0);
+}
+
+int seg_append_trylock(int lock_fd, uint32_t id)
+{
+	return seg_lock(lock_fd, F_WRLCK, 2 * (off_t)id + 1, 0);
+}
+
+void seg_append_unlock(int lock_fd, uint32_t id)
+{
+	seg_lock(lock_fd, F_UNLCK, 2 * (off_t)id + 1, 0);
+}

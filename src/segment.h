@@ -1,0 +1,101 @@
+/*
+ * segment.h - the hot tier's segment store: fixed-size preallocated segment
+ * files, the extent format, and the locks and generations that keep readers
+ * in any process from seeing bytes of another object.
+ *
+ * On disk, DIR/segments/NNNNNN are the segment files and DIR/segments.map is
+ * a small file every process maps shared: a header and one 64-bit generation
+ * per segment. Its byte-range locks (open file description locks, so they
+ * hold between threads as well as processes) protect each segment:
+ *
+ *   read lock  (byte 2i):   readers hold it shared while they read segment i;
+ *                           reclaim holds it exclusive while it frees i.
+ *   append lock (byte 2i+1): the process appending to i, or emptying it,
+ *                           holds it exclusive; the kernel drops it when that
+ *                           process dies, which is how crash recovery tells a
+ *                           live owner from a dead one.
+ *
+ * A segment's generation grows each time it is freed. An extent records the
+ * generation it was written in; a reader checks it under the read lock, so a
+ * segment freed (and perhaps rewritten) since the reader looked the extent up
+ * is never read: the read fails with -ESTALE instead.
+ *
+ * An extent is a SEG_HEADER_SIZE header followed by its payload, padded to
+ * SEG_ALIGN; the header names the object version, the extent's place in it,
+ * the segment generation, and carries CRC32C of the payload and of itself.
+ */
+#ifndef KVT_SEGMENT_H
+#define KVT_SEGMENT_H
+
+#include <stdint.h>
+
+#define SEG_ALIGN 4096
+#define SEG_HEADER_SIZE 64
+#define SEG_EXTENT_MAX (1024 * 1024)	/* header + payload of one extent */
+#define SEG_PAYLOAD_MAX (SEG_EXTENT_MAX - SEG_HEADER_SIZE)
+#define SEG_MAGIC 0x4b565445u		/* "KVTE" */
+
+struct seg_header {
+	uint32_t magic;
+	uint16_t version;	/* 1 */
+	uint16_t header_size;	/* SEG_HEADER_SIZE */
+	uint64_t vid;		/* object version */
+	uint64_t obj_off;	/* payload offset within the object */
+	uint64_t gen;		/* segment generation */
+	uint32_t seq;		/* extent number within the object */
+	uint32_t length;	/* payload bytes */
+	uint32_t crc;		/* CRC32C of the payload */
+	uint32_t segment;
+	uint8_t reserved[12];
+	uint32_t hcrc;		/* CRC32C of the bytes above */
+};
+
+_Static_assert(sizeof(struct seg_header) == SEG_HEADER_SIZE, "extent header is 64 bytes");
+
+/* Bytes of segment space an extent of `length` payload bytes takes. */
+static inline uint64_t seg_extent_space(uint32_t length)
+{
+	return ((uint64_t)SEG_HEADER_SIZE + length + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN;
+}
+
+void seg_header_fill(struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t obj_off,
+		     uint64_t gen, uint32_t segment, uint32_t length, uint32_t crc);
+/*
+ * Checks a header read from disk against what the catalog expects; 0, or
+ * -EIO with the reason logged (the payload CRC is the caller's to check).
+ */
+int seg_header_check(const struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t gen,
+		     uint32_t segment, uint32_t length);
+
+struct seg_files;
+
+/*
+ * Opens (with create: makes) the segment files of dir: nsegs files of size
+ * bytes each, and the shared map. direct: open segment files with O_DIRECT.
+ */
+int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, int create,
+		   struct seg_files **out);
+void seg_files_close(struct seg_files *sf);
+
+int seg_fd(struct seg_files *sf, uint32_t id);
+uint32_t seg_count(const struct seg_files *sf);
+uint64_t seg_size(const struct seg_files *sf);
+
+/* The map's generation of segment id (what readers compare against). */
+uint64_t seg_map_gen(struct seg_files *sf, uint32_t id);
+/* True if the map was made before the last reboot (generations unknown). */
+int seg_map_stale(struct seg_files *sf);
+void seg_map_set_gen(struct seg_files *sf, uint32_t id, uint64_t gen);
+void seg_map_mark_fresh(struct seg_files *sf);
+
+/* Byte-range locks. lock_fd is the caller's own descriptor of the map (one
+ * per thread: locks of one descriptor do not exclude each other). */
+int seg_lock_fd_open(struct seg_files *sf);
+int seg_read_lock(int lock_fd, uint32_t id);		/* shared, waits */
+int seg_reclaim_lock(int lock_fd, uint32_t id);		/* exclusive, waits */
+void seg_read_unlock(int lock_fd, uint32_t id);
+/* 0, or -EAGAIN if another descriptor holds it. */
+int seg_append_trylock(int lock_fd, uint32_t id);
+void seg_append_unlock(int lock_fd, uint32_t id);
+
+#endif /* KVT_SEGMENT_H */

@@ -1,0 +1,810 @@
+/*
+ * store.c - a data directory opened: the catalog, the segment files, the
+ * per-thread state, the pool of I/O contexts, the append allocator and the
+ * batched access times.
+ *
+ * Data directory:
+ *
+ *	DIR/catalog.db		SQLite catalog (WAL: catalog.db-wal, -shm)
+ *	DIR/segments/NNNNNN	segment files, segment_size bytes each
+ *	DIR/segments.map	shared generations and segment locks
+ *
+ * Allocation. A process appends to one segment at a time (`cur`), which it
+ * claimed FREE -> OPEN while holding the segment's append lock. Writers carve
+ * aligned space from it under alloc_lock. A full segment moves to `retiring`
+ * and is sealed (OPEN -> SEALED) when its last writer commits or aborts, so
+ * that reclaim, which only empties SEALED segments, never frees space under
+ * a write in flight. Claiming a segment pushes the fill above the high
+ * watermark -> reclaim runs (reclaim.c) until it is below the low one.
+ *
+ * Access times. Reads must not become write transactions, so accesses are
+ * remembered in memory (sessions in a hash table, segments in an array) and
+ * a flusher thread writes them every access_flush_ms in one transaction.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "store.h"
+#include "util.h"
+
+#define IO_DEPTH 8
+#define IO_BUFS 4
+#define POOL_MAX 64
+#define ACCESS_BUCKETS 1024
+
+struct access_entry {
+	int64_t bucket_id;
+	char *session;
+	int64_t when;
+	struct access_entry *next;
+};
+
+/* ---- per-thread state ---------------------------------------------------- */
+
+static void store_thread_free(struct store_thread *t)
+{
+	if (!t)
+		return;
+	cat_close(t->cat);
+	if (t->lock_fd >= 0)
+		close(t->lock_fd);
+	free(t);
+}
+
+/* Thread exit: unlink this thread's state from its store and free it. */
+static void store_thread_exit(void *arg)
+{
+	struct store_thread *t = arg;
+	struct kvt_store *st = t->st;
+
+	pthread_mutex_lock(&st->threads_lock);
+	for (struct store_thread **p = &st->threads; *p; p = &(*p)->next) {
+		if (*p == t) {
+			*p = t->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&st->threads_lock);
+	store_thread_free(t);
+}
+
+struct store_thread *store_thread(struct kvt_store *st)
+{
+	struct store_thread *t = pthread_getspecific(st->key);
+	char path[4200];
+	int rc;
+
+	if (t)
+		return t;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->st = st;
+	t->lock_fd = seg_lock_fd_open(st->sf);
+	snprintf(path, sizeof(path), "%s/catalog.db", st->dir);
+	rc = cat_open(path, 0, &t->cat);
+	if (rc < 0 || t->lock_fd < 0) {
+		log_err(rc < 0 ? rc : t->lock_fd, "cannot open the catalog of '%s' for a thread", st->dir);
+		store_thread_free(t);
+		return NULL;
+	}
+	pthread_setspecific(st->key, t);
+	pthread_mutex_lock(&st->threads_lock);
+	t->next = st->threads;
+	st->threads = t;
+	pthread_mutex_unlock(&st->threads_lock);
+	return t;
+}
+
+/* ---- I/O contexts -------------------------------------------------------- */
+
+int store_io_get(struct kvt_store *st, struct io_ctx **out)
+{
+	struct io_ctx *io = NULL;
+	int rc;
+
+	pthread_mutex_lock(&st->pool_lock);
+	if (st->npool > 0)
+		io = st->pool[--st->npool];
+	pthread_mutex_unlock(&st->pool_lock);
+	if (io) {
+		*out = io;
+		return 0;
+	}
+	if (st->io_kind == KVT_IO_URING)
+		rc = io_uring_ctx_new(IO_DEPTH, IO_BUFS, SEG_EXTENT_MAX, &io);
+	else
+		rc = io_sync_ctx_new(IO_DEPTH, IO_BUFS, SEG_EXTENT_MAX, &io);
+	if (rc < 0) {
+		log_err(rc, "cannot set up %s I/O", st->io_kind == KVT_IO_URING ? "io_uring" : "sync");
+		return rc;
+	}
+	if (st->fault) {
+		struct io_ctx *wrapped;
+
+		rc = io_fault_ctx_new(io, st->fault, &wrapped);
+		if (rc < 0) {
+			io_ctx_free(io);
+			return rc;
+		}
+		io = wrapped;
+	}
+	*out = io;
+	return 0;
+}
+
+void store_io_put(struct kvt_store *st, struct io_ctx *io)
+{
+	if (!io)
+		return;
+	pthread_mutex_lock(&st->pool_lock);
+	if (st->npool < POOL_MAX) {
+		st->pool[st->npool++] = io;
+		io = NULL;
+	}
+	pthread_mutex_unlock(&st->pool_lock);
+	io_ctx_free(io);
+}
+
+static void store_pool_drain(struct kvt_store *st)
+{
+	pthread_mutex_lock(&st->pool_lock);
+	while (st->npool > 0)
+		io_ctx_free(st->pool[--st->npool]);
+	pthread_mutex_unlock(&st->pool_lock);
+}
+
+void store_set_fault_plan(struct kvt_store *st, struct io_fault_plan *plan)
+{
+	store_pool_drain(st);
+	st->fault = plan;
+}
+
+/* ---- extents on disk ----------------------------------------------------- */
+
+int store_write_extent(struct kvt_store *st, struct io_ctx *io, int buf_index, void *buf,
+		       uint32_t length, const struct store_alloc *a)
+{
+	uint64_t space = seg_extent_space(length);
+	ssize_t n;
+
+	/* The padding is zeroed so that the file never holds stale heap bytes. */
+	memset((char *)buf + SEG_HEADER_SIZE + length, 0, space - SEG_HEADER_SIZE - length);
+	n = io_run(io, IO_WRITE, seg_fd(st->sf, a->segment), buf, buf_index, space, a->offset);
+	if (n == (ssize_t)space)
+		return 0;
+	if (n >= 0) {
+		log_err(0, "short write to segment %u at %llu: %zd of %llu bytes", a->segment,
+			(unsigned long long)a->offset, n, (unsigned long long)space);
+		return -EIO;
+	}
+	log_err((int)n, "cannot write segment %u at %llu", a->segment, (unsigned long long)a->offset);
+	return (int)n;
+}
+
+int store_read_extent_raw(struct kvt_store *st, struct io_ctx *io, int buf_index, void *buf,
+			  uint64_t vid, const struct cat_extent *e)
+{
+	struct store_thread *t = store_thread(st);
+	uint64_t space = seg_extent_space(e->length);
+	ssize_t n;
+	int rc;
+
+	if (!t)
+		return -ENOMEM;
+	if (e->segment >= st->nsegs || e->offset % SEG_ALIGN || e->offset + space > st->seg_size) {
+		log_err(0, "extent %u of version %016llx lies outside segment %u", e->seq,
+			(unsigned long long)vid, e->segment);
+		return -EIO;
+	}
+	rc = seg_read_lock(t->lock_fd, e->segment);
+	if (rc < 0)
+		return rc;
+	if (seg_map_gen(st->sf, e->segment) != e->gen) {
+		rc = -ESTALE;
+		goto out;
+	}
+	n = io_run(io, IO_READ, seg_fd(st->sf, e->segment), buf, buf_index, space, e->offset);
+	if (n != (ssize_t)space) {
+		rc = n < 0 ? (int)n : -EIO;
+		log_err(rc, "cannot read segment %u at %llu", e->segment, (unsigned long long)e->offset);
+	}
+out:
+	seg_read_unlock(t->lock_fd, e->segment);
+	return rc;
+}
+
+int store_read_extent(struct kvt_store *st, struct io_ctx *io, int buf_index, void *buf,
+		      uint64_t vid, const struct cat_extent *e)
+{
+	int rc = store_read_extent_raw(st, io, buf_index, buf, vid, e);
+
+	return rc < 0 ? rc : store_extent_verify(st, buf, vid, e);
+}
+
+/* ---- allocation ---------------------------------------------------------- */
+
+/* Claims the lowest free segment: FREE -> OPEN under its append lock. */
+static int store_claim(struct kvt_store *st, struct store_open_seg *out)
+{
+	struct store_thread *t = store_thread(st);
+	uint32_t after = UINT32_MAX, id;
+	uint64_t gen;
+	int rc;
+
+	if (!t)
+		return -ENOMEM;
+	for (;;) {
+		rc = cat_segment_next_free(t->cat, after, &id);
+		if (rc < 0)
+			return rc;
+		after = id;
+		if (seg_append_trylock(st->lock_fd, id) < 0)
+			continue;	/* another process is claiming or recovering it */
+		rc = cat_begin(t->cat);
+		if (rc == 0)
+			rc = cat_segment_claim(t->cat, id, &gen);
+		if (rc == 0)
+			rc = cat_commit(t->cat);
+		else
+			cat_rollback(t->cat);
+		if (rc == -EBUSY) {
+			seg_append_unlock(st->lock_fd, id);
+			continue;
+		}
+		if (rc < 0) {
+			seg_append_unlock(st->lock_fd, id);
+			return rc;
+		}
+		/* Publish the generation before any byte of it is written. */
+		rc = seg_reclaim_lock(t->lock_fd, id);
+		seg_map_set_gen(st->sf, id, gen);
+		if (rc == 0)
+			seg_read_unlock(t->lock_fd, id);
+		out->id = id;
+		out->gen = gen;
+		out->off = 0;
+		out->refs = 0;
+		return 0;
+	}
+}
+
+/* OPEN -> SEALED; the segment becomes a candidate for reclaim. */
+static void store_seal(struct kvt_store *st, const struct store_open_seg *s)
+{
+	struct cat *c = store_cat(st);
+	int rc = c ? cat_begin(c) : -ENOMEM;
+
+	if (rc == 0) {
+		rc = cat_segment_set_state(c, s->id, SEG_OPEN, SEG_SEALED, s->off);
+		rc = rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
+	}
+	if (rc < 0)
+		log_err(rc, "cannot seal segment %u (recovery will)", s->id);
+	seg_append_unlock(st->lock_fd, s->id);
+}
+
+/* OPEN -> FREE for a segment claimed and never written. */
+static void store_unclaim(struct kvt_store *st, const struct store_open_seg *s)
+{
+	struct cat *c = store_cat(st);
+	int rc = c ? cat_begin(c) : -ENOMEM;
+
+	if (rc == 0) {
+		rc = cat_segment_set_state(c, s->id, SEG_OPEN, SEG_FREE, 0);
+		rc = rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
+	}
+	if (rc < 0)
+		log_err(rc, "cannot give back segment %u (recovery will)", s->id);
+	seg_append_unlock(st->lock_fd, s->id);
+}
+
+/* True when the fill (segments not free) exceeds the high watermark. */
+static int store_above_high(struct kvt_store *st)
+{
+	uint64_t counts[4];
+	struct cat *c = store_cat(st);
+
+	if (!c || cat_segment_counts(c, counts) < 0)
+		return 0;
+	return (double)(st->nsegs - counts[SEG_FREE]) > st->high_watermark * st->nsegs;
+}
+
+int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
+{
+	struct store_thread *t = store_thread(st);
+	struct store_open_seg fresh, retire = { 0 };
+	int rc, need_retire;
+
+	if (!t)
+		return -ENOMEM;
+	if (space > st->seg_size)
+		return -EFBIG;
+	for (int attempt = 0;; attempt++) {
+		pthread_mutex_lock(&st->alloc_lock);
+		if (st->have_cur && st->cur.off + space <= st->seg_size) {
+			out->segment = st->cur.id;
+			out->gen = st->cur.gen;
+			out->offset = st->cur.off;
+			st->cur.off += space;
+			st->cur.refs++;
+			pthread_mutex_unlock(&st->alloc_lock);
+			return 0;
+		}
+		pthread_mutex_unlock(&st->alloc_lock);
+
+		/* Out of room: claim a fresh segment outside the lock (it may reclaim). */
+		if (!t->in_reclaim && store_above_high(st))
+			kvt_store_reclaim(st, 1);
+		rc = store_claim(st, &fresh);
+		if (rc == -ENOSPC && !t->in_reclaim && attempt == 0) {
+			rc = kvt_store_reclaim(st, 1);
+			if (rc < 0 && rc != -ENOSPC)
+				return rc;
+			continue;
+		}
+		if (rc < 0)
+			return rc;
+
+		pthread_mutex_lock(&st->alloc_lock);
+		need_retire = 0;
+		if (st->have_cur && st->cur.off + space <= st->seg_size) {
+			/* Another thread installed a segment meanwhile: give ours back. */
+			pthread_mutex_unlock(&st->alloc_lock);
+			store_unclaim(st, &fresh);
+			continue;
+		}
+		if (st->have_cur) {
+			retire = st->cur;
+			if (retire.refs > 0) {
+				struct store_open_seg *r = realloc(st->retiring,
+					(st->nretiring + 1) * sizeof(*r));
+
+				if (r) {
+					st->retiring = r;
+					st->retiring[st->nretiring++] = retire;
+				} else {
+					need_retire = 1;	/* seal now; commit will find it sealed */
+				}
+			} else {
+				need_retire = 1;
+			}
+		}
+		st->cur = fresh;
+		st->have_cur = 1;
+		pthread_mutex_unlock(&st->alloc_lock);
+		if (need_retire)
+			store_seal(st, &retire);
+	}
+}
+
+void store_release(struct kvt_store *st, uint32_t segment, uint64_t gen)
+{
+	struct store_open_seg seal;
+	int do_seal = 0;
+
+	pthread_mutex_lock(&st->alloc_lock);
+	if (st->have_cur && st->cur.id == segment && st->cur.gen == gen) {
+		st->cur.refs--;
+	} else {
+		for (size_t i = 0; i < st->nretiring; i++) {
+			struct store_open_seg *r = &st->retiring[i];
+
+			if (r->id != segment || r->gen != gen)
+				continue;
+			if (--r->refs == 0) {
+				seal = *r;
+				st->retiring[i] = st->retiring[--st->nretiring];
+				do_seal = 1;
+			}
+			break;
+		}
+	}
+	pthread_mutex_unlock(&st->alloc_lock);
+	if (do_seal)
+		store_seal(st, &seal);
+}
+
+/* ---- access times -------------------------------------------------------- */
+
+static unsigned access_hash(int64_t bucket_id, const char *s)
+{
+	uint32_t h = 2166136261u ^ (uint32_t)bucket_id;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 16777619u;
+	return h % ACCESS_BUCKETS;
+}
+
+void store_touch(struct kvt_store *st, int64_t bucket_id, const char *session,
+		 const struct cat_extent *extents, size_t nextents)
+{
+	int64_t now = util_now_ns();
+	struct access_entry *e;
+	unsigned h;
+
+	for (size_t i = 0; i < nextents; i++)
+		if (extents[i].segment < st->nsegs)
+			__atomic_store_n(&st->seg_access[extents[i].segment], now, __ATOMIC_RELAXED);
+	if (!session)
+		return;
+	h = access_hash(bucket_id, session);
+	pthread_mutex_lock(&st->access_lock);
+	for (e = st->access[h]; e; e = e->next)
+		if (e->bucket_id == bucket_id && strcmp(e->session, session) == 0)
+			break;
+	if (!e && (e = calloc(1, sizeof(*e))) && (e->session = strdup(session))) {
+		e->bucket_id = bucket_id;
+		e->next = st->access[h];
+		st->access[h] = e;
+	} else if (e && !e->session) {
+		free(e);
+		e = NULL;
+	}
+	if (e)
+		e->when = now;
+	pthread_mutex_unlock(&st->access_lock);
+}
+
+int kvt_store_flush_access(struct kvt_store *st)
+{
+	struct access_entry *list = NULL, *e, *next;
+	struct cat *c = store_cat(st);
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_lock(&st->access_lock);
+	for (unsigned i = 0; i < ACCESS_BUCKETS; i++) {
+		for (e = st->access[i]; e; e = next) {
+			next = e->next;
+			e->next = list;
+			list = e;
+		}
+		st->access[i] = NULL;
+	}
+	pthread_mutex_unlock(&st->access_lock);
+
+	rc = cat_begin(c);
+	for (e = list; e && rc == 0; e = e->next)
+		rc = cat_touch_session(c, e->bucket_id, e->session, e->when);
+	for (uint32_t i = 0; i < st->nsegs && rc == 0; i++) {
+		int64_t when = __atomic_exchange_n(&st->seg_access[i], 0, __ATOMIC_RELAXED);
+
+		if (when)
+			rc = cat_touch_segment(c, i, when);
+	}
+	rc = rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
+	for (e = list; e; e = next) {
+		next = e->next;
+		free(e->session);
+		free(e);
+	}
+	if (rc < 0)
+		log_warn(rc, "cannot record access times (they are only hints)");
+	return rc;
+}
+
+static void *store_flusher(void *arg)
+{
+	struct kvt_store *st = arg;
+
+	pthread_mutex_lock(&st->access_lock);
+	while (!st->stopping) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += st->access_flush_ms / 1000;
+		ts.tv_nsec += (long)(st->access_flush_ms % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&st->access_cond, &st->access_lock, &ts);
+		if (st->stopping)
+			break;
+		pthread_mutex_unlock(&st->access_lock);
+		kvt_store_flush_access(st);
+		pthread_mutex_lock(&st->access_lock);
+	}
+	pthread_mutex_unlock(&st->access_lock);
+	return NULL;
+}
+
+/* ---- helpers for the object modules -------------------------------------- */
+
+int store_bucket_id(struct kvt_store *st, const char *bucket, int64_t *id)
+{
+	struct cat *c = store_cat(st);
+
+	if (!c)
+		return -ENOMEM;
+	if (!kvt_bucket_name_valid(bucket))
+		return -ENOENT;
+	return cat_bucket_id(c, bucket, id);
+}
+
+char *store_session_of(struct kvt_store *st, const char *key, const char *explicit_session)
+{
+	const char *p = key;
+
+	if (explicit_session && *explicit_session)
+		return strdup(explicit_session);
+	/* The first session_depth directories; a key without them is its own session. */
+	for (unsigned i = 0; i < st->session_depth; i++) {
+		const char *slash = strchr(p, '/');
+
+		if (!slash)
+			return strdup(key);
+		p = slash + 1;
+	}
+	return strndup(key, (size_t)(p - key - 1));
+}
+
+void store_checksum_failure(struct kvt_store *st)
+{
+	struct cat *c = store_cat(st);
+
+	if (c && cat_counter_add(c, "checksum_failures", 1) < 0)
+		log_warn(0, "cannot count a checksum failure");
+}
+
+/* ---- open and close ------------------------------------------------------ */
+
+/* Rebuilds the shared generations from the catalog after a reboot. */
+static int store_map_rebuild(struct kvt_store *st, struct cat *c);
+
+static int map_rebuild_one(void *arg, const struct cat_segment *s)
+{
+	struct kvt_store *st = arg;
+
+	if (s->id < st->nsegs)
+		seg_map_set_gen(st->sf, s->id, s->gen);
+	return 0;
+}
+
+static int store_map_rebuild(struct kvt_store *st, struct cat *c)
+{
+	int rc = cat_segment_list(c, map_rebuild_one, st);
+
+	if (rc == 0)
+		seg_map_mark_fresh(st->sf);
+	return rc;
+}
+
+static enum kvt_io_kind store_pick_io(const struct kvt_config *cfg)
+{
+	static int warned;
+	char why[256];
+
+	if (cfg->store.io != KVT_IO_URING)
+		return cfg->store.io;
+	if (io_uring_probe(cfg->store.dir, why, sizeof(why)) == 0)
+		return KVT_IO_URING;
+	if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+		log_warn(0, "io_uring with O_DIRECT is unavailable in '%s' (%s): using sync I/O",
+			 cfg->store.dir, why);
+	return KVT_IO_SYNC;
+}
+
+int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_store **out)
+{
+	struct kvt_store *st = NULL;
+	struct store_thread *t;
+	char path[4200];
+	struct stat sb;
+	int rc, key_made = 0;
+
+	if (!cfg->store.dir || !*cfg->store.dir)
+		return -EINVAL;
+	snprintf(path, sizeof(path), "%s/catalog.db", cfg->store.dir);
+	if (!(flags & KVT_OPEN_CREATE) && stat(path, &sb) < 0) {
+		log_err(0, "'%s' is not a kvtier store (run 'kvtier init' first)", cfg->store.dir);
+		return -ENOENT;
+	}
+	if (flags & KVT_OPEN_CREATE) {
+		rc = util_mkdir_p(cfg->store.dir);
+		if (rc < 0) {
+			log_err(rc, "cannot create '%s'", cfg->store.dir);
+			return rc;
+		}
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	st->lock_fd = -1;
+	st->dir = strdup(cfg->store.dir);
+	st->seg_size = cfg->store.segment_size;
+	st->nsegs = (uint32_t)(cfg->store.capacity / cfg->store.segment_size);
+	st->high_watermark = cfg->store.high_watermark;
+	st->low_watermark = cfg->store.low_watermark;
+	st->session_depth = cfg->store.session_depth ? cfg->store.session_depth : 1;
+	st->access_flush_ms = cfg->store.access_flush_ms ? cfg->store.access_flush_ms : 1000;
+	st->pool = calloc(POOL_MAX, sizeof(*st->pool));
+	st->access = calloc(ACCESS_BUCKETS, sizeof(*st->access));
+	st->seg_access = calloc(st->nsegs ? st->nsegs : 1, sizeof(*st->seg_access));
+	if (!st->dir || !st->pool || !st->access || !st->seg_access) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	if (st->nsegs < 2 || st->seg_size % SEG_ALIGN || st->seg_size < SEG_EXTENT_MAX) {
+		log_err(0, "capacity must hold two segments of at least 1M");
+		rc = -EINVAL;
+		goto fail;
+	}
+	pthread_mutex_init(&st->threads_lock, NULL);
+	pthread_mutex_init(&st->pool_lock, NULL);
+	pthread_mutex_init(&st->alloc_lock, NULL);
+	pthread_mutex_init(&st->reclaim_lock, NULL);
+	pthread_mutex_init(&st->access_lock, NULL);
+	pthread_cond_init(&st->access_cond, NULL);
+	if (pthread_key_create(&st->key, store_thread_exit) != 0) {
+		rc = -EAGAIN;
+		goto fail;
+	}
+	key_made = 1;
+	st->io_kind = store_pick_io(cfg);
+
+	/* The catalog first: it says what the segment files must be. */
+	{
+		struct cat *c = NULL;
+
+		rc = cat_open(path, 1, &c);
+		if (rc == 0)
+			rc = cat_init_geometry(c, st->seg_size, st->nsegs);
+		cat_close(c);
+		if (rc < 0) {
+			log_err(rc, "cannot open the catalog '%s'", path);
+			goto fail;
+		}
+	}
+	rc = seg_files_open(st->dir, st->nsegs, st->seg_size, st->io_kind == KVT_IO_URING, 1, &st->sf);
+	if (rc < 0)
+		goto fail;
+	st->lock_fd = seg_lock_fd_open(st->sf);
+	if (st->lock_fd < 0) {
+		rc = st->lock_fd;
+		goto fail;
+	}
+	t = store_thread(st);
+	if (!t) {
+		rc = -EIO;
+		goto fail;
+	}
+	if (seg_map_stale(st->sf)) {
+		rc = store_map_rebuild(st, t->cat);
+		if (rc < 0)
+			goto fail;
+	}
+	rc = reclaim_recover(st);
+	if (rc < 0)
+		goto fail;
+	if (pthread_create(&st->flusher, NULL, store_flusher, st) == 0)
+		st->flusher_running = 1;
+	*out = st;
+	return 0;
+fail:
+	if (!key_made) {
+		free(st->dir);
+		free(st->pool);
+		free(st->access);
+		free(st->seg_access);
+		free(st);
+		return rc;
+	}
+	kvt_store_close(st);
+	return rc;
+}
+
+void kvt_store_close(struct kvt_store *st)
+{
+	struct store_open_seg seal;
+
+	if (!st)
+		return;
+	if (st->flusher_running) {
+		pthread_mutex_lock(&st->access_lock);
+		st->stopping = 1;
+		pthread_cond_signal(&st->access_cond);
+		pthread_mutex_unlock(&st->access_lock);
+		pthread_join(st->flusher, NULL);
+	}
+	if (st->sf) {
+		kvt_store_flush_access(st);
+		/* Seal what this process appended to; a writer still open loses its bytes. */
+		pthread_mutex_lock(&st->alloc_lock);
+		while (st->nretiring > 0) {
+			seal = st->retiring[--st->nretiring];
+			pthread_mutex_unlock(&st->alloc_lock);
+			store_seal(st, &seal);
+			pthread_mutex_lock(&st->alloc_lock);
+		}
+		if (st->have_cur) {
+			seal = st->cur;
+			st->have_cur = 0;
+			pthread_mutex_unlock(&st->alloc_lock);
+			store_seal(st, &seal);
+		} else {
+			pthread_mutex_unlock(&st->alloc_lock);
+		}
+	}
+	store_pool_drain(st);
+	pthread_key_delete(st->key);
+	while (st->threads) {
+		struct store_thread *t = st->threads;
+
+		st->threads = t->next;
+		store_thread_free(t);
+	}
+	for (unsigned i = 0; st->access && i < ACCESS_BUCKETS; i++) {
+		struct access_entry *e, *next;
+
+		for (e = st->access[i]; e; e = next) {
+			next = e->next;
+			free(e->session);
+			free(e);
+		}
+	}
+	if (st->lock_fd >= 0)
+		close(st->lock_fd);
+	seg_files_close(st->sf);
+	pthread_mutex_destroy(&st->threads_lock);
+	pthread_mutex_destroy(&st->pool_lock);
+	pthread_mutex_destroy(&st->alloc_lock);
+	pthread_mutex_destroy(&st->reclaim_lock);
+	pthread_mutex_destroy(&st->access_lock);
+	pthread_cond_destroy(&st->access_cond);
+	free(st->retiring);
+	free(st->pool);
+	free(st->access);
+	free(st->seg_access);
+	free(st->dir);
+	free(st);
+}
+
+/* ---- stat and sync ------------------------------------------------------- */
+
+int kvt_store_stat(struct kvt_store *st, struct kvt_store_stat *out)
+{
+	struct cat *c = store_cat(st);
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	memset(out, 0, sizeof(*out));
+	rc = cat_stat(c, out);
+	if (rc < 0)
+		return rc;
+	out->segment_size = st->seg_size;
+	out->capacity = (uint64_t)st->nsegs * st->seg_size;
+	out->used_bytes = (out->segments - out->segments_free) * st->seg_size;
+	out->io = st->io_kind == KVT_IO_URING ? "uring" : "sync";
+	return 0;
+}
+
+int kvt_store_sync(struct kvt_store *st)
+{
+	struct cat *c = store_cat(st);
+	int rc = 0;
+
+	if (!c)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < st->nsegs; i++) {
+		if (fdatasync(seg_fd(st->sf, i)) < 0 && rc == 0) {
+			rc = -errno;
+			log_err(rc, "cannot sync segment %u", i);
+		}
+	}
+	if (rc == 0)
+		rc = cat_sync(c);
+	return rc;
+}

@@ -1,0 +1,143 @@
+/*
+ * store.h - the store's internals, shared by the engine's modules (store.c,
+ * writer.c, reader.c, reclaim.c, object.c, bucket.c, fsck.c) and by tests
+ * that need to reach inside (fault injection).
+ */
+#ifndef KVT_STORE_H
+#define KVT_STORE_H
+
+#include <pthread.h>
+
+#include "catalog.h"
+#include "io.h"
+#include "kvtier.h"
+#include "segment.h"
+
+/* What each thread that uses a store keeps: its own catalog connection and
+ * its own descriptor for segment locks (see segment.h). */
+struct store_thread {
+	struct kvt_store *st;
+	struct cat *cat;
+	int lock_fd;
+	int in_reclaim;		/* allocation must not start another reclaim */
+	struct store_thread *next;
+};
+
+/* A segment this process appends to: the current one, or a full one that
+ * waits for its last writer to commit or abort before it is sealed. */
+struct store_open_seg {
+	uint32_t id;
+	uint64_t gen;
+	uint64_t off;		/* append pointer */
+	unsigned refs;		/* extents carved and not yet committed or aborted */
+};
+
+struct access_entry;
+
+struct kvt_store {
+	char *dir;
+	uint32_t nsegs;
+	uint64_t seg_size;
+	double high_watermark, low_watermark;
+	unsigned session_depth;
+	enum kvt_io_kind io_kind;
+	struct seg_files *sf;
+	int lock_fd;		/* holds the append locks of this process's segments */
+
+	pthread_key_t key;
+	pthread_mutex_t threads_lock;
+	struct store_thread *threads;
+
+	pthread_mutex_t pool_lock;
+	struct io_ctx **pool;
+	size_t npool;
+	struct io_fault_plan *fault;	/* tests: wrap new contexts in a fault injector */
+
+	pthread_mutex_t alloc_lock;
+	int have_cur;
+	struct store_open_seg cur;
+	struct store_open_seg *retiring;
+	size_t nretiring;
+	pthread_mutex_t reclaim_lock;
+
+	pthread_mutex_t access_lock;
+	pthread_cond_t access_cond;
+	struct access_entry **access;	/* hash table of sessions touched */
+	int64_t *seg_access;		/* per segment, last read or write (ns) */
+	unsigned access_flush_ms;
+	pthread_t flusher;
+	int flusher_running;
+	int stopping;
+};
+
+/* The calling thread's state for st, made on first use; NULL on failure. */
+struct store_thread *store_thread(struct kvt_store *st);
+
+static inline struct cat *store_cat(struct kvt_store *st)
+{
+	struct store_thread *t = store_thread(st);
+
+	return t ? t->cat : NULL;
+}
+
+/* I/O contexts are pooled: take one for a burst of requests, then put it back. */
+int store_io_get(struct kvt_store *st, struct io_ctx **out);
+void store_io_put(struct kvt_store *st, struct io_ctx *io);
+
+/* Tests: every I/O context made from now on obeys plan (NULL: none). */
+void store_set_fault_plan(struct kvt_store *st, struct io_fault_plan *plan);
+
+/*
+ * Carves `space` bytes (a multiple of SEG_ALIGN) from the segment this
+ * process appends to, claiming a new segment (and reclaiming old ones) when
+ * it is full. The caller must later call store_release() once for it.
+ */
+struct store_alloc {
+	uint32_t segment;
+	uint64_t gen;
+	uint64_t offset;
+};
+int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out);
+void store_release(struct kvt_store *st, uint32_t segment, uint64_t gen);
+
+/* Bucket id by name: 0 or -ENOENT. */
+int store_bucket_id(struct kvt_store *st, const char *bucket, int64_t *id);
+
+/* The session an object belongs to: explicit, else the key's leading
+ * components. Caller frees. */
+char *store_session_of(struct kvt_store *st, const char *key, const char *explicit_session);
+
+/* Remembers an access for the next flush: never a write transaction now. */
+void store_touch(struct kvt_store *st, int64_t bucket_id, const char *session,
+		 const struct cat_extent *extents, size_t nextents);
+
+/* Counts a checksum failure (logged by the caller). */
+void store_checksum_failure(struct kvt_store *st);
+
+/*
+ * Reads extent e of object version vid into buf (at least
+ * seg_extent_space(e->length) bytes, IO_ALIGN-aligned) and verifies it.
+ * The read holds the segment's read lock; a segment freed since the extent
+ * was looked up gives -ESTALE, a damaged extent -EIO. On success the payload
+ * is at buf + SEG_HEADER_SIZE.
+ */
+int store_read_extent(struct kvt_store *st, struct io_ctx *io, int buf_index, void *buf,
+		      uint64_t vid, const struct cat_extent *e);
+
+/* The same, without verifying: the bytes as they are on disk (fsck). */
+int store_read_extent_raw(struct kvt_store *st, struct io_ctx *io, int buf_index, void *buf,
+			  uint64_t vid, const struct cat_extent *e);
+
+/* Checks an extent read into buf: header and payload CRC. 0 or -EIO (logged
+ * and counted). Defined in reader.c. */
+int store_extent_verify(struct kvt_store *st, const void *buf, uint64_t vid,
+			const struct cat_extent *e);
+
+/* Writes a whole extent (header already in buf) at a; 0 or -errno. */
+int store_write_extent(struct kvt_store *st, struct io_ctx *io, int buf_index, void *buf,
+		       uint32_t length, const struct store_alloc *a);
+
+/* Recovery at open: segments of processes that died (reclaim.c). */
+int reclaim_recover(struct kvt_store *st);
+
+#endif /* KVT_STORE_H */

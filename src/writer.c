@@ -1,0 +1,395 @@
+/*
+ * writer.c - the streaming object writer.
+ *
+ * Bytes are staged in the I/O context's aligned buffers, one extent each
+ * (header + up to SEG_PAYLOAD_MAX bytes), and written to space carved from
+ * this process's open segment as soon as a buffer fills, with up to IO_BUFS
+ * extents in flight. Nothing is visible until commit: it waits for every
+ * write, then one catalog transaction publishes the object and its extents,
+ * replacing any earlier version. A failed, aborted or killed writer leaves
+ * only unreferenced bytes, which reclaim frees with their segment.
+ *
+ *   open --write--> staging --commit--> visible
+ *     \                 \--abort / error / death--> garbage (reclaimed)
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "store.h"
+#include "util.h"
+
+struct wbuf {
+	int index;		/* in the I/O context */
+	size_t fill;		/* payload bytes staged */
+	int inflight;
+	struct io_req req;
+	struct store_alloc alloc;
+};
+
+struct kvt_writer {
+	struct kvt_store *st;
+	int64_t bucket_id;
+	char *bucket;
+	char *key;
+	char *session;
+	char *content_type;
+	char *etag;		/* given by the caller, or NULL */
+	struct kvt_meta *meta;
+	size_t nmeta;
+	unsigned flags;
+	int64_t mtime_ns;
+	uint64_t vid;
+
+	struct io_ctx *io;
+	struct wbuf *bufs;
+	unsigned nbufs;
+	int cur;		/* buffer being filled, or -1 */
+
+	struct cat_extent *ext;
+	size_t next, capext;
+	uint64_t size;
+	uint32_t crc;
+	EVP_MD_CTX *md5;
+	int failed;		/* first error, sticky */
+};
+
+static void writer_free(struct kvt_writer *w)
+{
+	if (!w)
+		return;
+	for (size_t i = 0; i < w->nmeta; i++) {
+		free(w->meta[i].name);
+		free(w->meta[i].value);
+	}
+	free(w->meta);
+	free(w->bucket);
+	free(w->key);
+	free(w->session);
+	free(w->content_type);
+	free(w->etag);
+	free(w->ext);
+	free(w->bufs);
+	EVP_MD_CTX_free(w->md5);
+	store_io_put(w->st, w->io);
+	free(w);
+}
+
+static int writer_copy_opts(struct kvt_writer *w, const struct kvt_put_opts *o)
+{
+	size_t metalen = 0;
+
+	w->flags = o->flags;
+	w->mtime_ns = o->mtime_ns;
+	if (o->content_type && !(w->content_type = strdup(o->content_type)))
+		return -ENOMEM;
+	if (o->etag && !(w->etag = strdup(o->etag)))
+		return -ENOMEM;
+	if (o->nmeta) {
+		w->meta = calloc(o->nmeta, sizeof(*w->meta));
+		if (!w->meta)
+			return -ENOMEM;
+	}
+	for (size_t i = 0; i < o->nmeta; i++) {
+		metalen += strlen(o->meta[i].name) + strlen(o->meta[i].value);
+		w->meta[i].name = strdup(o->meta[i].name);
+		w->meta[i].value = strdup(o->meta[i].value);
+		w->nmeta++;
+		if (!w->meta[i].name || !w->meta[i].value)
+			return -ENOMEM;
+	}
+	/* S3 limits user metadata to 2 KB, names and values together. */
+	return metalen > KVT_META_MAX ? -E2BIG : 0;
+}
+
+int kvt_writer_open(struct kvt_store *st, const char *bucket, const char *key,
+		    const struct kvt_put_opts *opts, struct kvt_writer **out)
+{
+	static const struct kvt_put_opts none;
+	struct kvt_writer *w;
+	int rc;
+
+	if (!opts)
+		opts = &none;
+	rc = kvt_key_valid(key);
+	if (rc < 0)
+		return rc;
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->st = st;
+	w->cur = -1;
+	rc = store_bucket_id(st, bucket, &w->bucket_id);
+	if (rc < 0)
+		goto fail;
+	w->bucket = strdup(bucket);
+	w->key = strdup(key);
+	w->session = store_session_of(st, key, opts->session);
+	if (!w->bucket || !w->key || !w->session) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	rc = writer_copy_opts(w, opts);
+	if (rc < 0)
+		goto fail;
+	if (w->flags & KVT_PUT_MD5_ETAG) {
+		w->md5 = EVP_MD_CTX_new();
+		if (!w->md5 || EVP_DigestInit_ex(w->md5, EVP_md5(), NULL) != 1) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+	}
+	w->vid = util_random64();
+	*out = w;
+	return 0;
+fail:
+	writer_free(w);
+	return rc;
+}
+
+/* Reaps one completed write; records the first failure. */
+static int writer_reap(struct kvt_writer *w)
+{
+	struct io_req *req;
+	struct wbuf *b;
+	int rc = io_wait(w->io, &req);
+
+	if (rc < 0) {
+		/* The context is broken: never pool it again; fail the write. */
+		w->io->inflight = 0;
+		io_ctx_free(w->io);
+		w->io = NULL;
+		return w->failed = w->failed ? w->failed : rc;
+	}
+	b = req->data;
+	b->inflight = 0;
+	if (req->res != (ssize_t)req->len && !w->failed) {
+		w->failed = req->res < 0 ? (int)req->res : -EIO;
+		log_err(w->failed, "cannot write '%s/%s' to segment %u", w->bucket, w->key,
+			b->alloc.segment);
+	}
+	b->fill = 0;
+	return w->failed;
+}
+
+/* Takes a buffer that is not in flight, waiting for one if all are. */
+static int writer_take_buffer(struct kvt_writer *w)
+{
+	int rc;
+
+	if (!w->io) {
+		rc = store_io_get(w->st, &w->io);
+		if (rc < 0)
+			return rc;
+		w->nbufs = w->io->nbufs;
+		w->bufs = calloc(w->nbufs, sizeof(*w->bufs));
+		if (!w->bufs)
+			return -ENOMEM;
+		for (unsigned i = 0; i < w->nbufs; i++)
+			w->bufs[i].index = (int)i;
+	}
+	for (;;) {
+		for (unsigned i = 0; i < w->nbufs; i++) {
+			if (!w->bufs[i].inflight) {
+				w->cur = (int)i;
+				w->bufs[i].fill = 0;
+				return 0;
+			}
+		}
+		rc = writer_reap(w);
+		if (rc < 0)
+			return rc;
+	}
+}
+
+/* Sends the buffer being filled to the device as one extent. */
+static int writer_flush(struct kvt_writer *w)
+{
+	struct wbuf *b = &w->bufs[w->cur];
+	char *buf = io_buf(w->io, b->index);
+	uint32_t len = (uint32_t)b->fill, crc;
+	uint64_t space = seg_extent_space(len);
+	struct cat_extent *e;
+	int rc;
+
+	if (w->next == w->capext) {
+		size_t cap = w->capext ? 2 * w->capext : 8;
+		struct cat_extent *n = realloc(w->ext, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		w->ext = n;
+		w->capext = cap;
+	}
+	rc = store_alloc(w->st, space, &b->alloc);
+	if (rc < 0)
+		return rc;
+	crc = kvt_crc32c(0, buf + SEG_HEADER_SIZE, len);
+	e = &w->ext[w->next++];
+	e->seq = (uint32_t)(w->next - 1);
+	e->segment = b->alloc.segment;
+	e->gen = b->alloc.gen;
+	e->offset = b->alloc.offset;
+	e->length = len;
+	e->crc = crc;
+	e->obj_off = w->size - len;
+	seg_header_fill((struct seg_header *)buf, w->vid, e->seq, e->obj_off, e->gen, e->segment,
+			len, crc);
+	memset(buf + SEG_HEADER_SIZE + len, 0, space - SEG_HEADER_SIZE - len);
+	b->req = (struct io_req){
+		.op = IO_WRITE,
+		.fd = seg_fd(w->st->sf, e->segment),
+		.buf = buf,
+		.buf_index = b->index,
+		.len = space,
+		.off = e->offset,
+		.data = b,
+	};
+	rc = io_submit(w->io, &b->req);
+	if (rc < 0)
+		return rc;
+	b->inflight = 1;
+	w->cur = -1;
+	return 0;
+}
+
+int kvt_writer_write(struct kvt_writer *w, const void *data, size_t len)
+{
+	const char *p = data;
+	int rc;
+
+	if (w->failed)
+		return w->failed;
+	if (w->size + len < w->size)
+		return w->failed = -EFBIG;
+	while (len > 0) {
+		struct wbuf *b;
+		size_t n;
+
+		if (w->cur < 0) {
+			rc = writer_take_buffer(w);
+			if (rc < 0)
+				return w->failed = rc;
+		}
+		b = &w->bufs[w->cur];
+		n = MIN(len, SEG_PAYLOAD_MAX - b->fill);
+		memcpy((char *)io_buf(w->io, b->index) + SEG_HEADER_SIZE + b->fill, p, n);
+		w->crc = kvt_crc32c(w->crc, p, n);
+		if (w->md5)
+			EVP_DigestUpdate(w->md5, p, n);
+		b->fill += n;
+		w->size += n;
+		p += n;
+		len -= n;
+		if (b->fill == SEG_PAYLOAD_MAX) {
+			rc = writer_flush(w);
+			if (rc < 0)
+				return w->failed = rc;
+		}
+	}
+	return 0;
+}
+
+/* Waits for every write in flight; returns the first failure. */
+static int writer_drain(struct kvt_writer *w)
+{
+	while (w->io && w->io->inflight > 0)
+		writer_reap(w);
+	return w->failed;
+}
+
+/* Gives back every extent's claim on its segment. */
+static void writer_release(struct kvt_writer *w)
+{
+	for (size_t i = 0; i < w->next; i++)
+		store_release(w->st, w->ext[i].segment, w->ext[i].gen);
+	w->next = 0;
+}
+
+static void writer_etag(struct kvt_writer *w, char *etag, size_t len)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	char hex[2 * EVP_MAX_MD_SIZE + 1];
+
+	if (w->etag) {
+		snprintf(etag, len, "%s", w->etag);
+	} else if (w->md5 && EVP_DigestFinal_ex(w->md5, md, &mdlen) == 1) {
+		util_hex(hex, md, mdlen);
+		snprintf(etag, len, "\"%s\"", hex);
+	} else {
+		/* Not an MD5: the "-1" suffix tells S3 clients not to compare it with one. */
+		snprintf(etag, len, "\"%08x%016llx-1\"", w->crc, (unsigned long long)w->vid);
+	}
+}
+
+int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
+{
+	char etag[KVT_ETAG_MAX];
+	struct cat *c;
+	struct cat_put put;
+	int rc = 0;
+
+	if (w->cur >= 0 && w->bufs[w->cur].fill > 0 && !w->failed)
+		rc = writer_flush(w);
+	if (rc < 0)
+		w->failed = rc;
+	rc = writer_drain(w);
+	if (rc < 0)
+		goto out;
+	c = store_cat(w->st);
+	if (!c) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	writer_etag(w, etag, sizeof(etag));
+	put = (struct cat_put){
+		.bucket_id = w->bucket_id,
+		.key = w->key,
+		.vid = w->vid,
+		.size = w->size,
+		.etag = etag,
+		.crc32c = w->crc,
+		.content_type = w->content_type,
+		.meta = w->meta,
+		.nmeta = w->nmeta,
+		.mtime_ns = w->mtime_ns ? w->mtime_ns : util_now_ns(),
+		.session = w->session,
+		.pinned = !!(w->flags & KVT_PUT_PIN),
+		.if_none_match = !!(w->flags & KVT_PUT_IF_NONE_MATCH),
+		.nextents = w->next,
+		.extents = w->ext,
+	};
+	rc = cat_object_put(c, &put, NULL, NULL);
+	if (rc == 0 && info) {
+		struct cat_object *co = NULL;
+
+		rc = cat_object_get(c, w->bucket_id, w->key, 0, &co);
+		if (rc == 0) {
+			*info = co->obj;
+			co->obj = NULL;
+			(*info)->bucket = strdup(w->bucket);
+		}
+		cat_object_free(co);
+	}
+	if (rc == 0)
+		store_touch(w->st, w->bucket_id, NULL, w->ext, w->next);
+out:
+	writer_release(w);
+	writer_free(w);
+	return rc;
+}
+
+void kvt_writer_abort(struct kvt_writer *w)
+{
+	if (!w)
+		return;
+	writer_drain(w);
+	writer_release(w);
+	writer_free(w);
+}
