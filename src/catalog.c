@@ -59,7 +59,7 @@ enum stmt_id {
 	S_BUCKET_INSERT, S_BUCKET_ID, S_BUCKET_DELETE, S_BUCKET_HAS_OBJECTS,
 	S_BUCKET_LIST,
 	S_OBJ_LOOKUP, S_OBJ_GET, S_OBJ_EXTENTS, S_OBJ_INSERT, S_OBJ_DELETE_ID,
-	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_PIN,
+	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_OBJ_LOOKUP_FULL, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_PIN,
 	S_OBJ_RANGE, S_OBJ_RANGE_INCL, S_OBJ_WALK,
 	S_SEG_GET, S_SEG_LIST, S_SEG_LIVE_ADD, S_SEG_CLAIM, S_SEG_NEXT_FREE,
 	S_SEG_SET_STATE, S_SEG_HAS_EXTENTS, S_SEG_FREE, S_SEG_VICTIM, S_SEG_COUNTS,
@@ -100,6 +100,14 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_SEG_LIVE_SUB] = "UPDATE segments SET live = max(live - ?2, 0) WHERE id = ?1",
 	[S_BUCKET_EXISTS] = "SELECT 1 FROM buckets WHERE id = ?1",
 	[S_OBJ_KEY] = "SELECT bucket, key FROM objects WHERE id = ?1",
+	/* The reader's one query: object and extents in one implicit read
+	 * transaction, so they always belong together. */
+	[S_OBJ_LOOKUP_FULL] = "SELECT o.id, o.vid, o.size, o.etag, o.crc32c, o.content_type, o.meta,"
+			      " o.mtime, o.session, o.tier, o.pinned, o.key, o.bucket,"
+			      " e.seq, e.segment, e.gen, e.offset, e.length, e.crc, e.obj_off"
+			      " FROM buckets b JOIN objects o ON o.bucket = b.id"
+			      " LEFT JOIN extents e ON e.object = o.id"
+			      " WHERE b.name = ?1 AND o.key = ?2 ORDER BY e.seq",
 	[S_EXT_DELETE_OBJ] = "DELETE FROM extents WHERE object = ?1",
 	[S_OBJ_VID] = "SELECT vid FROM objects WHERE id = ?1",
 	[S_OBJ_PIN] = "UPDATE objects SET pinned = ?3 WHERE bucket = ?1 AND key = ?2",
@@ -755,6 +763,69 @@ out:
 	return rc;
 }
 
+/* A cat_object from the object columns of a row (id, vid, size, etag, crc32c,
+ * content_type, meta, mtime, session, tier, pinned, key), the first 12. */
+static int cat_object_from_row(sqlite3_stmt *s, int64_t bucket_id, struct cat_object **out)
+{
+	struct cat_object *co = calloc(1, sizeof(*co));
+	struct kvt_object *o = co ? calloc(1, sizeof(*o)) : NULL;
+	const char *etag;
+	int rc;
+
+	if (!o) {
+		free(co);
+		return -ENOMEM;
+	}
+	co->obj = o;
+	co->id = sqlite3_column_int64(s, 0);
+	co->bucket_id = bucket_id;
+	co->vid = (uint64_t)sqlite3_column_int64(s, 1);
+	o->size = (uint64_t)sqlite3_column_int64(s, 2);
+	etag = (const char *)sqlite3_column_text(s, 3);
+	snprintf(o->etag, sizeof(o->etag), "%s", etag ? etag : "");
+	o->crc32c = (uint32_t)sqlite3_column_int64(s, 4);
+	o->content_type = col_strdup(s, 5);
+	rc = meta_decode(sqlite3_column_blob(s, 6), (size_t)sqlite3_column_bytes(s, 6), o);
+	o->mtime_ns = sqlite3_column_int64(s, 7);
+	o->session = col_strdup(s, 8);
+	o->tier = sqlite3_column_int(s, 9);
+	o->pinned = sqlite3_column_int(s, 10);
+	o->key = col_strdup(s, 11);
+	if (rc < 0 || !o->key || !o->session) {
+		cat_object_free(co);
+		return -ENOMEM;
+	}
+	*out = co;
+	return 0;
+}
+
+static int cat_extent_push(struct cat_object *co, size_t *cap, const struct cat_extent *e)
+{
+	if (co->nextents == *cap) {
+		size_t ncap = *cap ? 2 * *cap : 8;
+		struct cat_extent *n = realloc(co->extents, ncap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		co->extents = n;
+		*cap = ncap;
+	}
+	co->extents[co->nextents++] = *e;
+	return 0;
+}
+
+/* The extent in columns col..col+6 (seq, segment, gen, offset, length, crc, obj_off). */
+static void cat_extent_from_row(sqlite3_stmt *s, int col, struct cat_extent *e)
+{
+	e->seq = (uint32_t)sqlite3_column_int64(s, col);
+	e->segment = (uint32_t)sqlite3_column_int64(s, col + 1);
+	e->gen = (uint64_t)sqlite3_column_int64(s, col + 2);
+	e->offset = (uint64_t)sqlite3_column_int64(s, col + 3);
+	e->length = (uint32_t)sqlite3_column_int64(s, col + 4);
+	e->crc = (uint32_t)sqlite3_column_int64(s, col + 5);
+	e->obj_off = (uint64_t)sqlite3_column_int64(s, col + 6);
+}
+
 static int cat_extents_load(struct cat *c, struct cat_object *co)
 {
 	sqlite3_stmt *s = cat_stmt(c, S_OBJ_EXTENTS);
@@ -765,27 +836,13 @@ static int cat_extents_load(struct cat *c, struct cat_object *co)
 		return -EIO;
 	sqlite3_bind_int64(s, 1, co->id);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		struct cat_extent *e;
+		struct cat_extent e;
 
-		if (co->nextents == cap) {
-			size_t ncap = cap ? 2 * cap : 8;
-			struct cat_extent *n = realloc(co->extents, ncap * sizeof(*n));
-
-			if (!n) {
-				cat_done(s);
-				return -ENOMEM;
-			}
-			co->extents = n;
-			cap = ncap;
+		cat_extent_from_row(s, 0, &e);
+		if (cat_extent_push(co, &cap, &e) < 0) {
+			cat_done(s);
+			return -ENOMEM;
 		}
-		e = &co->extents[co->nextents++];
-		e->seq = (uint32_t)sqlite3_column_int64(s, 0);
-		e->segment = (uint32_t)sqlite3_column_int64(s, 1);
-		e->gen = (uint64_t)sqlite3_column_int64(s, 2);
-		e->offset = (uint64_t)sqlite3_column_int64(s, 3);
-		e->length = (uint32_t)sqlite3_column_int64(s, 4);
-		e->crc = (uint32_t)sqlite3_column_int64(s, 5);
-		e->obj_off = (uint64_t)sqlite3_column_int64(s, 6);
 	}
 	cat_done(s);
 	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "extents");
@@ -805,8 +862,6 @@ int cat_object_get(struct cat *c, int64_t bucket_id, const char *key, int with_e
 {
 	sqlite3_stmt *s = cat_stmt(c, S_OBJ_GET);
 	struct cat_object *co = NULL;
-	struct kvt_object *o;
-	const char *etag;
 	int rc;
 
 	if (!s)
@@ -818,42 +873,49 @@ int cat_object_get(struct cat *c, int64_t bucket_id, const char *key, int with_e
 		cat_done(s);
 		return rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "object get");
 	}
-	co = calloc(1, sizeof(*co));
-	o = co ? calloc(1, sizeof(*o)) : NULL;
-	if (!o) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	co->obj = o;
-	co->id = sqlite3_column_int64(s, 0);
-	co->bucket_id = bucket_id;
-	co->vid = (uint64_t)sqlite3_column_int64(s, 1);
-	o->size = (uint64_t)sqlite3_column_int64(s, 2);
-	etag = (const char *)sqlite3_column_text(s, 3);
-	snprintf(o->etag, sizeof(o->etag), "%s", etag ? etag : "");
-	o->crc32c = (uint32_t)sqlite3_column_int64(s, 4);
-	o->content_type = col_strdup(s, 5);
-	rc = meta_decode(sqlite3_column_blob(s, 6), sqlite3_column_bytes(s, 6), o);
-	o->mtime_ns = sqlite3_column_int64(s, 7);
-	o->session = col_strdup(s, 8);
-	o->tier = sqlite3_column_int(s, 9);
-	o->pinned = sqlite3_column_int(s, 10);
-	o->key = col_strdup(s, 11);
+	rc = cat_object_from_row(s, bucket_id, &co);
 	cat_done(s);
-	if (rc < 0 || !o->key || !o->session)
-		goto fail_nostmt;
-	if (with_extents) {
+	if (rc == 0 && with_extents)
 		rc = cat_extents_load(c, co);
-		if (rc < 0)
-			goto fail_nostmt;
+	if (rc < 0) {
+		cat_object_free(co);
+		return rc;
 	}
 	*out = co;
 	return 0;
-fail:
+}
+
+int cat_object_lookup(struct cat *c, const char *bucket, const char *key, struct cat_object **out)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_OBJ_LOOKUP_FULL);
+	struct cat_object *co = NULL;
+	size_t cap = 0;
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_text(s, 1, bucket, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, key, -1, SQLITE_STATIC);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct cat_extent e;
+
+		if (!co && cat_object_from_row(s, sqlite3_column_int64(s, 12), &co) < 0)
+			break;
+		if (sqlite3_column_type(s, 13) == SQLITE_NULL)
+			continue;	/* an empty object has no extents */
+		cat_extent_from_row(s, 13, &e);
+		if (cat_extent_push(co, &cap, &e) < 0)
+			break;
+	}
 	cat_done(s);
-fail_nostmt:
-	cat_object_free(co);
-	return rc < 0 ? rc : -ENOMEM;
+	if (rc != SQLITE_DONE) {
+		cat_object_free(co);
+		return rc == SQLITE_ROW ? -ENOMEM : cat_errno(c, rc, "object lookup");
+	}
+	if (!co)
+		return -ENOENT;
+	*out = co;
+	return 0;
 }
 
 int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key)

@@ -98,6 +98,9 @@ int cat_object_put(struct cat *c, const struct cat_put *put, int64_t *id_out,
 		   uint64_t *freed_vid);
 int cat_object_get(struct cat *c, int64_t bucket_id, const char *key, int with_extents,
 		   struct cat_object **out);
+/* Object and extents by bucket name and key in one query; -ENOENT if either
+ * is missing. */
+int cat_object_lookup(struct cat *c, const char *bucket, const char *key, struct cat_object **out);
 int cat_object_by_id(struct cat *c, int64_t id, struct cat_object **out);
 int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key);
 /* Deletes object id only if its version is still vid (reclaim's drop). */

@@ -24,10 +24,17 @@
  *  - line numbers stay true: inih reads a line longer than its buffer in
  *    pieces and counts each piece as a line; we reject such a line whole;
  *  - lines are left-trimmed before inih sees them, which turns off inih's
- *    continuation lines (an indented line after a key would otherwise be
- *    appended to that key's value, so "  capacity = 2T" would vanish);
+ *    continuation lines: inih hands an indented line to the handler as one
+ *    more value of the key above it, so an indented "  capacity = 2T" would
+ *    be taken for a second value of, say, dir;
  *  - section headers are checked as they are read, so an empty misspelt
- *    section is caught too (inih calls the handler only for keys).
+ *    section is caught too (inih calls the handler only for keys);
+ *  - memory stays bounded and a file over CFG_MAX_FILE is refused.
+ * The first error in the file is the one reported, whether inih or we found
+ * it: inih returns the line of its first failure, we keep our first message.
+ *
+ * inih's runtime switches (Debian's build exports ini_allow_multiline and
+ * others) are left alone: they are process-wide, and other builds lack them.
  */
 #include "config.h"
 
@@ -111,12 +118,15 @@ static const struct cfg_key cfg_keys[] = {
 	CFG_UNSIGNED("store", "access_flush_ms", store.access_flush_ms, "1000", 1, 86400000),
 };
 
+/* A kvtier.conf is a few kilobytes; anything this big is not one. */
+#define CFG_MAX_FILE (1 << 20)
+
 /* One file being read: the state cfg_read_line() and cfg_handler() share. */
 struct cfg_parse {
 	FILE *f;
 	struct kvt_config *cfg;		/* the copy being filled */
-	char *line;			/* getline()'s buffer */
-	size_t cap;
+	char buf[4096];			/* the line being read */
+	size_t bytes;			/* of the file read so far */
 	int lineno;			/* of the line inih is working on */
 	int read_errno;			/* set if reading the file failed */
 	int err_line;			/* of the first error; 0 for none yet */
@@ -213,28 +223,39 @@ int kvt_parse_duration(const char *s, uint64_t *seconds)
  * "0.9", ".9", "90%", "85.5%". Parsed by hand, not with strtod(), which
  * follows the locale's decimal point and also takes "nan", "1e-1" and hex.
  * The digits are kept as an integer and divided once by a power of ten, both
- * exact in a double, so "0.9" and "90%" give the same double as 0.9 in C.
+ * exact in a double, so "0.9" and "90%" give the same double as 0.9 in C;
+ * significant digits past the 15th are dropped.
  */
 static int cfg_parse_fraction(const char *s, double *out)
 {
 	uint64_t mant = 0;
 	int digits = 0, scale = 0;
-	bool dot = false;
+	bool any = false, dot = false;
 	double p = 1, v;
 
 	for (; *s; s++) {
 		if (*s >= '0' && *s <= '9') {
-			if (++digits > 15)	/* 10^15 < 2^53: mant stays exact */
-				return -EINVAL;
-			mant = mant * 10 + (*s - '0');
+			any = true;
+			if (mant == 0 && *s == '0') {
+				scale += dot;	/* a leading zero: "0.000001" */
+				continue;
+			}
+			/* 15 digits: mant < 2^53 stays exact; later ones are noise. */
+			if (digits == 15) {
+				if (!dot)
+					return -EINVAL;	/* 1e15 is not a fraction */
+				continue;
+			}
+			digits++;
 			scale += dot;
+			mant = mant * 10 + (*s - '0');
 		} else if (*s == '.' && !dot) {
 			dot = true;
 		} else {
 			break;
 		}
 	}
-	if (digits == 0)
+	if (!any)
 		return -EINVAL;
 	if (*s == '%') {
 		scale += 2;
@@ -397,32 +418,55 @@ static void cfg_check_section(struct cfg_parse *p, const char *s)
  * inih's ini_reader: hands inih the next whole line of the file, without its
  * leading blanks, with a '\n', in str (num bytes). A line that does not fit
  * or holds a NUL byte is recorded as an error and handed over as a blank
- * line, so inih neither parses a piece of it nor miscounts lines.
+ * line, so inih neither parses a piece of it nor miscounts lines. Memory is
+ * bounded whatever the file: a line is read into a fixed buffer (the rest of
+ * a longer one is only counted), and reading stops after CFG_MAX_FILE bytes,
+ * since "--config /dev/zero" must fail, not eat the machine.
  */
 static char *cfg_read_line(char *str, int num, void *stream)
 {
 	struct cfg_parse *p = stream;
-	ssize_t n = getline(&p->line, &p->cap, p->f);
-	size_t len;
+	size_t len = 0, raw = 0;
+	bool nul = false;
 	char *s;
+	int c;
 
-	if (n < 0) {
-		if (ferror(p->f))
-			p->read_errno = errno ? errno : EIO;
-		return NULL;
+	if (p->read_errno || num < 2)
+		return NULL;	/* no inih has a buffer under 2 bytes */
+	while ((c = getc(p->f)) != EOF && c != '\n') {
+		if (++p->bytes > CFG_MAX_FILE) {
+			p->read_errno = EFBIG;
+			return NULL;
+		}
+		if (c == '\0')
+			nul = true;
+		if (raw < sizeof(p->buf) - 1)
+			p->buf[raw] = c;
+		raw++;
 	}
-	if (num < 2)
-		return NULL;	/* no inih has a buffer this small */
+	if (c == EOF) {
+		if (ferror(p->f)) {
+			p->read_errno = errno ? errno : EIO;
+			return NULL;
+		}
+		if (raw == 0)
+			return NULL;	/* the end; a last line without '\n' was read */
+	}
+	p->bytes++;
 	p->lineno++;
-	len = n;
-	s = p->line;
-	if (memchr(s, '\0', len)) {
+	if (nul) {
 		cfg_fail(p, -EINVAL, "line holds a NUL byte");
 		goto blank;
 	}
-	while (len > 0 && (s[len - 1] == '\n' || s[len - 1] == '\r'))
+	if (raw >= sizeof(p->buf)) {
+		cfg_fail(p, -EINVAL, "line is longer than %d bytes", num - 2);
+		goto blank;
+	}
+	len = raw;
+	while (len > 0 && p->buf[len - 1] == '\r')
 		len--;
-	s[len] = '\0';
+	p->buf[len] = '\0';
+	s = p->buf;
 	/* Strip a UTF-8 byte order mark here so the section check sees '['. */
 	if (p->lineno == 1 && strncmp(s, "\xEF\xBB\xBF", 3) == 0)
 		s += 3;
@@ -606,6 +650,10 @@ int kvt_config_load(struct kvt_config *cfg, const char *path, char *err, size_t 
 		errlen = sizeof(sink);
 	}
 	err[0] = '\0';
+	if (!path) {
+		snprintf(err, errlen, "no configuration file named");
+		return -EINVAL;
+	}
 	rc = cfg_copy(&tmp, cfg);
 	if (rc < 0) {
 		snprintf(err, errlen, "%s: out of memory", path);
@@ -673,7 +721,6 @@ out:
 	kvt_config_release(&tmp);
 	if (p.f)
 		fclose(p.f);
-	free(p.line);
 	return rc;
 }
 

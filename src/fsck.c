@@ -119,20 +119,30 @@ static int fsck_object(void *arg, struct cat_object *co)
 		fs->live[e->segment] += r.space;
 		if (fsck_push((void **)&fs->ranges, &fs->nranges, &fs->capranges, sizeof(r), &r) < 0)
 			return -ENOMEM;
+		off += e->length;
+		/*
+		 * Past the first damaged extent, only account: the segments' live
+		 * bytes count every extent of a damaged object until repair drops
+		 * it (and subtracts them all), so stopping here would report
+		 * accounting errors that are not there and make repair rewrite
+		 * live bytes too low.
+		 */
+		if (damaged)
+			continue;
 		rc = store_read_extent_raw(fs->st, fs->io, 0, buf, co->vid, e);
 		if (rc == -ESTALE)
 			return 0;	/* reclaimed while we looked: not ours to judge */
 		if (rc < 0) {
 			rep->checksum_errors++;
 			damaged = 1;
-			break;
+			continue;
 		}
 		rep->extents_checked++;
 		rep->bytes_checked += e->length;
 		if (seg_header_check(buf, co->vid, e->seq, e->gen, e->segment, e->length) < 0) {
 			rep->header_errors++;
 			damaged = 1;
-			break;
+			continue;
 		}
 		if (kvt_crc32c(0, (char *)buf + SEG_HEADER_SIZE, e->length) != e->crc) {
 			log_err(0, "'%s/%s': checksum mismatch in extent %zu (segment %u offset %llu)",
@@ -140,10 +150,9 @@ static int fsck_object(void *arg, struct cat_object *co)
 			store_checksum_failure(fs->st);
 			rep->checksum_errors++;
 			damaged = 1;
-			break;
+			continue;
 		}
 		crc = kvt_crc32c(crc, (char *)buf + SEG_HEADER_SIZE, e->length);
-		off += e->length;
 	}
 	if (!damaged && off != o->size) {
 		log_err(0, "'%s/%s': extents hold %llu bytes, the object %llu", o->bucket, o->key,

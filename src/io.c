@@ -41,6 +41,11 @@ int io_submit(struct io_ctx *io, struct io_req *req)
 	return rc;
 }
 
+int io_push(struct io_ctx *io)
+{
+	return io->ops->push ? io->ops->push(io) : 0;
+}
+
 int io_wait(struct io_ctx *io, struct io_req **done)
 {
 	int rc;

@@ -10,9 +10,15 @@
  * can; requests should use them (buf_index >= 0) but any IO_ALIGN-aligned
  * memory works (buf_index = -1).
  *
- * Requests are asynchronous: io_submit() queues one, io_wait() returns one
+ * Requests are asynchronous: io_submit() queues one, io_push() starts what
+ * is queued without waiting, io_wait() starts what is queued and returns one
  * completed request (in any order). res holds the byte count transferred or
  * a negative errno; a short count is reported as such, not retried.
+ *
+ * Queueing without a system call matters: on virtualised hosts a system
+ * call costs as much as a small NVMe read, so a reader submits its batch and
+ * waits in one io_uring_enter(), and a writer pushes only when it wants the
+ * device busy while it fills the next buffer.
  */
 #ifndef KVT_IO_H
 #define KVT_IO_H
@@ -41,6 +47,8 @@ struct io_ctx;
 struct io_ops {
 	const char *name;
 	int (*submit)(struct io_ctx *io, struct io_req *req);
+	/* Starts queued requests; NULL when submit already started them. */
+	int (*push)(struct io_ctx *io);
 	/* Blocks until one request completes; *done is that request. */
 	int (*wait)(struct io_ctx *io, struct io_req **done);
 	void (*free)(struct io_ctx *io);
@@ -68,6 +76,7 @@ void io_ctx_free(struct io_ctx *io);
 static inline void *io_buf(struct io_ctx *io, unsigned i) { return io->bufs[i]; }
 
 int io_submit(struct io_ctx *io, struct io_req *req);
+int io_push(struct io_ctx *io);
 int io_wait(struct io_ctx *io, struct io_req **done);
 
 /* Submits one request and waits for it: the synchronous convenience. */

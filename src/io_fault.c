@@ -195,9 +195,15 @@ static void fault_free(struct io_ctx *io)
 	free(f);
 }
 
+static int fault_push(struct io_ctx *io)
+{
+	return io_push(((struct fault_ctx *)io)->inner);
+}
+
 static const struct io_ops fault_ops = {
 	.name = "fault",
 	.submit = fault_submit,
+	.push = fault_push,
 	.wait = fault_wait,
 	.free = fault_free,
 };

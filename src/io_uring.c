@@ -76,12 +76,20 @@ static int uring_submit(struct io_ctx *io, struct io_req *req)
 	else
 		io_uring_prep_read(sqe, req->fd, req->buf, (unsigned)req->len, req->off);
 	io_uring_sqe_set_data(sqe, req);
+	/* Queued only: io_push() or io_wait() hands it to the kernel. */
+	return 0;
+}
 
+static int uring_push(struct io_ctx *io)
+{
+	struct uring_ctx *u = (struct uring_ctx *)io;
+	int rc;
+
+	if (io_uring_sq_ready(&u->ring) == 0)
+		return 0;
 	rc = io_uring_submit(&u->ring);
 	/* See the file comment: after a transient error the SQE is still queued. */
-	if (rc < 0 && !uring_transient(rc))
-		return rc;
-	return 0;
+	return rc < 0 && !uring_transient(rc) ? rc : 0;
 }
 
 static int uring_wait(struct io_ctx *io, struct io_req **done)
@@ -94,11 +102,16 @@ static int uring_wait(struct io_ctx *io, struct io_req **done)
 	for (;;) {
 		int stalled = 0;
 
+		if (io_uring_peek_cqe(&u->ring, &cqe) == 0 && cqe)
+			break;
 		if (io_uring_sq_ready(&u->ring) > 0) {
-			rc = io_uring_submit(&u->ring);
+			/* Start the queue and wait in the same system call. */
+			rc = io_uring_submit_and_wait(&u->ring, 1);
 			if (rc < 0 && !uring_transient(rc))
 				return rc;
 			stalled = rc < 0;
+			if (!stalled && io_uring_peek_cqe(&u->ring, &cqe) == 0 && cqe)
+				break;
 		}
 		if (stalled) {
 			/*
@@ -139,6 +152,7 @@ static void uring_free(struct io_ctx *io)
 static const struct io_ops uring_ops = {
 	.name = "io_uring",
 	.submit = uring_submit,
+	.push = uring_push,
 	.wait = uring_wait,
 	.free = uring_free,
 };

@@ -7,10 +7,11 @@
  *
  * kvt_reader_pread() reads the extents that cover the range whole, up to
  * the I/O context's buffer count in flight, and copies out the requested
- * bytes once an extent's header and checksum are verified. It holds the
- * read lock of every segment it touches until the call returns, and checks
- * each segment's generation under that lock (segment.h): a reader never
- * returns a byte that is not the object's.
+ * bytes once an extent's header and checksum are verified and its segment's
+ * generation is unchanged across the read (segment.h): a reader never
+ * returns a byte that is not the object's. When reclaim moved a pinned
+ * object's extents (same version, new place), the reader looks them up
+ * again and goes on; when it dropped them, the read fails with -ESTALE.
  */
 #include "config.h"
 
@@ -32,7 +33,6 @@ int kvt_reader_open(struct kvt_store *st, const char *bucket, const char *key,
 {
 	struct kvt_reader *r;
 	struct cat *c = store_cat(st);
-	int64_t bucket_id;
 	int rc;
 
 	if (!c)
@@ -40,18 +40,12 @@ int kvt_reader_open(struct kvt_store *st, const char *bucket, const char *key,
 	rc = kvt_key_valid(key);
 	if (rc < 0)
 		return rc;
-	rc = store_bucket_id(st, bucket, &bucket_id);
-	if (rc < 0)
-		return rc;
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	r->st = st;
-	rc = cat_begin_read(c);
-	if (rc == 0) {
-		rc = cat_object_get(c, bucket_id, key, 1, &r->co);
-		cat_rollback(c);
-	}
+	/* -ENOENT for a missing bucket too: callers that care ask kvt_bucket_exists(). */
+	rc = cat_object_lookup(c, bucket, key, &r->co);
 	if (rc < 0)
 		goto fail;
 	if (r->co->obj->tier == KVT_TIER_COLD || r->co->obj->tier == KVT_TIER_RECALLING) {
@@ -63,7 +57,7 @@ int kvt_reader_open(struct kvt_store *st, const char *bucket, const char *key,
 		rc = -ENOMEM;
 		goto fail;
 	}
-	store_touch(st, bucket_id, r->co->obj->session, r->co->extents, r->co->nextents);
+	store_touch(st, r->co->bucket_id, r->co->obj->session, r->co->extents, r->co->nextents);
 	*out = r;
 	return 0;
 fail:
@@ -101,39 +95,6 @@ static size_t reader_find(const struct cat_object *co, uint64_t off)
 	return lo;
 }
 
-/* Segments whose read lock this pread holds. */
-struct held_locks {
-	uint32_t seg[64];
-	unsigned n;
-};
-
-static int reader_lock(struct kvt_store *st, int lock_fd, struct held_locks *h,
-		       const struct cat_extent *e)
-{
-	int rc;
-
-	for (unsigned i = 0; i < h->n; i++)
-		if (h->seg[i] == e->segment)
-			goto check;
-	if (h->n == ARRAY_SIZE(h->seg))
-		return -EAGAIN;	/* the caller finishes what it has and goes on */
-	rc = seg_read_lock(lock_fd, e->segment);
-	if (rc < 0)
-		return rc;
-	h->seg[h->n++] = e->segment;
-check:
-	if (e->segment >= st->nsegs || seg_map_gen(st->sf, e->segment) != e->gen)
-		return -ESTALE;
-	return 0;
-}
-
-static void reader_unlock_all(int lock_fd, struct held_locks *h)
-{
-	for (unsigned i = 0; i < h->n; i++)
-		seg_read_unlock(lock_fd, h->seg[i]);
-	h->n = 0;
-}
-
 int store_extent_verify(struct kvt_store *st, const void *buf, uint64_t vid,
 			const struct cat_extent *e)
 {
@@ -155,32 +116,25 @@ struct rslot {
 	int busy;
 };
 
-ssize_t kvt_reader_pread(struct kvt_reader *r, void *out, size_t len, uint64_t off)
+/* The generation of e's segment is still the one e was written in. */
+static int reader_gen_ok(struct kvt_store *st, const struct cat_extent *e)
+{
+	return seg_map_gen(st->sf, e->segment) == e->gen;
+}
+
+/* One pass over [off, end): -ESTALE if a segment was freed under it. */
+static int reader_pass(struct kvt_reader *r, struct io_ctx *io, char *out, uint64_t off,
+		       uint64_t end)
 {
 	struct kvt_store *st = r->st;
 	const struct cat_object *co = r->co;
-	struct store_thread *t = store_thread(st);
-	struct held_locks held = { .n = 0 };
 	struct rslot slots[16];
-	struct io_ctx *io = NULL;
-	uint64_t end;
-	size_t next;
-	unsigned inflight = 0, nslots;
+	unsigned inflight = 0, nslots = MIN(io->nbufs, ARRAY_SIZE(slots));
+	size_t next = reader_find(co, off);
 	int rc = 0;
 
-	if (!t)
-		return -ENOMEM;
-	if (off >= co->obj->size || len == 0)
-		return 0;
-	end = MIN(co->obj->size, off + len);
-	rc = store_io_get(st, &io);
-	if (rc < 0)
-		return rc;
-	nslots = MIN(io->nbufs, ARRAY_SIZE(slots));
 	memset(slots, 0, sizeof(slots));
-	next = reader_find(co, off);
-
-	while (rc == 0 && (inflight > 0 || (next < co->nextents && co->extents[next].obj_off < end))) {
+	while (inflight > 0 || (rc == 0 && next < co->nextents && co->extents[next].obj_off < end)) {
 		struct io_req *done;
 		struct rslot *s;
 
@@ -192,19 +146,11 @@ ssize_t kvt_reader_pread(struct kvt_reader *r, void *out, size_t len, uint64_t o
 
 			for (i = 0; slots[i].busy; i++)
 				;
-			if (held.n == ARRAY_SIZE(held.seg) && inflight == 0)
-				reader_unlock_all(t->lock_fd, &held);
-			rc = reader_lock(st, t->lock_fd, &held, e);
-			if (rc == -EAGAIN && inflight > 0) {
-				rc = 0;	/* too many segments held: drain first */
-				break;
-			}
+			rc = store_extent_check_place(st, co->vid, e);
+			if (rc == 0 && !reader_gen_ok(st, e))
+				rc = -ESTALE;
 			if (rc < 0)
 				break;
-			if (e->offset + seg_extent_space(e->length) > st->seg_size) {
-				rc = -EIO;
-				break;
-			}
 			s = &slots[i];
 			s->e = e;
 			s->req = (struct io_req){
@@ -225,15 +171,17 @@ ssize_t kvt_reader_pread(struct kvt_reader *r, void *out, size_t len, uint64_t o
 		}
 		if (inflight == 0)
 			break;
-		if (io_wait(io, &done) < 0) {
-			rc = -EIO;
-			break;
-		}
+		if (io_wait(io, &done) < 0)
+			return -EPIPE;	/* the context broke: the caller drops it */
 		s = done->data;
 		s->busy = 0;
 		inflight--;
 		if (rc < 0)
 			continue;	/* draining after an error */
+		if (!reader_gen_ok(st, s->e)) {
+			rc = -ESTALE;
+			continue;
+		}
 		if (done->res != (ssize_t)done->len) {
 			rc = done->res < 0 ? (int)done->res : -EIO;
 			log_err(rc, "cannot read segment %u at %llu", s->e->segment,
@@ -245,24 +193,59 @@ ssize_t kvt_reader_pread(struct kvt_reader *r, void *out, size_t len, uint64_t o
 			uint64_t from = MAX(off, s->e->obj_off);
 			uint64_t to = MIN(end, s->e->obj_off + s->e->length);
 
-			memcpy((char *)out + (from - off),
+			memcpy(out + (from - off),
 			       (char *)done->buf + SEG_HEADER_SIZE + (from - s->e->obj_off), to - from);
 		}
 	}
-	/* An error leaves requests in flight only if the context broke. */
-	while (inflight > 0) {
-		struct io_req *done;
+	return rc;
+}
 
-		if (io_wait(io, &done) < 0)
-			break;
-		inflight--;
+/* After -ESTALE: the same version at a new place (relocated), or -ESTALE. */
+static int reader_refresh(struct kvt_reader *r)
+{
+	struct cat *c = store_cat(r->st);
+	struct cat_object *co = NULL;
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	rc = cat_object_lookup(c, r->co->obj->bucket, r->co->obj->key, &co);
+	if (rc < 0 || co->vid != r->co->vid) {
+		cat_object_free(co);
+		return -ESTALE;
 	}
-	reader_unlock_all(t->lock_fd, &held);
-	if (inflight > 0) {
+	free(r->co->extents);
+	r->co->extents = co->extents;
+	r->co->nextents = co->nextents;
+	co->extents = NULL;
+	cat_object_free(co);
+	return 0;
+}
+
+ssize_t kvt_reader_pread(struct kvt_reader *r, void *out, size_t len, uint64_t off)
+{
+	struct kvt_store *st = r->st;
+	struct io_ctx *io = NULL;
+	uint64_t end;
+	int rc;
+
+	if (off >= r->co->obj->size || len == 0)
+		return 0;
+	end = MIN(r->co->obj->size, off + len);
+	rc = store_io_get(st, &io);
+	if (rc < 0)
+		return rc;
+	rc = reader_pass(r, io, out, off, end);
+	for (int tries = 0; rc == -ESTALE && tries < 3; tries++) {
+		rc = reader_refresh(r);
+		if (rc == 0)
+			rc = reader_pass(r, io, out, off, end);
+	}
+	if (rc == -EPIPE) {
 		io->inflight = 0;
 		io_ctx_free(io);
-	} else {
-		store_io_put(st, io);
+		return -EIO;
 	}
+	store_io_put(st, io);
 	return rc < 0 ? rc : (ssize_t)(end - off);
 }

@@ -126,8 +126,9 @@ static int reclaim_set_state(struct cat *c, uint32_t id, enum seg_state from, en
 	return rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
 }
 
-/* Frees an emptied segment: generation + 1, published under the exclusive
- * read lock so that no reader is inside it. The caller holds its append lock. */
+/* Frees an emptied segment: generation + 1, so that readers still holding
+ * its extents fail with -ESTALE (segment.h). The caller holds its append
+ * lock: nobody claims it before the new generation is published. */
 static int reclaim_free(struct kvt_store *st, uint32_t id)
 {
 	struct store_thread *t = store_thread(st);
@@ -136,9 +137,6 @@ static int reclaim_free(struct kvt_store *st, uint32_t id)
 
 	if (!t)
 		return -ENOMEM;
-	rc = seg_reclaim_lock(t->lock_fd, id);
-	if (rc < 0)
-		return rc;
 	rc = cat_begin(t->cat);
 	if (rc == 0) {
 		rc = cat_segment_free(t->cat, id, &gen);
@@ -148,7 +146,6 @@ static int reclaim_free(struct kvt_store *st, uint32_t id)
 	}
 	if (rc == 0)
 		seg_map_set_gen(st->sf, id, gen);
-	seg_read_unlock(t->lock_fd, id);
 	return rc;
 }
 

@@ -8,7 +8,7 @@
  * survive a reboot reliably (it is never fsynced), so it records the boot id
  * it was made under; the store rebuilds it from the catalog after a reboot.
  * Within one boot it is authoritative the moment a segment is freed or
- * claimed, because both write it under the segment's exclusive read lock.
+ * claimed: both write it while holding the segment's append lock.
  */
 #include "config.h"
 
@@ -74,6 +74,8 @@ int seg_header_check(const struct seg_header *h, uint64_t vid, uint32_t seq, uin
 		why = "bad magic";
 	else if (h->hcrc != kvt_crc32c(0, h, offsetof(struct seg_header, hcrc)))
 		why = "header checksum mismatch";
+	else if (h->version != 1 || h->header_size != SEG_HEADER_SIZE)
+		why = "unknown header version";	/* its layout is not the one we read */
 	else if (h->vid != vid || h->seq != seq)
 		why = "header names another object";
 	else if (h->gen != gen || h->segment != segment)
@@ -85,6 +87,41 @@ int seg_header_check(const struct seg_header *h, uint64_t vid, uint32_t seq, uin
 	log_err(0, "extent %u of version %016llx in segment %u: %s", seq,
 		(unsigned long long)vid, segment, why);
 	return -EIO;
+}
+
+/*
+ * Preallocates a segment file by writing zeros, not with fallocate(): on
+ * ext4 and XFS a first write into fallocated space must convert the extent
+ * from unwritten to written in a journal transaction when the write
+ * completes, which makes every first O_DIRECT append to a segment cost
+ * milliseconds. Written once here, appends are plain overwrites.
+ */
+static int seg_file_fill(int fd, uint64_t from, uint64_t size, int direct)
+{
+	const size_t chunk = 8u << 20;
+	void *zero = util_aligned_alloc(SEG_ALIGN, chunk);
+	int rc = 0;
+
+	if (!zero)
+		return -ENOMEM;
+	memset(zero, 0, chunk);
+	from = from / SEG_ALIGN * SEG_ALIGN;
+	while (from < size && rc == 0) {
+		size_t n = (size_t)MIN((uint64_t)chunk, size - from);
+		ssize_t w = pwrite(fd, zero, n, (off_t)from);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			rc = w < 0 ? -errno : -EIO;
+		else
+			from += (uint64_t)w;
+	}
+	free(zero);
+	/* Buffered writes must reach the file before O_DIRECT reads bypass the cache. */
+	if (rc == 0 && !direct && fdatasync(fd) < 0)
+		rc = -errno;
+	return rc;
 }
 
 static int seg_file_open(struct seg_files *sf, uint32_t id, int create)
@@ -112,8 +149,7 @@ static int seg_file_open(struct seg_files *sf, uint32_t id, int create)
 				(long long)sb.st_size, (unsigned long long)sf->size);
 			goto fail;
 		}
-		/* Preallocate so that appends never meet ENOSPC from the file system. */
-		rc = -posix_fallocate(fd, 0, (off_t)sf->size);
+		rc = seg_file_fill(fd, (uint64_t)sb.st_size, sf->size, sf->direct);
 		if (rc < 0) {
 			log_err(rc, "cannot preallocate segment '%s'", path);
 			goto fail;
@@ -244,7 +280,12 @@ uint64_t seg_map_gen(struct seg_files *sf, uint32_t id)
 
 void seg_map_set_gen(struct seg_files *sf, uint32_t id, uint64_t gen)
 {
-	__atomic_store_n(&sf->gens[id], gen, __ATOMIC_RELEASE);
+	uint64_t cur = __atomic_load_n(&sf->gens[id], __ATOMIC_ACQUIRE);
+
+	/* Generations only grow: a late writer of an old value must not win. */
+	while (cur < gen && !__atomic_compare_exchange_n(&sf->gens[id], &cur, gen, 0,
+							 __ATOMIC_RELEASE, __ATOMIC_ACQUIRE))
+		;
 }
 
 int seg_map_stale(struct seg_files *sf)
@@ -273,11 +314,11 @@ int seg_lock_fd_open(struct seg_files *sf)
 	return fd < 0 ? -errno : fd;
 }
 
-static int seg_lock(int fd, short type, off_t byte, int wait)
+static int seg_lock(int fd, short type, off_t byte)
 {
 	struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = byte, .l_len = 1 };
 
-	while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) < 0) {
+	while (fcntl(fd, F_OFD_SETLK, &fl) < 0) {
 		if (errno == EINTR)
 			continue;
 		return errno == EACCES ? -EAGAIN : -errno;
@@ -285,27 +326,12 @@ static int seg_lock(int fd, short type, off_t byte, int wait)
 	return 0;
 }
 
-int seg_read_lock(int lock_fd, uint32_t id)
-{
-	return seg_lock(lock_fd, F_RDLCK, 2 * (off_t)id, 1);
-}
-
-int seg_reclaim_lock(int lock_fd, uint32_t id)
-{
-	return seg_lock(lock_fd, F_WRLCK, 2 * (off_t)id, 1);
-}
-
-void seg_read_unlock(int lock_fd, uint32_t id)
-{
-	seg_lock(lock_fd, F_UNLCK, 2 * (off_t)id, 0);
-}
-
 int seg_append_trylock(int lock_fd, uint32_t id)
 {
-	return seg_lock(lock_fd, F_WRLCK, 2 * (off_t)id + 1, 0);
+	return seg_lock(lock_fd, F_WRLCK, (off_t)id);
 }
 
 void seg_append_unlock(int lock_fd, uint32_t id)
 {
-	seg_lock(lock_fd, F_UNLCK, 2 * (off_t)id + 1, 0);
+	seg_lock(lock_fd, F_UNLCK, (off_t)id);
 }

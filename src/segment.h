@@ -5,20 +5,21 @@
  *
  * On disk, DIR/segments/NNNNNN are the segment files and DIR/segments.map is
  * a small file every process maps shared: a header and one 64-bit generation
- * per segment. Its byte-range locks (open file description locks, so they
- * hold between threads as well as processes) protect each segment:
+ * per segment.
  *
- *   read lock  (byte 2i):   readers hold it shared while they read segment i;
- *                           reclaim holds it exclusive while it frees i.
- *   append lock (byte 2i+1): the process appending to i, or emptying it,
- *                           holds it exclusive; the kernel drops it when that
- *                           process dies, which is how crash recovery tells a
- *                           live owner from a dead one.
+ * A segment's generation grows each time it is freed, and a segment is
+ * rewritten only after it is freed. An extent records the generation it was
+ * written in. A reader loads the segment's generation before and after its
+ * read (a seqlock): if both equal the extent's, the segment was not freed,
+ * so not rewritten, while the bytes were read; otherwise the read fails
+ * with -ESTALE and no byte of it is used. Readers take no lock and never
+ * make reclaim wait.
  *
- * A segment's generation grows each time it is freed. An extent records the
- * generation it was written in; a reader checks it under the read lock, so a
- * segment freed (and perhaps rewritten) since the reader looked the extent up
- * is never read: the read fails with -ESTALE instead.
+ * The append lock of segment i (byte i of the map file, an open file
+ * description lock) is held by the process appending to i or emptying it;
+ * the kernel drops it when that process dies, which is how crash recovery
+ * tells a live owner from a dead one, and it keeps a segment from being
+ * claimed until whoever freed it has published the new generation.
  *
  * An extent is a SEG_HEADER_SIZE header followed by its payload, padded to
  * SEG_ALIGN; the header names the object version, the extent's place in it,
@@ -85,15 +86,13 @@ uint64_t seg_size(const struct seg_files *sf);
 uint64_t seg_map_gen(struct seg_files *sf, uint32_t id);
 /* True if the map was made before the last reboot (generations unknown). */
 int seg_map_stale(struct seg_files *sf);
+/* Raises the map's generation of id to gen; never lowers it. */
 void seg_map_set_gen(struct seg_files *sf, uint32_t id, uint64_t gen);
 void seg_map_mark_fresh(struct seg_files *sf);
 
-/* Byte-range locks. lock_fd is the caller's own descriptor of the map (one
- * per thread: locks of one descriptor do not exclude each other). */
+/* A descriptor for append locks: locks of one descriptor do not exclude
+ * each other, so each store opens its own. */
 int seg_lock_fd_open(struct seg_files *sf);
-int seg_read_lock(int lock_fd, uint32_t id);		/* shared, waits */
-int seg_reclaim_lock(int lock_fd, uint32_t id);		/* exclusive, waits */
-void seg_read_unlock(int lock_fd, uint32_t id);
 /* 0, or -EAGAIN if another descriptor holds it. */
 int seg_append_trylock(int lock_fd, uint32_t id);
 void seg_append_unlock(int lock_fd, uint32_t id);

@@ -55,8 +55,6 @@ static void store_thread_free(struct store_thread *t)
 	if (!t)
 		return;
 	cat_close(t->cat);
-	if (t->lock_fd >= 0)
-		close(t->lock_fd);
 	free(t);
 }
 
@@ -89,11 +87,11 @@ struct store_thread *store_thread(struct kvt_store *st)
 	if (!t)
 		return NULL;
 	t->st = st;
-	t->lock_fd = seg_lock_fd_open(st->sf);
+	t->rng = util_random64();
 	snprintf(path, sizeof(path), "%s/catalog.db", st->dir);
 	rc = cat_open(path, 0, &t->cat);
-	if (rc < 0 || t->lock_fd < 0) {
-		log_err(rc < 0 ? rc : t->lock_fd, "cannot open the catalog of '%s' for a thread", st->dir);
+	if (rc < 0) {
+		log_err(rc, "cannot open the catalog of '%s' for a thread", st->dir);
 		store_thread_free(t);
 		return NULL;
 	}
@@ -191,35 +189,35 @@ int store_write_extent(struct kvt_store *st, struct io_ctx *io, int buf_index, v
 	return (int)n;
 }
 
+int store_extent_check_place(struct kvt_store *st, uint64_t vid, const struct cat_extent *e)
+{
+	if (e->segment < st->nsegs && e->offset % SEG_ALIGN == 0 &&
+	    e->offset + seg_extent_space(e->length) <= st->seg_size)
+		return 0;
+	log_err(0, "extent %u of version %016llx lies outside segment %u", e->seq,
+		(unsigned long long)vid, e->segment);
+	return -EIO;
+}
+
 int store_read_extent_raw(struct kvt_store *st, struct io_ctx *io, int buf_index, void *buf,
 			  uint64_t vid, const struct cat_extent *e)
 {
-	struct store_thread *t = store_thread(st);
 	uint64_t space = seg_extent_space(e->length);
 	ssize_t n;
-	int rc;
+	int rc = store_extent_check_place(st, vid, e);
 
-	if (!t)
-		return -ENOMEM;
-	if (e->segment >= st->nsegs || e->offset % SEG_ALIGN || e->offset + space > st->seg_size) {
-		log_err(0, "extent %u of version %016llx lies outside segment %u", e->seq,
-			(unsigned long long)vid, e->segment);
-		return -EIO;
-	}
-	rc = seg_read_lock(t->lock_fd, e->segment);
 	if (rc < 0)
 		return rc;
-	if (seg_map_gen(st->sf, e->segment) != e->gen) {
-		rc = -ESTALE;
-		goto out;
-	}
+	/* The generation before and after the read: see segment.h. */
+	if (seg_map_gen(st->sf, e->segment) != e->gen)
+		return -ESTALE;
 	n = io_run(io, IO_READ, seg_fd(st->sf, e->segment), buf, buf_index, space, e->offset);
+	if (seg_map_gen(st->sf, e->segment) != e->gen)
+		return -ESTALE;
 	if (n != (ssize_t)space) {
 		rc = n < 0 ? (int)n : -EIO;
 		log_err(rc, "cannot read segment %u at %llu", e->segment, (unsigned long long)e->offset);
 	}
-out:
-	seg_read_unlock(t->lock_fd, e->segment);
 	return rc;
 }
 
@@ -229,6 +227,20 @@ int store_read_extent(struct kvt_store *st, struct io_ctx *io, int buf_index, vo
 	int rc = store_read_extent_raw(st, io, buf_index, buf, vid, e);
 
 	return rc < 0 ? rc : store_extent_verify(st, buf, vid, e);
+}
+
+uint64_t store_new_vid(struct kvt_store *st)
+{
+	struct store_thread *t = store_thread(st);
+	uint64_t z;
+
+	if (!t)
+		return util_random64();
+	/* splitmix64 over a per-thread random start: distinct ids w.h.p. */
+	z = (t->rng += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
 }
 
 /* ---- allocation ---------------------------------------------------------- */
@@ -266,10 +278,7 @@ static int store_claim(struct kvt_store *st, struct store_open_seg *out)
 			return rc;
 		}
 		/* Publish the generation before any byte of it is written. */
-		rc = seg_reclaim_lock(t->lock_fd, id);
 		seg_map_set_gen(st->sf, id, gen);
-		if (rc == 0)
-			seg_read_unlock(t->lock_fd, id);
 		out->id = id;
 		out->gen = gen;
 		out->off = 0;

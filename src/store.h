@@ -14,11 +14,11 @@
 #include "segment.h"
 
 /* What each thread that uses a store keeps: its own catalog connection and
- * its own descriptor for segment locks (see segment.h). */
+ * a random generator for version ids (a system call per write costs). */
 struct store_thread {
 	struct kvt_store *st;
 	struct cat *cat;
-	int lock_fd;
+	uint64_t rng;
 	int in_reclaim;		/* allocation must not start another reclaim */
 	struct store_thread *next;
 };
@@ -117,9 +117,8 @@ void store_checksum_failure(struct kvt_store *st);
 /*
  * Reads extent e of object version vid into buf (at least
  * seg_extent_space(e->length) bytes, IO_ALIGN-aligned) and verifies it.
- * The read holds the segment's read lock; a segment freed since the extent
- * was looked up gives -ESTALE, a damaged extent -EIO. On success the payload
- * is at buf + SEG_HEADER_SIZE.
+ * A segment freed since the extent was looked up gives -ESTALE (segment.h),
+ * a damaged extent -EIO. On success the payload is at buf + SEG_HEADER_SIZE.
  */
 int store_read_extent(struct kvt_store *st, struct io_ctx *io, int buf_index, void *buf,
 		      uint64_t vid, const struct cat_extent *e);
@@ -132,6 +131,12 @@ int store_read_extent_raw(struct kvt_store *st, struct io_ctx *io, int buf_index
  * and counted). Defined in reader.c. */
 int store_extent_verify(struct kvt_store *st, const void *buf, uint64_t vid,
 			const struct cat_extent *e);
+
+/* 0 if e lies inside its segment, else -EIO (logged). */
+int store_extent_check_place(struct kvt_store *st, uint64_t vid, const struct cat_extent *e);
+
+/* A fresh version id: random, without a system call. */
+uint64_t store_new_vid(struct kvt_store *st);
 
 /* Writes a whole extent (header already in buf) at a; 0 or -errno. */
 int store_write_extent(struct kvt_store *st, struct io_ctx *io, int buf_index, void *buf,

@@ -144,7 +144,7 @@ int kvt_writer_open(struct kvt_store *st, const char *bucket, const char *key,
 			goto fail;
 		}
 	}
-	w->vid = util_random64();
+	w->vid = store_new_vid(st);
 	*out = w;
 	return 0;
 fail:
@@ -254,6 +254,10 @@ static int writer_flush(struct kvt_writer *w)
 	if (rc < 0)
 		return rc;
 	b->inflight = 1;
+	/* Keep the device busy while the next buffer fills. */
+	rc = io_push(w->io);
+	if (rc < 0)
+		return rc;
 	w->cur = -1;
 	return 0;
 }
@@ -315,11 +319,11 @@ static void writer_etag(struct kvt_writer *w, char *etag, size_t len)
 {
 	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned int mdlen = 0;
-	char hex[2 * EVP_MAX_MD_SIZE + 1];
+	char hex[2 * 16 + 1];
 
 	if (w->etag) {
 		snprintf(etag, len, "%s", w->etag);
-	} else if (w->md5 && EVP_DigestFinal_ex(w->md5, md, &mdlen) == 1) {
+	} else if (w->md5 && EVP_DigestFinal_ex(w->md5, md, &mdlen) == 1 && mdlen == 16) {
 		util_hex(hex, md, mdlen);
 		snprintf(etag, len, "\"%s\"", hex);
 	} else {
