@@ -41,6 +41,33 @@ int kvt_bucket_name_valid(const char *name)
 	return !digits_and_dots;
 }
 
+/* ".name": the internal buckets of kvt_bucket_create_internal(). */
+int bucket_internal_name(const char *name)
+{
+	size_t len = name ? strlen(name) : 0;
+
+	if (len < 2 || len > KVT_BUCKET_MAX || name[0] != '.')
+		return 0;
+	for (size_t i = 1; i < len; i++)
+		if (!(islower((unsigned char)name[i]) || isdigit((unsigned char)name[i]) ||
+		      name[i] == '-'))
+			return 0;
+	return 1;
+}
+
+int kvt_bucket_create_internal(struct kvt_store *st, const char *name)
+{
+	struct cat *c = store_cat(st);
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	if (!bucket_internal_name(name))
+		return -EINVAL;
+	rc = cat_bucket_create(c, name, util_now_ns());
+	return rc == -EEXIST ? 0 : rc;
+}
+
 int kvt_bucket_create(struct kvt_store *st, const char *name)
 {
 	struct cat *c = store_cat(st);
@@ -70,12 +97,25 @@ int kvt_bucket_exists(struct kvt_store *st, const char *name)
 	return store_bucket_id(st, name, &id);
 }
 
+struct bucket_walk {
+	int (*fn)(void *arg, const char *name, int64_t ctime_ns);
+	void *arg;
+};
+
+static int bucket_list_one(void *arg, const char *name, int64_t ctime_ns)
+{
+	struct bucket_walk *bw = arg;
+
+	return name[0] == '.' ? 0 : bw->fn(bw->arg, name, ctime_ns);
+}
+
 int kvt_bucket_list(struct kvt_store *st,
 		    int (*fn)(void *arg, const char *name, int64_t ctime_ns), void *arg)
 {
 	struct cat *c = store_cat(st);
+	struct bucket_walk bw = { fn, arg };
 
 	if (!c)
 		return -ENOMEM;
-	return cat_bucket_list(c, fn, arg);
+	return cat_bucket_list(c, bucket_list_one, &bw);
 }

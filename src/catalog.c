@@ -44,6 +44,7 @@ static const char *const migrations[] = {
 	"CREATE TABLE extents(object INTEGER NOT NULL, seq INTEGER NOT NULL,"
 	"  segment INTEGER NOT NULL, gen INTEGER NOT NULL, offset INTEGER NOT NULL,"
 	"  length INTEGER NOT NULL, crc INTEGER NOT NULL, obj_off INTEGER NOT NULL,"
+	"  hvid INTEGER NOT NULL, hseq INTEGER NOT NULL,"
 	"  PRIMARY KEY(object, seq)) WITHOUT ROWID;"
 	"CREATE INDEX extents_segment ON extents(segment, offset);"
 	"CREATE TABLE segments(id INTEGER PRIMARY KEY, state INTEGER NOT NULL,"
@@ -59,7 +60,7 @@ enum stmt_id {
 	S_BUCKET_INSERT, S_BUCKET_ID, S_BUCKET_DELETE, S_BUCKET_HAS_OBJECTS,
 	S_BUCKET_LIST,
 	S_OBJ_LOOKUP, S_OBJ_GET, S_OBJ_EXTENTS, S_OBJ_INSERT, S_OBJ_DELETE_ID,
-	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_OBJ_LOOKUP_FULL, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_PIN,
+	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_OBJ_LOOKUP_FULL, S_EXT_ADOPT, S_OBJ_GET_ID, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_PIN,
 	S_OBJ_RANGE, S_OBJ_RANGE_INCL, S_OBJ_WALK,
 	S_SEG_GET, S_SEG_LIST, S_SEG_LIVE_ADD, S_SEG_CLAIM, S_SEG_NEXT_FREE,
 	S_SEG_SET_STATE, S_SEG_HAS_EXTENTS, S_SEG_FREE, S_SEG_VICTIM, S_SEG_COUNTS,
@@ -87,24 +88,29 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_OBJ_LOOKUP] = "SELECT id, vid FROM objects WHERE bucket = ?1 AND key = ?2",
 	[S_OBJ_GET] = "SELECT id, vid, size, etag, crc32c, content_type, meta, mtime,"
 		      " session, tier, pinned, key FROM objects WHERE bucket = ?1 AND key = ?2",
-	[S_OBJ_EXTENTS] = "SELECT seq, segment, gen, offset, length, crc, obj_off"
+	[S_OBJ_EXTENTS] = "SELECT seq, segment, gen, offset, length, crc, obj_off, hvid, hseq"
 			  " FROM extents WHERE object = ?1 ORDER BY seq",
 	[S_OBJ_INSERT] = "INSERT INTO objects(bucket, key, vid, size, etag, crc32c,"
 			 " content_type, meta, mtime, session, tier, pinned)"
 			 " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0, ?11)",
 	[S_OBJ_DELETE_ID] = "DELETE FROM objects WHERE id = ?1",
 	[S_EXT_INSERT] = "INSERT INTO extents(object, seq, segment, gen, offset, length,"
-			 " crc, obj_off) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+			 " crc, obj_off, hvid, hseq) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
 	[S_EXT_SPACE_BY_SEG] = "SELECT segment, sum((?2 + length + ?3 - 1) / ?3 * ?3)"
 			       " FROM extents WHERE object = ?1 GROUP BY segment",
 	[S_SEG_LIVE_SUB] = "UPDATE segments SET live = max(live - ?2, 0) WHERE id = ?1",
 	[S_BUCKET_EXISTS] = "SELECT 1 FROM buckets WHERE id = ?1",
 	[S_OBJ_KEY] = "SELECT bucket, key FROM objects WHERE id = ?1",
+	[S_OBJ_GET_ID] = "SELECT vid, size, (SELECT count(*) FROM extents WHERE object = ?1)"
+			 " FROM objects WHERE id = ?1",
+	[S_EXT_ADOPT] = "UPDATE extents SET object = ?2, seq = seq + ?3, obj_off = obj_off + ?4"
+			" WHERE object = ?1",
 	/* The reader's one query: object and extents in one implicit read
 	 * transaction, so they always belong together. */
 	[S_OBJ_LOOKUP_FULL] = "SELECT o.id, o.vid, o.size, o.etag, o.crc32c, o.content_type, o.meta,"
 			      " o.mtime, o.session, o.tier, o.pinned, o.key, o.bucket,"
-			      " e.seq, e.segment, e.gen, e.offset, e.length, e.crc, e.obj_off"
+			      " e.seq, e.segment, e.gen, e.offset, e.length, e.crc, e.obj_off,"
+			      " e.hvid, e.hseq"
 			      " FROM buckets b JOIN objects o ON o.bucket = b.id"
 			      " LEFT JOIN extents e ON e.object = o.id"
 			      " WHERE b.name = ?1 AND o.key = ?2 ORDER BY e.seq",
@@ -639,7 +645,63 @@ static int cat_delete_id(struct cat *c, int64_t id)
 	return cat_exec_stmt(c, s, "object delete");
 }
 
+/*
+ * Moves the extents of part objects, in order, to the end of object id
+ * (which has nextents already) and drops the parts. The bytes stay where
+ * they are; each part must still be the version its caller read.
+ */
+static int cat_adopt_parts(struct cat *c, int64_t id, size_t nextents, const int64_t *parts,
+			   const uint64_t *part_vids, size_t nparts)
+{
+	int64_t seq = (int64_t)nextents, off = 0;
+
+	for (size_t i = 0; i < nparts; i++) {
+		sqlite3_stmt *s = cat_stmt(c, S_OBJ_GET_ID);
+		int64_t size, count;
+		int rc;
+
+		if (!s)
+			return -EIO;
+		sqlite3_bind_int64(s, 1, parts[i]);
+		rc = sqlite3_step(s);
+		if (rc != SQLITE_ROW || (uint64_t)sqlite3_column_int64(s, 0) != part_vids[i]) {
+			cat_done(s);
+			return rc == SQLITE_ROW || rc == SQLITE_DONE ? -ESTALE : cat_errno(c, rc, "part");
+		}
+		size = sqlite3_column_int64(s, 1);
+		count = sqlite3_column_int64(s, 2);
+		cat_done(s);
+		s = cat_stmt(c, S_EXT_ADOPT);
+		if (!s)
+			return -EIO;
+		sqlite3_bind_int64(s, 1, parts[i]);
+		sqlite3_bind_int64(s, 2, id);
+		sqlite3_bind_int64(s, 3, seq);
+		sqlite3_bind_int64(s, 4, off);
+		rc = cat_exec_stmt(c, s, "adopt extents");
+		if (rc < 0)
+			return rc;
+		s = cat_stmt(c, S_OBJ_DELETE_ID);
+		if (!s)
+			return -EIO;
+		sqlite3_bind_int64(s, 1, parts[i]);
+		rc = cat_exec_stmt(c, s, "part delete");
+		if (rc < 0)
+			return rc;
+		seq += count;
+		off += size;
+	}
+	return 0;
+}
+
 int cat_object_put(struct cat *c, const struct cat_put *p, int64_t *id_out, uint64_t *freed_vid)
+{
+	return cat_object_put_parts(c, p, NULL, NULL, 0, id_out, freed_vid);
+}
+
+int cat_object_put_parts(struct cat *c, const struct cat_put *p, const int64_t *parts,
+			 const uint64_t *part_vids, size_t nparts, int64_t *id_out,
+			 uint64_t *freed_vid)
 {
 	sqlite3_stmt *s;
 	char *meta = NULL;
@@ -727,6 +789,8 @@ int cat_object_put(struct cat *c, const struct cat_put *p, int64_t *id_out, uint
 		sqlite3_bind_int64(s, 6, e->length);
 		sqlite3_bind_int64(s, 7, e->crc);
 		sqlite3_bind_int64(s, 8, (int64_t)e->obj_off);
+		sqlite3_bind_int64(s, 9, (int64_t)e->hvid);
+		sqlite3_bind_int64(s, 10, e->hseq);
 		rc = cat_exec_stmt(c, s, "extent insert");
 		if (rc < 0)
 			goto fail;
@@ -749,6 +813,9 @@ int cat_object_put(struct cat *c, const struct cat_put *p, int64_t *id_out, uint
 			goto fail;
 		}
 	}
+	rc = cat_adopt_parts(c, id, p->nextents, parts, part_vids, nparts);
+	if (rc < 0)
+		goto fail;
 	rc = cat_touch_session(c, p->bucket_id, p->session, p->mtime_ns);
 	if (rc < 0)
 		goto fail;
@@ -814,7 +881,8 @@ static int cat_extent_push(struct cat_object *co, size_t *cap, const struct cat_
 	return 0;
 }
 
-/* The extent in columns col..col+6 (seq, segment, gen, offset, length, crc, obj_off). */
+/* The extent in columns col..col+8 (seq, segment, gen, offset, length, crc,
+ * obj_off, hvid, hseq). */
 static void cat_extent_from_row(sqlite3_stmt *s, int col, struct cat_extent *e)
 {
 	e->seq = (uint32_t)sqlite3_column_int64(s, col);
@@ -824,6 +892,8 @@ static void cat_extent_from_row(sqlite3_stmt *s, int col, struct cat_extent *e)
 	e->length = (uint32_t)sqlite3_column_int64(s, col + 4);
 	e->crc = (uint32_t)sqlite3_column_int64(s, col + 5);
 	e->obj_off = (uint64_t)sqlite3_column_int64(s, col + 6);
+	e->hvid = (uint64_t)sqlite3_column_int64(s, col + 7);
+	e->hseq = (uint32_t)sqlite3_column_int64(s, col + 8);
 }
 
 static int cat_extents_load(struct cat *c, struct cat_object *co)

@@ -23,7 +23,12 @@ enum seg_state {
 	SEG_RECLAIMING = 3,	/* a process is emptying it (holds its append lock) */
 };
 
-/* One extent of an object: payload bytes [obj_off, obj_off + length). */
+/*
+ * One extent of an object: payload bytes [obj_off, obj_off + length). Its
+ * header on disk names the version and place it was written as (hvid,
+ * hseq), which stay the same when extents of upload parts become extents of
+ * the completed object (cat_object_compose): the bytes never move.
+ */
 struct cat_extent {
 	uint32_t seq;
 	uint32_t segment;
@@ -32,6 +37,8 @@ struct cat_extent {
 	uint32_t length;	/* payload bytes */
 	uint32_t crc;		/* CRC32C of the payload */
 	uint64_t obj_off;	/* payload offset in the object */
+	uint64_t hvid;		/* version named by the header */
+	uint32_t hseq;		/* extent number named by the header */
 };
 
 /* An object row with its extents, as the reader and fsck need it. */
@@ -103,6 +110,15 @@ int cat_object_get(struct cat *c, int64_t bucket_id, const char *key, int with_e
 int cat_object_lookup(struct cat *c, const char *bucket, const char *key, struct cat_object **out);
 int cat_object_by_id(struct cat *c, int64_t id, struct cat_object **out);
 int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key);
+/*
+ * The same, and the extents of objects parts[0..nparts) (each still at
+ * version part_vids[i], else -ESTALE) are appended to the new object, in
+ * order, without moving a byte; the parts disappear. put->size must be the
+ * sum of the parts' sizes (plus put->extents').
+ */
+int cat_object_put_parts(struct cat *c, const struct cat_put *put, const int64_t *parts,
+			 const uint64_t *part_vids, size_t nparts, int64_t *id_out,
+			 uint64_t *freed_vid);
 /* Deletes object id only if its version is still vid (reclaim's drop). */
 int cat_object_drop(struct cat *c, int64_t id, uint64_t vid);
 int cat_object_set_pin(struct cat *c, int64_t bucket_id, const char *key, int pinned);

@@ -139,7 +139,7 @@ static int fsck_object(void *arg, struct cat_object *co)
 		}
 		rep->extents_checked++;
 		rep->bytes_checked += e->length;
-		if (seg_header_check(buf, co->vid, e->seq, e->gen, e->segment, e->length) < 0) {
+		if (seg_header_check(buf, e->hvid, e->hseq, e->gen, e->segment, e->length) < 0) {
 			rep->header_errors++;
 			damaged = 1;
 			continue;

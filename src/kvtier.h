@@ -138,6 +138,12 @@ int kvt_store_reclaim(struct kvt_store *st, unsigned need);
 
 /* S3 bucket naming rules: 3-63 of [a-z0-9.-], starting and ending alnum. */
 int kvt_bucket_name_valid(const char *name);
+/*
+ * Internal buckets, for the front ends' own bookkeeping (upload parts...):
+ * a '.' and then [a-z0-9-]. No S3 or FUSE name can be one, and bucket
+ * listings leave them out. Creating one that exists is not an error.
+ */
+int kvt_bucket_create_internal(struct kvt_store *st, const char *name);
 int kvt_bucket_create(struct kvt_store *st, const char *name);	/* -EEXIST */
 int kvt_bucket_delete(struct kvt_store *st, const char *name);	/* -ENOTEMPTY */
 int kvt_bucket_exists(struct kvt_store *st, const char *name);	/* 0 or -ENOENT */
@@ -243,6 +249,16 @@ int kvt_object_copy(struct kvt_store *st, const char *src_bucket, const char *sr
 		    const char *dst_bucket, const char *dst_key,
 		    const struct kvt_put_opts *opts, struct kvt_object **info);
 
+/*
+ * Makes bucket/key from the objects part_keys[0..nparts) of parts_bucket,
+ * concatenated in that order, without copying a byte: their extents become
+ * the new object's and the parts disappear (S3's CompleteMultipartUpload).
+ * The CRC32C is combined from the parts'; the ETag is opts->etag if given.
+ */
+int kvt_object_compose(struct kvt_store *st, const char *bucket, const char *key,
+		       const char *parts_bucket, const char *const *part_keys, size_t nparts,
+		       const struct kvt_put_opts *opts, struct kvt_object **info);
+
 /* Sets or clears the pin of an object. */
 int kvt_object_pin(struct kvt_store *st, const char *bucket, const char *key, int pinned);
 
@@ -300,5 +316,7 @@ int kvt_store_fsck(struct kvt_store *st, unsigned flags, struct kvt_fsck_report 
 
 /* CRC32C (Castagnoli) as S3's x-amz-checksum-crc32c: crc = 0 to start. */
 uint32_t kvt_crc32c(uint32_t crc, const void *buf, size_t len);
+/* CRC32C of A || B given crc(A), crc(B) and the length of B. */
+uint32_t kvt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
 #endif /* KVTIER_H */

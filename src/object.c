@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -211,6 +212,79 @@ out:
 	kvt_writer_abort(w);
 	kvt_reader_close(r);
 	free(buf);
+	return rc;
+}
+
+int kvt_object_compose(struct kvt_store *st, const char *bucket, const char *key,
+		       const char *parts_bucket, const char *const *part_keys, size_t nparts,
+		       const struct kvt_put_opts *opts, struct kvt_object **info)
+{
+	static const struct kvt_put_opts none;
+	struct cat *c = store_cat(st);
+	int64_t bucket_id, parts_id, *ids = NULL;
+	uint64_t *vids = NULL, size = 0;
+	uint32_t crc = 0;
+	char etag[KVT_ETAG_MAX], *session = NULL;
+	struct cat_put put;
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	if (!opts)
+		opts = &none;
+	rc = kvt_key_valid(key);
+	if (rc == 0)
+		rc = store_bucket_id(st, bucket, &bucket_id);
+	if (rc == 0)
+		rc = store_bucket_id(st, parts_bucket, &parts_id);
+	if (rc < 0)
+		return rc;
+	ids = calloc(nparts ? nparts : 1, sizeof(*ids));
+	vids = calloc(nparts ? nparts : 1, sizeof(*vids));
+	session = store_session_of(st, key, opts->session);
+	if (!ids || !vids || !session) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < nparts; i++) {
+		struct cat_object *part = NULL;
+
+		rc = cat_object_get(c, parts_id, part_keys[i], 0, &part);
+		if (rc < 0)
+			goto out;
+		ids[i] = part->id;
+		vids[i] = part->vid;
+		crc = kvt_crc32c_combine(crc, part->obj->crc32c, part->obj->size);
+		size += part->obj->size;
+		cat_object_free(part);
+	}
+	if (opts->etag)
+		snprintf(etag, sizeof(etag), "%s", opts->etag);
+	else
+		snprintf(etag, sizeof(etag), "\"%08x%016llx-%zu\"", crc,
+			 (unsigned long long)size, nparts);
+	put = (struct cat_put){
+		.bucket_id = bucket_id,
+		.key = key,
+		.vid = store_new_vid(st),
+		.size = size,
+		.etag = etag,
+		.crc32c = crc,
+		.content_type = opts->content_type,
+		.meta = opts->meta,
+		.nmeta = opts->nmeta,
+		.mtime_ns = opts->mtime_ns ? opts->mtime_ns : util_now_ns(),
+		.session = session,
+		.pinned = !!(opts->flags & KVT_PUT_PIN),
+		.if_none_match = !!(opts->flags & KVT_PUT_IF_NONE_MATCH),
+	};
+	rc = cat_object_put_parts(c, &put, ids, vids, nparts, NULL, NULL);
+	if (rc == 0 && info)
+		rc = kvt_object_head(st, bucket, key, info);
+out:
+	free(ids);
+	free(vids);
+	free(session);
 	return rc;
 }
 

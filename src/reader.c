@@ -98,7 +98,7 @@ static size_t reader_find(const struct cat_object *co, uint64_t off)
 int store_extent_verify(struct kvt_store *st, const void *buf, uint64_t vid,
 			const struct cat_extent *e)
 {
-	int rc = seg_header_check(buf, vid, e->seq, e->gen, e->segment, e->length);
+	int rc = seg_header_check(buf, e->hvid, e->hseq, e->gen, e->segment, e->length);
 
 	if (rc == 0 && kvt_crc32c(0, (const char *)buf + SEG_HEADER_SIZE, e->length) != e->crc) {
 		log_err(0, "checksum mismatch in extent %u of version %016llx (segment %u offset %llu)",

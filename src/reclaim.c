@@ -94,7 +94,7 @@ static int reclaim_relocate(struct kvt_store *st, uint32_t id, const struct vict
 		rc = store_alloc(st, seg_extent_space(e->length), &a);
 		if (rc < 0)
 			goto out;
-		seg_header_fill(buf, co->vid, e->seq, e->obj_off, a.gen, a.segment, e->length, e->crc);
+		seg_header_fill(buf, e->hvid, e->hseq, e->obj_off, a.gen, a.segment, e->length, e->crc);
 		rc = store_write_extent(st, io, 0, buf, e->length, &a);
 		if (rc == 0) {
 			struct cat_extent to = *e;

@@ -537,7 +537,7 @@ int store_bucket_id(struct kvt_store *st, const char *bucket, int64_t *id)
 
 	if (!c)
 		return -ENOMEM;
-	if (!kvt_bucket_name_valid(bucket))
+	if (!kvt_bucket_name_valid(bucket) && !bucket_internal_name(bucket))
 		return -ENOENT;
 	return cat_bucket_id(c, bucket, id);
 }

@@ -100,6 +100,9 @@ struct store_alloc {
 int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out);
 void store_release(struct kvt_store *st, uint32_t segment, uint64_t gen);
 
+/* True for the name of an internal bucket (bucket.c). */
+int bucket_internal_name(const char *name);
+
 /* Bucket id by name: 0 or -ENOENT. */
 int store_bucket_id(struct kvt_store *st, const char *bucket, int64_t *id);
 

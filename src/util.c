@@ -38,6 +38,54 @@ uint32_t kvt_crc32c(uint32_t crc, const void *buf, size_t len)
 	return ~crc;
 }
 
+/*
+ * CRC of A || B from crc(A), crc(B) and len(B), in O(log len) steps: zlib's
+ * crc32_combine() with the Castagnoli polynomial. Lets a writer checksum
+ * each extent once and still know the whole object's CRC, and lets an
+ * upload's parts become one object without reading them again.
+ */
+static uint32_t gf2_times(const uint32_t *mat, uint32_t vec)
+{
+	uint32_t sum = 0;
+
+	for (; vec; vec >>= 1, mat++)
+		if (vec & 1)
+			sum ^= *mat;
+	return sum;
+}
+
+static void gf2_square(uint32_t *square, const uint32_t *mat)
+{
+	for (int n = 0; n < 32; n++)
+		square[n] = gf2_times(mat, mat[n]);
+}
+
+uint32_t kvt_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
+{
+	uint32_t even[32], odd[32], row = 1;
+
+	if (len2 == 0)
+		return crc1;
+	odd[0] = 0x82f63b78u;	/* the reflected polynomial: one zero bit */
+	for (int n = 1; n < 32; n++, row <<= 1)
+		odd[n] = row;
+	gf2_square(even, odd);	/* two zero bits */
+	gf2_square(odd, even);	/* four */
+	do {
+		gf2_square(even, odd);
+		if (len2 & 1)
+			crc1 = gf2_times(even, crc1);
+		len2 >>= 1;
+		if (!len2)
+			break;
+		gf2_square(odd, even);
+		if (len2 & 1)
+			crc1 = gf2_times(odd, crc1);
+		len2 >>= 1;
+	} while (len2);
+	return crc1 ^ crc2;
+}
+
 int64_t util_now_ns(void)
 {
 	struct timespec ts;

@@ -230,6 +230,8 @@ static int writer_flush(struct kvt_writer *w)
 	if (rc < 0)
 		return rc;
 	crc = kvt_crc32c(0, buf + SEG_HEADER_SIZE, len);
+	/* One pass over the bytes gives both checksums. */
+	w->crc = kvt_crc32c_combine(w->crc, crc, len);
 	e = &w->ext[w->next++];
 	e->seq = (uint32_t)(w->next - 1);
 	e->segment = b->alloc.segment;
@@ -238,6 +240,8 @@ static int writer_flush(struct kvt_writer *w)
 	e->length = len;
 	e->crc = crc;
 	e->obj_off = w->size - len;
+	e->hvid = w->vid;
+	e->hseq = e->seq;
 	seg_header_fill((struct seg_header *)buf, w->vid, e->seq, e->obj_off, e->gen, e->segment,
 			len, crc);
 	memset(buf + SEG_HEADER_SIZE + len, 0, space - SEG_HEADER_SIZE - len);
@@ -283,7 +287,6 @@ int kvt_writer_write(struct kvt_writer *w, const void *data, size_t len)
 		b = &w->bufs[w->cur];
 		n = MIN(len, SEG_PAYLOAD_MAX - b->fill);
 		memcpy((char *)io_buf(w->io, b->index) + SEG_HEADER_SIZE + b->fill, p, n);
-		w->crc = kvt_crc32c(w->crc, p, n);
 		if (w->md5)
 			EVP_DigestUpdate(w->md5, p, n);
 		b->fill += n;
