@@ -62,7 +62,8 @@ enum stmt_id {
 	S_OBJ_LOOKUP, S_OBJ_GET, S_OBJ_EXTENTS, S_OBJ_INSERT, S_OBJ_DELETE_ID,
 	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_OBJ_LOOKUP_FULL, S_EXT_ADOPT, S_OBJ_GET_ID, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_PIN,
 	S_OBJ_RANGE, S_OBJ_RANGE_INCL, S_OBJ_WALK,
-	S_SEG_GET, S_SEG_LIST, S_SEG_LIVE_ADD, S_SEG_CLAIM, S_SEG_NEXT_FREE,
+	S_SEG_GET, S_SEG_LIST, S_SEG_LIVE_ADD, S_SEG_CLAIM, S_SEG_NEXT_FREE, S_SEG_NEXT_PARTIAL,
+	S_SEG_REOPEN,
 	S_SEG_SET_STATE, S_SEG_HAS_EXTENTS, S_SEG_FREE, S_SEG_VICTIM, S_SEG_COUNTS,
 	S_SEG_OBJECTS, S_EXT_GET, S_EXT_MOVE, S_SEG_SET_LIVE,
 	S_SESSION_TOUCH, S_SEG_TOUCH, S_COUNTER_ADD, S_COUNTER_GET,
@@ -132,7 +133,13 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_SEG_CLAIM] = "UPDATE segments SET state = 1, used = 0, live = 0, last_access = ?2"
 			" WHERE id = ?1 AND state = 0 RETURNING gen",
 	[S_SEG_NEXT_FREE] = "SELECT id FROM segments WHERE state = 0 AND id > ?1 ORDER BY id LIMIT 1",
-	[S_SEG_SET_STATE] = "UPDATE segments SET state = ?3, used = ?4 WHERE id = ?1 AND state = ?2",
+	[S_SEG_NEXT_PARTIAL] = "SELECT id, used FROM segments WHERE state = 2 AND used > 0"
+			       " AND used <= ?2 AND id > ?1 ORDER BY id LIMIT 1",
+	[S_SEG_REOPEN] = "UPDATE segments SET state = 1, last_access = ?3"
+			 " WHERE id = ?1 AND state = 2 AND used = ?2 RETURNING gen",
+	[S_SEG_SET_STATE] = "UPDATE segments SET state = ?3,"
+			    " used = CASE WHEN ?4 < 0 THEN used ELSE ?4 END"
+			    " WHERE id = ?1 AND state = ?2",
 	[S_SEG_HAS_EXTENTS] = "SELECT 1 FROM extents WHERE segment = ?1 LIMIT 1",
 	[S_SEG_FREE] = "UPDATE segments SET state = 0, gen = gen + 1, live = 0, used = 0"
 		       " WHERE id = ?1 RETURNING gen",
@@ -1194,24 +1201,61 @@ int cat_segment_next_free(struct cat *c, uint32_t after, uint32_t *id)
 	return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOSPC : cat_errno(c, rc, "free segment");
 }
 
+/* Steps an UPDATE ... RETURNING gen that changes at most one row. */
+static int cat_returning_gen(struct cat *c, sqlite3_stmt *s, uint64_t *gen, const char *what)
+{
+	int rc = sqlite3_step(s), rc2;
+
+	if (rc == SQLITE_ROW)
+		*gen = (uint64_t)sqlite3_column_int64(s, 0);
+	/* RETURNING rows must be stepped to the end before the change counts. */
+	rc2 = rc == SQLITE_ROW ? sqlite3_step(s) : rc;
+	cat_done(s);
+	if (rc == SQLITE_ROW && rc2 == SQLITE_DONE)
+		return 0;
+	return rc == SQLITE_DONE ? -EBUSY : cat_errno(c, rc == SQLITE_ROW ? rc2 : rc, what);
+}
+
 int cat_segment_claim(struct cat *c, uint32_t id, uint64_t *gen)
 {
 	sqlite3_stmt *s = cat_stmt(c, S_SEG_CLAIM);
-	int rc;
 
 	if (!s)
 		return -EIO;
 	sqlite3_bind_int64(s, 1, id);
 	sqlite3_bind_int64(s, 2, util_now_ns());
+	return cat_returning_gen(c, s, gen, "claim");
+}
+
+int cat_segment_next_partial(struct cat *c, uint32_t after, uint64_t max_used, uint32_t *id,
+			     uint64_t *used)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_NEXT_PARTIAL);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, after == UINT32_MAX ? -1 : (int64_t)after);
+	sqlite3_bind_int64(s, 2, (int64_t)max_used);
 	rc = sqlite3_step(s);
-	if (rc == SQLITE_ROW)
-		*gen = (uint64_t)sqlite3_column_int64(s, 0);
-	/* RETURNING rows must be stepped to the end before the change counts. */
-	int rc2 = rc == SQLITE_ROW ? sqlite3_step(s) : rc;
+	if (rc == SQLITE_ROW) {
+		*id = (uint32_t)sqlite3_column_int64(s, 0);
+		*used = (uint64_t)sqlite3_column_int64(s, 1);
+	}
 	cat_done(s);
-	if (rc == SQLITE_ROW && rc2 == SQLITE_DONE)
-		return 0;
-	return rc == SQLITE_DONE ? -EBUSY : cat_errno(c, rc == SQLITE_ROW ? rc2 : rc, "claim");
+	return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "partial segment");
+}
+
+int cat_segment_reopen(struct cat *c, uint32_t id, uint64_t used, uint64_t *gen)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_REOPEN);
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)used);
+	sqlite3_bind_int64(s, 3, util_now_ns());
+	return cat_returning_gen(c, s, gen, "reopen");
 }
 
 int cat_segment_set_state(struct cat *c, uint32_t id, enum seg_state from,
@@ -1225,7 +1269,7 @@ int cat_segment_set_state(struct cat *c, uint32_t id, enum seg_state from,
 	sqlite3_bind_int64(s, 1, id);
 	sqlite3_bind_int(s, 2, from);
 	sqlite3_bind_int(s, 3, to);
-	sqlite3_bind_int64(s, 4, (int64_t)used);
+	sqlite3_bind_int64(s, 4, used == SEG_USED_KEEP ? -1 : (int64_t)used);
 	rc = cat_exec_stmt(c, s, "segment state");
 	if (rc == 0 && sqlite3_changes(c->db) != 1)
 		rc = -ESTALE;

@@ -132,10 +132,17 @@ int cat_object_range(struct cat *c, int64_t bucket_id, const char *after, int in
 /* Segments. */
 int cat_segment_get(struct cat *c, uint32_t id, struct cat_segment *out);
 int cat_segment_list(struct cat *c, int (*fn)(void *, const struct cat_segment *), void *arg);
-/* FREE -> OPEN: the lowest free segment, or -ENOSPC. */
+/* FREE -> OPEN; -EBUSY if it is not free any more. */
 int cat_segment_claim(struct cat *c, uint32_t id, uint64_t *gen);
+/* A SEALED segment after `after` appended to at most max_used bytes. */
+int cat_segment_next_partial(struct cat *c, uint32_t after, uint64_t max_used, uint32_t *id,
+			     uint64_t *used);
+/* SEALED -> OPEN again, appending from used; -EBUSY if it changed meanwhile. */
+int cat_segment_reopen(struct cat *c, uint32_t id, uint64_t used, uint64_t *gen);
 int cat_segment_next_free(struct cat *c, uint32_t after, uint32_t *id);
-/* OPEN -> SEALED with its append pointer; SEALED/RECLAIMING when live is 0 may go FREE. */
+#define SEG_USED_KEEP UINT64_MAX
+/* from -> to if the segment is in state from; used = append pointer (or
+ * SEG_USED_KEEP); -ESTALE if it was not in state from. */
 int cat_segment_set_state(struct cat *c, uint32_t id, enum seg_state from,
 			  enum seg_state to, uint64_t used);
 /* Any -> FREE with gen + 1; fails with -EBUSY if extents remain. */

@@ -112,21 +112,17 @@ static int fsck_object(void *arg, struct cat_object *co)
 		struct fsck_range r = { e->segment, e->offset, seg_extent_space(e->length), co->id };
 
 		if (fsck_extent_place(fs, co, e, i, off) < 0) {
+			off += e->length;
 			rep->catalog_errors++;
 			damaged = 1;
-			break;
+			continue;
 		}
+		/* Every extent counts toward its segment, damaged object or not:
+		 * repair subtracts them all when it drops the object. */
 		fs->live[e->segment] += r.space;
+		off += e->length;
 		if (fsck_push((void **)&fs->ranges, &fs->nranges, &fs->capranges, sizeof(r), &r) < 0)
 			return -ENOMEM;
-		off += e->length;
-		/*
-		 * Past the first damaged extent, only account: the segments' live
-		 * bytes count every extent of a damaged object until repair drops
-		 * it (and subtracts them all), so stopping here would report
-		 * accounting errors that are not there and make repair rewrite
-		 * live bytes too low.
-		 */
 		if (damaged)
 			continue;
 		rc = store_read_extent_raw(fs->st, fs->io, 0, buf, co->vid, e);
@@ -179,8 +175,11 @@ static int range_cmp(const void *a, const void *b)
 	return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static void fsck_overlaps(struct fsck_state *fs)
+/* Extents that overlap: no repair can tell which one the disk holds. */
+static unsigned fsck_overlaps(struct fsck_state *fs)
 {
+	unsigned n = 0;
+
 	qsort(fs->ranges, fs->nranges, sizeof(*fs->ranges), range_cmp);
 	for (size_t i = 1; i < fs->nranges; i++) {
 		const struct fsck_range *p = &fs->ranges[i - 1], *r = &fs->ranges[i];
@@ -190,14 +189,17 @@ static void fsck_overlaps(struct fsck_state *fs)
 				(long long)p->object, (long long)r->object, r->segment,
 				(unsigned long long)r->offset);
 			fs->rep->catalog_errors++;
+			n++;
 		}
 	}
+	return n;
 }
 
 int kvt_store_fsck(struct kvt_store *st, unsigned flags, struct kvt_fsck_report *rep)
 {
 	struct fsck_state fs = { .st = st, .rep = rep };
 	struct cat *c = store_cat(st);
+	unsigned unfixable;
 	int rc;
 
 	memset(rep, 0, sizeof(*rep));
@@ -219,7 +221,7 @@ int kvt_store_fsck(struct kvt_store *st, unsigned flags, struct kvt_fsck_report 
 		rc = cat_object_walk(c, fsck_object, &fs);
 	if (rc < 0)
 		goto out;
-	fsck_overlaps(&fs);
+	unfixable = fsck_overlaps(&fs);
 	for (uint32_t i = 0; i < st->nsegs; i++) {
 		if (fs.segs[i].state == SEG_FREE || fs.segs[i].live == fs.live[i])
 			continue;
@@ -228,19 +230,18 @@ int kvt_store_fsck(struct kvt_store *st, unsigned flags, struct kvt_fsck_report 
 		rep->catalog_errors++;
 		if ((flags & KVT_FSCK_REPAIR) && cat_segment_set_live(c, i, fs.live[i]) == 0)
 			rep->repaired++;
+		else
+			unfixable++;
 	}
-	if (flags & KVT_FSCK_REPAIR) {
-		for (size_t i = 0; i < fs.ndamaged; i++) {
-			if (cat_object_drop_id(c, fs.damaged[i]) == 0) {
-				log_info("removed damaged object %lld", (long long)fs.damaged[i]);
-				rep->repaired++;
-			}
+	for (size_t i = 0; i < fs.ndamaged; i++) {
+		if ((flags & KVT_FSCK_REPAIR) && cat_object_drop_id(c, fs.damaged[i]) == 0) {
+			log_info("removed damaged object %lld", (long long)fs.damaged[i]);
+			rep->repaired++;
+		} else {
+			unfixable++;
 		}
 	}
-	if (rep->checksum_errors + rep->header_errors + rep->catalog_errors == 0)
-		rc = 0;
-	else
-		rc = (flags & KVT_FSCK_REPAIR) && rep->repaired >= fs.ndamaged ? 0 : 1;
+	rc = unfixable ? 1 : 0;
 out:
 	store_io_put(st, fs.io);
 	free(fs.segs);

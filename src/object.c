@@ -181,6 +181,7 @@ int kvt_object_copy(struct kvt_store *st, const char *src_bucket, const char *sr
 			.flags = src->pinned ? KVT_PUT_PIN : 0,
 			.content_type = src->content_type,
 			.session = src->session,
+			.etag = src->etag,	/* the same bytes: S3 keeps the ETag */
 			.meta = src->meta,
 			.nmeta = src->nmeta,
 		};

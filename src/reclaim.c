@@ -122,7 +122,7 @@ static int reclaim_set_state(struct cat *c, uint32_t id, enum seg_state from, en
 
 	if (rc < 0)
 		return rc;
-	rc = cat_segment_set_state(c, id, from, to, 0);
+	rc = cat_segment_set_state(c, id, from, to, SEG_USED_KEEP);
 	return rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
 }
 
@@ -271,8 +271,14 @@ int reclaim_recover(struct kvt_store *st)
 
 		if (seg_append_trylock(st->lock_fd, s->id) < 0)
 			continue;	/* its owner is alive */
-		/* The owner died: what it wrote and never committed is garbage. */
-		rc = reclaim_set_state(c, s->id, s->state, SEG_SEALED);
+		/* The owner died: what it wrote and never committed is garbage, and
+		 * where its appends ended is unknown: seal it as full. */
+		rc = cat_begin(c);
+		if (rc == 0) {
+			rc = cat_segment_set_state(c, s->id, s->state, SEG_SEALED,
+						   s->state == SEG_OPEN ? st->seg_size : SEG_USED_KEEP);
+			rc = rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
+		}
 		if (rc == 0) {
 			rc = reclaim_free(st, s->id);
 			if (rc == -EBUSY)

@@ -245,75 +245,72 @@ uint64_t store_new_vid(struct kvt_store *st)
 
 /* ---- allocation ---------------------------------------------------------- */
 
-/* Claims the lowest free segment: FREE -> OPEN under its append lock. */
-static int store_claim(struct kvt_store *st, struct store_open_seg *out)
+/* One transaction: claim (FREE -> OPEN) or reopen (SEALED -> OPEN). */
+static int store_claim_txn(struct cat *c, uint32_t id, uint64_t used, int reopen, uint64_t *gen)
 {
-	struct store_thread *t = store_thread(st);
-	uint32_t after = UINT32_MAX, id;
-	uint64_t gen;
-	int rc;
+	int rc = cat_begin(c);
 
-	if (!t)
+	if (rc < 0)
+		return rc;
+	rc = reopen ? cat_segment_reopen(c, id, used, gen) : cat_segment_claim(c, id, gen);
+	return rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
+}
+
+/*
+ * A segment to append `space` bytes to, under its append lock: a sealed one
+ * that a process closed part-full (so that short-lived processes, such as
+ * the CLI, do not each use up a segment), else the lowest free one.
+ */
+static int store_claim(struct kvt_store *st, uint64_t space, struct store_open_seg *out)
+{
+	struct cat *c = store_cat(st);
+	uint64_t max_used = st->seg_size - MAX(space, st->seg_size / 16), used = 0, gen;
+	uint32_t after = UINT32_MAX, id;
+	int rc, reopen = 1;
+
+	if (!c)
 		return -ENOMEM;
 	for (;;) {
-		rc = cat_segment_next_free(t->cat, after, &id);
+		rc = reopen ? cat_segment_next_partial(c, after, max_used, &id, &used)
+			    : cat_segment_next_free(c, after, &id);
+		if (rc == -ENOENT && reopen) {
+			reopen = 0;
+			after = UINT32_MAX;
+			used = 0;
+			continue;
+		}
 		if (rc < 0)
 			return rc;
 		after = id;
 		if (seg_append_trylock(st->lock_fd, id) < 0)
-			continue;	/* another process is claiming or recovering it */
-		rc = cat_begin(t->cat);
-		if (rc == 0)
-			rc = cat_segment_claim(t->cat, id, &gen);
-		if (rc == 0)
-			rc = cat_commit(t->cat);
-		else
-			cat_rollback(t->cat);
-		if (rc == -EBUSY) {
-			seg_append_unlock(st->lock_fd, id);
-			continue;
-		}
+			continue;	/* another process is claiming, reclaiming or recovering it */
+		rc = store_claim_txn(c, id, used, reopen, &gen);
 		if (rc < 0) {
 			seg_append_unlock(st->lock_fd, id);
+			if (rc == -EBUSY)
+				continue;
 			return rc;
 		}
 		/* Publish the generation before any byte of it is written. */
 		seg_map_set_gen(st->sf, id, gen);
-		out->id = id;
-		out->gen = gen;
-		out->off = 0;
-		out->refs = 0;
+		*out = (struct store_open_seg){ .id = id, .gen = gen, .off = used };
 		return 0;
 	}
 }
 
-/* OPEN -> SEALED; the segment becomes a candidate for reclaim. */
+/* Gives up appending: OPEN -> SEALED with the append pointer (another
+ * process may reopen it), or FREE if nothing was ever appended. */
 static void store_seal(struct kvt_store *st, const struct store_open_seg *s)
 {
 	struct cat *c = store_cat(st);
 	int rc = c ? cat_begin(c) : -ENOMEM;
 
 	if (rc == 0) {
-		rc = cat_segment_set_state(c, s->id, SEG_OPEN, SEG_SEALED, s->off);
+		rc = cat_segment_set_state(c, s->id, SEG_OPEN, s->off ? SEG_SEALED : SEG_FREE, s->off);
 		rc = rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
 	}
 	if (rc < 0)
 		log_err(rc, "cannot seal segment %u (recovery will)", s->id);
-	seg_append_unlock(st->lock_fd, s->id);
-}
-
-/* OPEN -> FREE for a segment claimed and never written. */
-static void store_unclaim(struct kvt_store *st, const struct store_open_seg *s)
-{
-	struct cat *c = store_cat(st);
-	int rc = c ? cat_begin(c) : -ENOMEM;
-
-	if (rc == 0) {
-		rc = cat_segment_set_state(c, s->id, SEG_OPEN, SEG_FREE, 0);
-		rc = rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
-	}
-	if (rc < 0)
-		log_err(rc, "cannot give back segment %u (recovery will)", s->id);
 	seg_append_unlock(st->lock_fd, s->id);
 }
 
@@ -354,7 +351,7 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 		/* Out of room: claim a fresh segment outside the lock (it may reclaim). */
 		if (!t->in_reclaim && store_above_high(st))
 			kvt_store_reclaim(st, 1);
-		rc = store_claim(st, &fresh);
+		rc = store_claim(st, space, &fresh);
 		if (rc == -ENOSPC && !t->in_reclaim && attempt == 0) {
 			rc = kvt_store_reclaim(st, 1);
 			if (rc < 0 && rc != -ENOSPC)
@@ -369,7 +366,7 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 		if (st->have_cur && st->cur.off + space <= st->seg_size) {
 			/* Another thread installed a segment meanwhile: give ours back. */
 			pthread_mutex_unlock(&st->alloc_lock);
-			store_unclaim(st, &fresh);
+			store_seal(st, &fresh);
 			continue;
 		}
 		if (st->have_cur) {

@@ -1,0 +1,102 @@
+# tests/lib.sh - what the script tests share; sourced, never run.
+#
+# A script test drives the real binaries against a scratch store of its own:
+# kvt_setup makes a directory under ${TMPDIR:-/tmp}, writes a small
+# kvtier.conf there (64M of 4M segments, so a test fills and reclaims
+# quickly), exports KVTIER_CONF so that every binary finds it, and removes the
+# directory when the script exits, however it exits. Set KVT_KEEP=1 to keep
+# it for a post-mortem.
+#
+# Exit statuses follow automake: 0 pass, 1 fail (`fail`), 77 skip (`skip`,
+# for what this machine cannot run, said why).
+#
+# `make check` sets top_builddir and top_srcdir (AM_TESTS_ENVIRONMENT); run
+# by hand from a checkout, both default to the directory above tests/.
+
+kvt_here=$(cd "$(dirname "$0")" && pwd)
+: "${top_srcdir:=$(dirname "$kvt_here")}"
+: "${top_builddir:=$(dirname "$kvt_here")}"
+
+fail()
+{
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+skip()
+{
+	echo "SKIP: $*" >&2
+	exit 77
+}
+
+# A line saying what the test does next, so a failure reads in context.
+step()
+{
+	echo "--- $*"
+}
+
+# kvt_write_config FILE DIR: a config for a small store in DIR.
+kvt_write_config()
+{
+	cat >"$1" <<EOF
+[store]
+dir = $2
+capacity = 64M
+segment_size = 4M
+EOF
+}
+
+kvt_cleanup()
+{
+	if [ -n "${KVT_TMP:-}" ] && [ -d "$KVT_TMP" ]; then
+		if [ -n "${KVT_KEEP:-}" ]; then
+			echo "kept $KVT_TMP" >&2
+		else
+			rm -rf "$KVT_TMP"
+		fi
+	fi
+}
+
+# Sets KVT_TMP (scratch), KVT_DIR (the store), KVTIER_CONF and KVTIER.
+kvt_setup()
+{
+	KVT_TMP=$(mktemp -d "${TMPDIR:-/tmp}/kvtier-test.XXXXXX") ||
+		fail "cannot make a scratch directory in ${TMPDIR:-/tmp}"
+	trap kvt_cleanup EXIT
+	# A signal exits through the EXIT trap, so the scratch directory goes too.
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	KVT_DIR=$KVT_TMP/data
+	KVTIER_CONF=$KVT_TMP/kvtier.conf
+	export KVTIER_CONF
+	kvt_write_config "$KVTIER_CONF" "$KVT_DIR"
+	KVTIER=$top_builddir/kvtier
+	[ -x "$KVTIER" ] || fail "no kvtier binary at '$KVTIER' (build it first)"
+}
+
+# kvt_run CMD...: runs CMD with its output in $KVT_TMP/out and $KVT_TMP/err,
+# and its exit status in $rc, without tripping `set -e`.
+kvt_run()
+{
+	rc=0
+	"$@" >"$KVT_TMP/out" 2>"$KVT_TMP/err" || rc=$?
+}
+
+# kvt_expect STATUS CMD...: runs CMD (as kvt_run) and fails unless it exits
+# with STATUS.
+kvt_expect()
+{
+	kvt_want=$1
+	shift
+	kvt_run "$@"
+	[ "$rc" -eq "$kvt_want" ] ||
+		fail "'$*' exited $rc, expected $kvt_want; stderr: $(cat "$KVT_TMP/err")"
+}
+
+# kvt_grep WHICH PATTERN: fails unless $KVT_TMP/WHICH (out or err) of the
+# last kvt_run matches the extended regular expression PATTERN.
+kvt_grep()
+{
+	grep -Eq -- "$2" "$KVT_TMP/$1" ||
+		fail "std$1 does not match '$2'; it was: $(cat "$KVT_TMP/$1")"
+}
