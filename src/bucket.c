@@ -19,7 +19,7 @@
 
 int kvt_bucket_name_valid(const char *name)
 {
-	size_t len = name ? strlen(name) : 0;
+	size_t len = name ? strlen(name) : 0, dots = 0;
 	int digits_and_dots = 1;
 
 	if (len < KVT_BUCKET_MIN || len > KVT_BUCKET_MAX)
@@ -36,9 +36,10 @@ int kvt_bucket_name_valid(const char *name)
 			return 0;
 		if (!isdigit(ch) && ch != '.')
 			digits_and_dots = 0;
+		dots += ch == '.';
 	}
-	/* "192.168.5.4" would be taken for an address. */
-	return !digits_and_dots;
+	/* "192.168.5.4" would be taken for an address; "2024" is a fine name in S3. */
+	return !(digits_and_dots && dots == 3);
 }
 
 /* ".name": the internal buckets of kvt_bucket_create_internal(). */

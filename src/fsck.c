@@ -180,7 +180,8 @@ static unsigned fsck_overlaps(struct fsck_state *fs)
 {
 	unsigned n = 0;
 
-	qsort(fs->ranges, fs->nranges, sizeof(*fs->ranges), range_cmp);
+	if (fs->nranges > 1)
+		qsort(fs->ranges, fs->nranges, sizeof(*fs->ranges), range_cmp);
 	for (size_t i = 1; i < fs->nranges; i++) {
 		const struct fsck_range *p = &fs->ranges[i - 1], *r = &fs->ranges[i];
 

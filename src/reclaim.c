@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "store.h"
@@ -199,7 +200,7 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate)
 int kvt_store_reclaim(struct kvt_store *st, unsigned need)
 {
 	struct store_thread *t = store_thread(st);
-	uint64_t counts[4], target;
+	uint64_t counts[4], target, swept = 0;
 	int rc = 0, tries = 0;
 
 	if (!t)
@@ -214,10 +215,30 @@ int kvt_store_reclaim(struct kvt_store *st, unsigned need)
 			break;
 		if (counts[SEG_FREE] >= MAX(target, need))
 			break;
+		/*
+		 * Each segment once per call at most: relocating the pinned objects
+		 * of full segments frees no net space, and unbounded it went round
+		 * them forever (test_object: test_reclaim_all_pinned_enospc).
+		 */
+		if (swept++ >= st->nsegs) {
+			rc = -ENOENT;	/* as if nothing sealed were left */
+			break;
+		}
 		/* Relocating needs somewhere to go: with no free segment, drop only. */
 		rc = reclaim_segment(st, counts[SEG_FREE] > 0);
-		if (rc == -EAGAIN && ++tries < 16)
+		if (rc == -EAGAIN && ++tries < 16) {
+			/*
+			 * Another process holds the victim for a moment (sealing it,
+			 * or reclaiming it while it waits for the catalog): let it
+			 * finish rather than spin, and do not count the attempt as a
+			 * segment swept. Retried at once, 16 tries went by within
+			 * microseconds and the put that needed space failed with
+			 * -EAGAIN (test_multiproc: test_stress_two).
+			 */
+			swept--;
+			usleep(1000 * (unsigned)tries);
 			continue;
+		}
 		if (rc < 0)
 			break;
 	}

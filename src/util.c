@@ -150,7 +150,9 @@ int util_mkdir_p(const char *dir)
 	char path[4096];
 	size_t len = strlen(dir);
 
-	if (len == 0 || len >= sizeof(path))
+	if (len == 0)
+		return -EINVAL;
+	if (len >= sizeof(path))
 		return -ENAMETOOLONG;
 	memcpy(path, dir, len + 1);
 	for (char *p = path + 1; *p; p++) {
@@ -161,8 +163,16 @@ int util_mkdir_p(const char *dir)
 			return -errno;
 		*p = '/';
 	}
-	if (mkdir(path, 0755) < 0 && errno != EEXIST)
-		return -errno;
+	if (mkdir(path, 0755) < 0) {
+		struct stat sb;
+
+		if (errno != EEXIST)
+			return -errno;
+		if (stat(path, &sb) < 0)
+			return -errno;
+		if (!S_ISDIR(sb.st_mode))
+			return -ENOTDIR;
+	}
 	return 0;
 }
 

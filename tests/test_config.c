@@ -187,6 +187,8 @@ static void test_percent_watermarks(void **state)
 		{ "100%", "1%", 1.0, 0.01 },
 		{ "1", ".8", 1.0, 0.8 },
 		{ "0.9", "80%", 0.9, 0.8 },	/* mixed spellings */
+		{ "0.90000000000000000000", "0.000001", 0.9, 0.000001 },
+		{ "099.99999999999999999%", "0000.5", 0.999999999999999, 0.5 },
 	};
 	char text[128], err[512];
 
@@ -247,6 +249,9 @@ static void test_bad_values(void **state)
 		{ "low_watermark = nan", "bad value 'nan' for [store] low_watermark: expected a fraction like 0.9 or 90%" },
 		{ "low_watermark = -0.5", "bad value '-0.5' for [store] low_watermark: expected a fraction like 0.9 or 90%" },
 		{ "low_watermark = .", "bad value '.' for [store] low_watermark: expected a fraction like 0.9 or 90%" },
+		{ "low_watermark = 1000000000000000", "bad value '1000000000000000' for [store] low_watermark: expected a fraction like 0.9 or 90%" },
+		{ "low_watermark = 0.5.", "bad value '0.5.' for [store] low_watermark: expected a fraction like 0.9 or 90%" },
+		{ "low_watermark = 50%%", "bad value '50%%' for [store] low_watermark: expected a fraction like 0.9 or 90%" },
 		{ "io = aio", "bad value 'aio' for [store] io: expected uring or sync" },
 		{ "io = URING", "bad value 'URING' for [store] io: expected uring or sync" },
 		{ "session_depth = 0", "bad value '0' for [store] session_depth: expected a whole number from 1 to 16" },
@@ -419,6 +424,45 @@ static void test_long_line(void **state)
 	kvt_config_release(&cfg);
 }
 
+/* Memory stays bounded: a huge line is counted, not stored; a huge file fails. */
+static void test_huge_input(void **state)
+{
+	const size_t big = 2 << 20;
+	char *text = malloc(big + 1);
+	struct kvt_config cfg;
+	char *path, err[512], want[600];
+	int n;
+
+	(void)state;
+	assert_non_null(text);
+	n = snprintf(text, big, "[store]\n\ndir = /");
+	memset(text + n, 'x', 100000);
+	strcpy(text + n + 100000, "\ncapacity = 1G\n");
+	path = conf_write(text);
+	kvt_config_init(&cfg);
+	assert_int_equal(kvt_config_load(&cfg, path, err, sizeof(err)), -EINVAL);
+	snprintf(want, sizeof(want), "%s:3: line is longer than ", path);
+	assert_memory_equal(err, want, strlen(want));
+	conf_remove(path);
+
+	/* Over 1M of comments: whatever it is, it is not a kvtier.conf. */
+	for (size_t i = 0; i < big; i += 64)
+		memcpy(text + i, "# padding padding padding padding padding padding padding paddi\n", 64);
+	text[big] = '\0';
+	path = conf_write(text);
+	assert_int_equal(kvt_config_load(&cfg, path, err, sizeof(err)), -EFBIG);
+	snprintf(want, sizeof(want), "%s: cannot read: File too large", path);
+	assert_string_equal(err, want);
+	conf_remove(path);
+
+	assert_int_equal(kvt_config_load(&cfg, "/dev/zero", err, sizeof(err)), -EFBIG);
+	assert_string_equal(err, "/dev/zero: cannot read: File too large");
+	assert_null(cfg.path);
+	assert_defaults(&cfg);
+	kvt_config_release(&cfg);
+	free(text);
+}
+
 static void test_nul_byte(void **state)
 {
 	static const char text[] = "[store]\ncapacity = 8G\0junk\nio = sync\n";
@@ -479,6 +523,8 @@ static void test_error_buffer(void **state)
 
 	(void)state;
 	kvt_config_init(&cfg);
+	assert_int_equal(kvt_config_load(&cfg, NULL, err, sizeof(err)), -EINVAL);
+	assert_true(kvt_config_load_default(&cfg, NULL, NULL, 0) <= 0);
 	assert_int_equal(kvt_config_load(&cfg, path, NULL, 0), -EINVAL);
 	assert_int_equal(kvt_config_load(&cfg, path, err, 0), -EINVAL);
 	memset(err, 'z', sizeof(err));
@@ -618,6 +664,7 @@ int main(void)
 		cmocka_unit_test(test_syntax_errors),
 		cmocka_unit_test(test_duplicate_key),
 		cmocka_unit_test(test_long_line),
+		cmocka_unit_test(test_huge_input),
 		cmocka_unit_test(test_nul_byte),
 		cmocka_unit_test(test_load_is_atomic),
 		cmocka_unit_test(test_release_twice),

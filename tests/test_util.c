@@ -79,6 +79,37 @@ static void test_crc32c_chaining(void **state)
 	}
 }
 
+/* combine(crc(a), crc(b), len(b)) == crc(a || b): parts become one object. */
+static void test_crc32c_combine(void **state)
+{
+	static unsigned char buf[1 << 20];
+	uint32_t whole;
+
+	(void)state;
+	test_fill(buf, sizeof(buf), 3, 0);
+	whole = kvt_crc32c(0, buf, sizeof(buf));
+	for (size_t i = 0; i <= sizeof(buf); i += i < 64 ? 1 : 65521) {
+		uint32_t a = kvt_crc32c(0, buf, i);
+		uint32_t b = kvt_crc32c(0, buf + i, sizeof(buf) - i);
+
+		assert_int_equal(kvt_crc32c_combine(a, b, sizeof(buf) - i), whole);
+	}
+	assert_int_equal(kvt_crc32c_combine(0xE3069283, 0, 0), 0xE3069283);
+	assert_int_equal(kvt_crc32c_combine(kvt_crc32c(0, "1234", 4), kvt_crc32c(0, "56789", 5), 5),
+			 0xE3069283);
+	/*
+	 * Lengths past 4 GiB, without hashing gigabytes: combining is
+	 * associative, which a length cut to 32 bits would break.
+	 */
+	{
+		const uint64_t lb = 3ull << 30, lc = (2ull << 30) + 12345;
+		const uint32_t a = 0x12345678, b = 0x9abcdef0, c = 0x0badf00d;
+
+		assert_int_equal(kvt_crc32c_combine(kvt_crc32c_combine(a, b, lb), c, lc),
+				 kvt_crc32c_combine(a, kvt_crc32c_combine(b, c, lc), lb + lc));
+	}
+}
+
 /* ISA-L has separate paths for short tails and unaligned heads. */
 static void test_crc32c_reference(void **state)
 {
@@ -304,6 +335,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_crc32c_vectors),
 		cmocka_unit_test(test_crc32c_chaining),
+		cmocka_unit_test(test_crc32c_combine),
 		cmocka_unit_test(test_crc32c_reference),
 		cmocka_unit_test(test_hex),
 		cmocka_unit_test(test_mkdir_p),
