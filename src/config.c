@@ -59,6 +59,7 @@
 
 enum cfg_type {
 	CFG_TYPE_PATH,		/* char *, an absolute path */
+	CFG_TYPE_STRING,	/* char *, any text without spaces */
 	CFG_TYPE_SIZE,		/* uint64_t bytes, kvt_parse_size() */
 	CFG_TYPE_FRACTION,	/* double in [0, 1], "0.9" or "90%" */
 	CFG_TYPE_ENUM,		/* an enum: value i is spelt names[i] */
@@ -89,6 +90,8 @@ struct cfg_key {
 
 #define CFG_PATH(sec, key, m, d) \
 	{ .section = sec, .name = key, .type = CFG_TYPE_PATH, .offset = CFG_AT(m, char *), .def = d }
+#define CFG_STRING(sec, key, m, d) \
+	{ .section = sec, .name = key, .type = CFG_TYPE_STRING, .offset = CFG_AT(m, char *), .def = d }
 #define CFG_SIZE(sec, key, m, d) \
 	{ .section = sec, .name = key, .type = CFG_TYPE_SIZE, .offset = CFG_AT(m, uint64_t), .def = d }
 #define CFG_FRACTION(sec, key, m, d) \
@@ -116,6 +119,13 @@ static const struct cfg_key cfg_keys[] = {
 	CFG_ENUM("store", "io", store.io, "uring", cfg_io_names),
 	CFG_UNSIGNED("store", "session_depth", store.session_depth, "1", 1, 16),
 	CFG_UNSIGNED("store", "access_flush_ms", store.access_flush_ms, "1000", 1, 86400000),
+	CFG_STRING("gateway", "listen", gateway.listen, "127.0.0.1:9000"),
+	CFG_UNSIGNED("gateway", "threads", gateway.threads, "4", 1, 1024),
+	CFG_PATH("gateway", "credentials", gateway.credentials, NULL),
+	CFG_PATH("gateway", "tls_cert", gateway.tls_cert, NULL),
+	CFG_PATH("gateway", "tls_key", gateway.tls_key, NULL),
+	CFG_STRING("gateway", "metrics_listen", gateway.metrics_listen, NULL),
+	CFG_STRING("gateway", "region", gateway.region, "us-east-1"),
 };
 
 /* A kvtier.conf is a few kilobytes; anything this big is not one. */
@@ -298,6 +308,16 @@ static int cfg_set(struct kvt_config *cfg, const struct cfg_key *k, const char *
 		free(*(char **)field);
 		*(char **)field = s;
 		return 0;
+	case CFG_TYPE_STRING:
+		/* One word: a value with a space in it is a typo, not a name. */
+		if (!*text || strpbrk(text, " \t\"'"))
+			return -EINVAL;
+		s = strdup(text);
+		if (!s)
+			return -ENOMEM;
+		free(*(char **)field);
+		*(char **)field = s;
+		return 0;
 	case CFG_TYPE_SIZE:
 		rc = kvt_parse_size(text, &u);
 		if (rc < 0)
@@ -342,6 +362,9 @@ static void cfg_expect(const struct cfg_key *k, char *buf, size_t len)
 	switch (k->type) {
 	case CFG_TYPE_PATH:
 		snprintf(buf, len, "expected an absolute path");
+		return;
+	case CFG_TYPE_STRING:
+		snprintf(buf, len, "expected one word without spaces or quotes");
 		return;
 	case CFG_TYPE_SIZE:
 		snprintf(buf, len, "expected a size like 256M");
@@ -575,6 +598,12 @@ static int (*const cfg_checks[])(const struct kvt_config *cfg, char *msg, size_t
 	cfg_check_store,
 };
 
+/* Keys whose field is a heap string. */
+static int cfg_is_text(const struct cfg_key *k)
+{
+	return k->type == CFG_TYPE_PATH || k->type == CFG_TYPE_STRING;
+}
+
 /* A deep copy of src; on failure dst holds nothing to release. */
 static int cfg_copy(struct kvt_config *dst, const struct kvt_config *src)
 {
@@ -583,7 +612,7 @@ static int cfg_copy(struct kvt_config *dst, const struct kvt_config *src)
 	*dst = *src;
 	dst->path = NULL;
 	for (i = 0; i < ARRAY_SIZE(cfg_keys); i++) {
-		if (cfg_keys[i].type == CFG_TYPE_PATH)
+		if (cfg_is_text(&cfg_keys[i]))
 			*(char **)cfg_field(dst, &cfg_keys[i]) = NULL;
 	}
 	if (src->path && !(dst->path = strdup(src->path)))
@@ -591,7 +620,7 @@ static int cfg_copy(struct kvt_config *dst, const struct kvt_config *src)
 	for (i = 0; i < ARRAY_SIZE(cfg_keys); i++) {
 		char *s;
 
-		if (cfg_keys[i].type != CFG_TYPE_PATH)
+		if (!cfg_is_text(&cfg_keys[i]))
 			continue;
 		s = *(char *const *)((const char *)src + cfg_keys[i].offset);
 		if (s && !(*(char **)cfg_field(dst, &cfg_keys[i]) = strdup(s)))
@@ -608,7 +637,7 @@ void kvt_config_init(struct kvt_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	for (size_t i = 0; i < ARRAY_SIZE(cfg_keys); i++) {
 		const struct cfg_key *k = &cfg_keys[i];
-		int rc = cfg_set(cfg, k, k->def);
+		int rc = k->def ? cfg_set(cfg, k, k->def) : 0;	/* no default: unset */
 
 		/*
 		 * The defaults are constants that test_config parses; what can
@@ -627,7 +656,7 @@ void kvt_config_release(struct kvt_config *cfg)
 	if (!cfg)
 		return;
 	for (size_t i = 0; i < ARRAY_SIZE(cfg_keys); i++) {
-		if (cfg_keys[i].type == CFG_TYPE_PATH) {
+		if (cfg_is_text(&cfg_keys[i])) {
 			char **s = cfg_field(cfg, &cfg_keys[i]);
 
 			free(*s);

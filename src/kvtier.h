@@ -52,6 +52,15 @@ struct kvt_config {
 		unsigned session_depth;	/* leading key components naming a session */
 		unsigned access_flush_ms; /* how often access times reach the catalog */
 	} store;
+	struct {
+		char *listen;		/* "ADDR:PORT", "[::1]:PORT" */
+		unsigned threads;	/* libmicrohttpd worker threads */
+		char *credentials;	/* users file, owner-only; NULL: none */
+		char *tls_cert;		/* PEM; NULL: plain HTTP */
+		char *tls_key;
+		char *metrics_listen;	/* NULL: /metrics on the S3 listener */
+		char *region;		/* what GetBucketLocation answers, SigV4 scope */
+	} gateway;
 };
 
 /* Fill cfg with the embedded defaults. Release with kvt_config_release(). */
