@@ -52,7 +52,20 @@ static const char *const migrations[] = {
 	"  last_access INTEGER NOT NULL);"
 	"CREATE TABLE sessions(bucket INTEGER NOT NULL, name TEXT NOT NULL,"
 	"  last_access INTEGER NOT NULL, PRIMARY KEY(bucket, name)) WITHOUT ROWID;",
+	/* 2: POSIX metadata for the FUSE view (mode 0644 = 420). */
+	"ALTER TABLE objects ADD COLUMN mode INTEGER NOT NULL DEFAULT 420;"
+	"ALTER TABLE objects ADD COLUMN uid INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE objects ADD COLUMN gid INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE objects ADD COLUMN atime INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE objects ADD COLUMN ctime INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE objects ADD COLUMN kind INTEGER NOT NULL DEFAULT 0;",
 };
+
+/* The columns cat_object_from_row() reads, in its order; extents follow. */
+#define OBJ_COLS "o.id, o.vid, o.size, o.etag, o.crc32c, o.content_type, o.meta, o.mtime," \
+	" o.session, o.tier, o.pinned, o.key, o.bucket, o.mode, o.uid, o.gid, o.atime," \
+	" o.ctime, o.kind"
+#define OBJ_NCOLS 19
 
 enum stmt_id {
 	S_BEGIN, S_BEGIN_READ, S_COMMIT, S_ROLLBACK,
@@ -60,7 +73,8 @@ enum stmt_id {
 	S_BUCKET_INSERT, S_BUCKET_ID, S_BUCKET_DELETE, S_BUCKET_HAS_OBJECTS,
 	S_BUCKET_LIST,
 	S_OBJ_LOOKUP, S_OBJ_GET, S_OBJ_EXTENTS, S_OBJ_INSERT, S_OBJ_DELETE_ID,
-	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_OBJ_LOOKUP_FULL, S_EXT_ADOPT, S_OBJ_GET_ID, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_PIN,
+	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_OBJ_LOOKUP_FULL, S_EXT_ADOPT, S_OBJ_GET_ID,
+	S_OBJ_SETATTR, S_OBJ_SET_SESSION, S_OBJ_RENAME, S_OBJ_RENAME_PREFIX, S_PREFIX_HAS_OTHER, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_PIN,
 	S_OBJ_RANGE, S_OBJ_RANGE_INCL, S_OBJ_WALK,
 	S_SEG_GET, S_SEG_LIST, S_SEG_LIVE_ADD, S_SEG_CLAIM, S_SEG_NEXT_FREE, S_SEG_NEXT_PARTIAL,
 	S_SEG_REOPEN,
@@ -87,13 +101,13 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_BUCKET_HAS_OBJECTS] = "SELECT 1 FROM objects WHERE bucket = ?1 LIMIT 1",
 	[S_BUCKET_LIST] = "SELECT name, ctime FROM buckets ORDER BY name",
 	[S_OBJ_LOOKUP] = "SELECT id, vid FROM objects WHERE bucket = ?1 AND key = ?2",
-	[S_OBJ_GET] = "SELECT id, vid, size, etag, crc32c, content_type, meta, mtime,"
-		      " session, tier, pinned, key FROM objects WHERE bucket = ?1 AND key = ?2",
+	[S_OBJ_GET] = "SELECT " OBJ_COLS " FROM objects o WHERE o.bucket = ?1 AND o.key = ?2",
 	[S_OBJ_EXTENTS] = "SELECT seq, segment, gen, offset, length, crc, obj_off, hvid, hseq"
 			  " FROM extents WHERE object = ?1 ORDER BY seq",
 	[S_OBJ_INSERT] = "INSERT INTO objects(bucket, key, vid, size, etag, crc32c,"
-			 " content_type, meta, mtime, session, tier, pinned)"
-			 " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0, ?11)",
+			 " content_type, meta, mtime, session, tier, pinned, mode, uid, gid,"
+			 " atime, ctime, kind) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0,"
+			 " ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
 	[S_OBJ_DELETE_ID] = "DELETE FROM objects WHERE id = ?1",
 	[S_EXT_INSERT] = "INSERT INTO extents(object, seq, segment, gen, offset, length,"
 			 " crc, obj_off, hvid, hseq) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -104,12 +118,21 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_OBJ_KEY] = "SELECT bucket, key FROM objects WHERE id = ?1",
 	[S_OBJ_GET_ID] = "SELECT vid, size, (SELECT count(*) FROM extents WHERE object = ?1)"
 			 " FROM objects WHERE id = ?1",
+	[S_OBJ_SETATTR] = "UPDATE objects SET mode = coalesce(?3, mode), uid = coalesce(?4, uid),"
+			  " gid = coalesce(?5, gid), atime = coalesce(?6, atime),"
+			  " mtime = coalesce(?7, mtime), ctime = ?8 WHERE bucket = ?1 AND key = ?2",
+	[S_OBJ_SET_SESSION] = "UPDATE objects SET session = ?3 WHERE bucket = ?1 AND key = ?2",
+	[S_OBJ_RENAME] = "UPDATE objects SET key = ?3, ctime = ?4 WHERE bucket = ?1 AND key = ?2",
+	/* Every key under prefix ?2 moves under prefix ?3; ?4 bounds the old prefix. */
+	[S_OBJ_RENAME_PREFIX] = "UPDATE objects SET key = ?3 || substr(key, length(?2) + 1), ctime = ?5"
+				" WHERE bucket = ?1 AND key >= ?2 AND key < ?4",
+	[S_PREFIX_HAS_OTHER] = "SELECT 1 FROM objects WHERE bucket = ?1 AND key > ?2 AND key < ?3"
+			       " LIMIT 1",
 	[S_EXT_ADOPT] = "UPDATE extents SET object = ?2, seq = seq + ?3, obj_off = obj_off + ?4"
 			" WHERE object = ?1",
 	/* The reader's one query: object and extents in one implicit read
 	 * transaction, so they always belong together. */
-	[S_OBJ_LOOKUP_FULL] = "SELECT o.id, o.vid, o.size, o.etag, o.crc32c, o.content_type, o.meta,"
-			      " o.mtime, o.session, o.tier, o.pinned, o.key, o.bucket,"
+	[S_OBJ_LOOKUP_FULL] = "SELECT " OBJ_COLS ","
 			      " e.seq, e.segment, e.gen, e.offset, e.length, e.crc, e.obj_off,"
 			      " e.hvid, e.hseq"
 			      " FROM buckets b JOIN objects o ON o.bucket = b.id"
@@ -118,12 +141,10 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_EXT_DELETE_OBJ] = "DELETE FROM extents WHERE object = ?1",
 	[S_OBJ_VID] = "SELECT vid FROM objects WHERE id = ?1",
 	[S_OBJ_PIN] = "UPDATE objects SET pinned = ?3 WHERE bucket = ?1 AND key = ?2",
-	[S_OBJ_RANGE] = "SELECT key, size, etag, crc32c, content_type, mtime, session, tier,"
-			" pinned FROM objects WHERE bucket = ?1 AND key > ?2 AND key < ?3"
-			" ORDER BY key LIMIT ?4",
-	[S_OBJ_RANGE_INCL] = "SELECT key, size, etag, crc32c, content_type, mtime, session,"
-			     " tier, pinned FROM objects WHERE bucket = ?1 AND key >= ?2"
-			     " AND key < ?3 ORDER BY key LIMIT ?4",
+	[S_OBJ_RANGE] = "SELECT " OBJ_COLS " FROM objects o WHERE o.bucket = ?1 AND o.key > ?2"
+			" AND o.key < ?3 ORDER BY o.key LIMIT ?4",
+	[S_OBJ_RANGE_INCL] = "SELECT " OBJ_COLS " FROM objects o WHERE o.bucket = ?1"
+			     " AND o.key >= ?2 AND o.key < ?3 ORDER BY o.key LIMIT ?4",
 	[S_OBJ_WALK] = "SELECT o.id, o.bucket, b.name, o.key FROM objects o"
 		       " JOIN buckets b ON b.id = o.bucket WHERE o.id > ?1 ORDER BY o.id LIMIT 256",
 	[S_SEG_GET] = "SELECT id, state, gen, live, used, last_access FROM segments WHERE id = ?1",
@@ -774,6 +795,12 @@ int cat_object_put_parts(struct cat *c, const struct cat_put *p, const int64_t *
 	sqlite3_bind_int64(s, 9, p->mtime_ns);
 	sqlite3_bind_text(s, 10, p->session, -1, SQLITE_STATIC);
 	sqlite3_bind_int(s, 11, p->pinned);
+	sqlite3_bind_int64(s, 12, p->posix.mode);
+	sqlite3_bind_int64(s, 13, p->posix.uid);
+	sqlite3_bind_int64(s, 14, p->posix.gid);
+	sqlite3_bind_int64(s, 15, p->posix.atime_ns);
+	sqlite3_bind_int64(s, 16, p->posix.ctime_ns);
+	sqlite3_bind_int(s, 17, p->posix.kind);
 	rc = cat_exec_stmt(c, s, "object insert");
 	if (rc < 0)
 		goto fail;
@@ -837,9 +864,8 @@ out:
 	return rc;
 }
 
-/* A cat_object from the object columns of a row (id, vid, size, etag, crc32c,
- * content_type, meta, mtime, session, tier, pinned, key), the first 12. */
-static int cat_object_from_row(sqlite3_stmt *s, int64_t bucket_id, struct cat_object **out)
+/* A cat_object from the OBJ_COLS of a row. */
+static int cat_object_from_row(sqlite3_stmt *s, struct cat_object **out)
 {
 	struct cat_object *co = calloc(1, sizeof(*co));
 	struct kvt_object *o = co ? calloc(1, sizeof(*o)) : NULL;
@@ -852,7 +878,13 @@ static int cat_object_from_row(sqlite3_stmt *s, int64_t bucket_id, struct cat_ob
 	}
 	co->obj = o;
 	co->id = sqlite3_column_int64(s, 0);
-	co->bucket_id = bucket_id;
+	co->bucket_id = sqlite3_column_int64(s, 12);
+	o->posix.mode = (uint32_t)sqlite3_column_int64(s, 13);
+	o->posix.uid = (uint32_t)sqlite3_column_int64(s, 14);
+	o->posix.gid = (uint32_t)sqlite3_column_int64(s, 15);
+	o->posix.atime_ns = sqlite3_column_int64(s, 16);
+	o->posix.ctime_ns = sqlite3_column_int64(s, 17);
+	o->posix.kind = sqlite3_column_int(s, 18);
 	co->vid = (uint64_t)sqlite3_column_int64(s, 1);
 	o->size = (uint64_t)sqlite3_column_int64(s, 2);
 	etag = (const char *)sqlite3_column_text(s, 3);
@@ -950,7 +982,7 @@ int cat_object_get(struct cat *c, int64_t bucket_id, const char *key, int with_e
 		cat_done(s);
 		return rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "object get");
 	}
-	rc = cat_object_from_row(s, bucket_id, &co);
+	rc = cat_object_from_row(s, &co);
 	cat_done(s);
 	if (rc == 0 && with_extents)
 		rc = cat_extents_load(c, co);
@@ -976,11 +1008,11 @@ int cat_object_lookup(struct cat *c, const char *bucket, const char *key, struct
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		struct cat_extent e;
 
-		if (!co && cat_object_from_row(s, sqlite3_column_int64(s, 12), &co) < 0)
+		if (!co && cat_object_from_row(s, &co) < 0)
 			break;
-		if (sqlite3_column_type(s, 13) == SQLITE_NULL)
+		if (sqlite3_column_type(s, OBJ_NCOLS) == SQLITE_NULL)
 			continue;	/* an empty object has no extents */
-		cat_extent_from_row(s, 13, &e);
+		cat_extent_from_row(s, OBJ_NCOLS, &e);
 		if (cat_extent_push(co, &cap, &e) < 0)
 			break;
 	}
@@ -1104,28 +1136,16 @@ int cat_object_range(struct cat *c, int64_t bucket_id, const char *after, int in
 	sqlite3_bind_text(s, 3, upper ? upper : "\xff", -1, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 4, limit);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		struct kvt_object *o = calloc(1, sizeof(*o));
-		const char *etag;
+		struct cat_object *co = NULL;
+		struct kvt_object *o;
 
-		if (!o) {
+		if (cat_object_from_row(s, &co) < 0) {
 			rc = SQLITE_NOMEM;
 			break;
 		}
-		o->key = col_strdup(s, 0);
-		o->size = (uint64_t)sqlite3_column_int64(s, 1);
-		etag = (const char *)sqlite3_column_text(s, 2);
-		snprintf(o->etag, sizeof(o->etag), "%s", etag ? etag : "");
-		o->crc32c = (uint32_t)sqlite3_column_int64(s, 3);
-		o->content_type = col_strdup(s, 4);
-		o->mtime_ns = sqlite3_column_int64(s, 5);
-		o->session = col_strdup(s, 6);
-		o->tier = sqlite3_column_int(s, 7);
-		o->pinned = sqlite3_column_int(s, 8);
-		if (!o->key) {
-			kvt_object_free(o);
-			rc = SQLITE_NOMEM;
-			break;
-		}
+		o = co->obj;
+		co->obj = NULL;
+		cat_object_free(co);
 		/* fn owns o from here; negative is an error, positive stops. */
 		stop = fn(arg, o);
 		if (stop) {
@@ -1629,5 +1649,176 @@ int cat_object_by_id(struct cat *c, int64_t id, struct cat_object **out)
 		return -ENOMEM;
 	rc = cat_object_get(c, bucket, key, 1, out);
 	free(key);
+	return rc;
+}
+
+int cat_object_setattr(struct cat *c, int64_t bucket_id, const char *key, unsigned mask,
+		       const struct kvt_posix *p, int64_t mtime_ns, int64_t now_ns)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_OBJ_SETATTR);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, key, -1, SQLITE_STATIC);
+	/* Unbound parameters are NULL: coalesce() keeps the old value. */
+	if (mask & KVT_ATTR_MODE)
+		sqlite3_bind_int64(s, 3, p->mode);
+	if (mask & KVT_ATTR_UID)
+		sqlite3_bind_int64(s, 4, p->uid);
+	if (mask & KVT_ATTR_GID)
+		sqlite3_bind_int64(s, 5, p->gid);
+	if (mask & KVT_ATTR_ATIME)
+		sqlite3_bind_int64(s, 6, p->atime_ns);
+	if (mask & KVT_ATTR_MTIME)
+		sqlite3_bind_int64(s, 7, mtime_ns);
+	sqlite3_bind_int64(s, 8, now_ns);
+	rc = cat_exec_stmt(c, s, "setattr");
+	if (rc == 0 && sqlite3_changes(c->db) == 0)
+		rc = -ENOENT;
+	return rc;
+}
+
+int cat_object_set_session(struct cat *c, int64_t bucket_id, const char *key, const char *session,
+			   int64_t now_ns)
+{
+	sqlite3_stmt *s;
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	s = cat_stmt(c, S_OBJ_SET_SESSION);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, key, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, session, -1, SQLITE_STATIC);
+	rc = cat_exec_stmt(c, s, "set session");
+	if (rc == 0 && sqlite3_changes(c->db) == 0)
+		rc = -ENOENT;
+	if (rc == 0)
+		rc = cat_touch_session(c, bucket_id, session, now_ns);
+	if (rc < 0)
+		goto fail;
+	return cat_commit(c);
+fail:
+	cat_rollback(c);
+	return rc;
+}
+
+/* The id of bucket/key, or -ENOENT. */
+static int cat_object_id(struct cat *c, int64_t bucket_id, const char *key, int64_t *id)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_OBJ_LOOKUP);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, key, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*id = sqlite3_column_int64(s, 0);
+	cat_done(s);
+	return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "object id");
+}
+
+int cat_object_rename(struct cat *c, int64_t bucket_id, const char *from, const char *to,
+		      int noreplace, int64_t now_ns)
+{
+	sqlite3_stmt *s;
+	int64_t from_id, to_id;
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	rc = cat_object_id(c, bucket_id, from, &from_id);
+	if (rc < 0)
+		goto fail;
+	rc = cat_object_id(c, bucket_id, to, &to_id);
+	if (rc == 0 && to_id == from_id)
+		goto done;	/* rename to itself: nothing to do */
+	if (rc == 0 && noreplace) {
+		rc = -EEXIST;
+		goto fail;
+	}
+	/* The old target goes in the same transaction: nobody sees neither. */
+	if (rc == 0)
+		rc = cat_delete_id(c, to_id);
+	else if (rc == -ENOENT)
+		rc = 0;
+	if (rc < 0)
+		goto fail;
+	s = cat_stmt(c, S_OBJ_RENAME);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, from, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, to, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 4, now_ns);
+	rc = cat_exec_stmt(c, s, "rename");
+	if (rc < 0)
+		goto fail;
+done:
+	return cat_commit(c);
+fail:
+	cat_rollback(c);
+	return rc;
+}
+
+int cat_object_rename_prefix(struct cat *c, int64_t bucket_id, const char *from, const char *to,
+			     const char *from_upper, const char *to_upper, int64_t now_ns)
+{
+	sqlite3_stmt *s;
+	int64_t marker;
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	/* POSIX: a directory may replace an empty one only. */
+	s = cat_stmt(c, S_PREFIX_HAS_OTHER);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, to, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, to_upper, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	cat_done(s);
+	if (rc == SQLITE_ROW) {
+		rc = -ENOTEMPTY;
+		goto fail;
+	}
+	rc = cat_object_id(c, bucket_id, to, &marker);
+	if (rc == 0)
+		rc = cat_delete_id(c, marker);
+	else if (rc == -ENOENT)
+		rc = 0;
+	if (rc < 0)
+		goto fail;
+	s = cat_stmt(c, S_OBJ_RENAME_PREFIX);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, from, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, to, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 4, from_upper, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 5, now_ns);
+	rc = cat_exec_stmt(c, s, "rename prefix");
+	if (rc == 0 && sqlite3_changes(c->db) == 0)
+		rc = -ENOENT;
+	if (rc < 0)
+		goto fail;
+	return cat_commit(c);
+fail:
+	cat_rollback(c);
 	return rc;
 }

@@ -77,6 +77,7 @@ struct cat_put {
 	const char *session;
 	int pinned;
 	int if_none_match;
+	struct kvt_posix posix;
 	size_t nextents;
 	const struct cat_extent *extents;
 };
@@ -128,6 +129,18 @@ int cat_object_set_pin(struct cat *c, int64_t bucket_id, const char *key, int pi
 int cat_object_range(struct cat *c, int64_t bucket_id, const char *after, int inclusive,
 		     const char *upper, unsigned limit,
 		     int (*fn)(void *arg, struct kvt_object *obj), void *arg);
+
+/* POSIX attributes, session, renames (the FUSE view). */
+int cat_object_setattr(struct cat *c, int64_t bucket_id, const char *key, unsigned mask,
+		       const struct kvt_posix *p, int64_t mtime_ns, int64_t now_ns);
+int cat_object_set_session(struct cat *c, int64_t bucket_id, const char *key, const char *session,
+			   int64_t now_ns);
+int cat_object_rename(struct cat *c, int64_t bucket_id, const char *from, const char *to,
+		      int noreplace, int64_t now_ns);
+/* Every key under prefix from moves under prefix to; the bounds are the
+ * smallest strings above every key with each prefix. */
+int cat_object_rename_prefix(struct cat *c, int64_t bucket_id, const char *from, const char *to,
+			     const char *from_upper, const char *to_upper, int64_t now_ns);
 
 /* Segments. */
 int cat_segment_get(struct cat *c, uint32_t id, struct cat_segment *out);

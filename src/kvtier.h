@@ -173,6 +173,21 @@ enum kvt_tier {
 
 const char *kvt_tier_name(enum kvt_tier tier);
 
+/* What an object is in the FUSE view. */
+enum kvt_kind {
+	KVT_KIND_FILE,		/* bytes */
+	KVT_KIND_SYMLINK,	/* the bytes are the link's target */
+	KVT_KIND_DIR,		/* an empty directory's marker, key "dir/" */
+};
+
+/* POSIX metadata kept per object for the FUSE view (mtime is the object's). */
+struct kvt_posix {
+	uint32_t mode;		/* permission bits and file type bits */
+	uint32_t uid, gid;
+	int64_t atime_ns, ctime_ns;
+	enum kvt_kind kind;
+};
+
 /* One user metadata pair (x-amz-meta-NAME: VALUE); NAME in lower case. */
 struct kvt_meta {
 	char *name;
@@ -192,6 +207,7 @@ struct kvt_object {
 	int pinned;
 	size_t nmeta;
 	struct kvt_meta *meta;
+	struct kvt_posix posix;
 };
 
 /* Accepts NULL. */
@@ -214,6 +230,7 @@ struct kvt_put_opts {
 	const struct kvt_meta *meta;
 	size_t nmeta;
 	int64_t mtime_ns;		/* 0: now */
+	const struct kvt_posix *posix;	/* NULL: a plain file, 0644, owner 0 */
 };
 
 /*
@@ -267,6 +284,36 @@ int kvt_object_copy(struct kvt_store *st, const char *src_bucket, const char *sr
 int kvt_object_compose(struct kvt_store *st, const char *bucket, const char *key,
 		       const char *parts_bucket, const char *const *part_keys, size_t nparts,
 		       const struct kvt_put_opts *opts, struct kvt_object **info);
+
+/* Which fields kvt_object_setattr() changes; ctime always becomes now. */
+enum {
+	KVT_ATTR_MODE = 1 << 0,
+	KVT_ATTR_UID = 1 << 1,
+	KVT_ATTR_GID = 1 << 2,
+	KVT_ATTR_ATIME = 1 << 3,
+	KVT_ATTR_MTIME = 1 << 4,
+};
+
+int kvt_object_setattr(struct kvt_store *st, const char *bucket, const char *key, unsigned mask,
+		       const struct kvt_posix *posix, int64_t mtime_ns);
+
+/* Moves the object to another session (and touches that session). */
+int kvt_object_set_session(struct kvt_store *st, const char *bucket, const char *key,
+			   const char *session);
+
+enum {
+	KVT_RENAME_NOREPLACE = 1 << 0,	/* -EEXIST if `to` exists */
+	KVT_RENAME_PREFIX = 1 << 1,	/* every key under `from` moves under `to` */
+};
+
+/*
+ * Renames within a bucket in one transaction, never copying a byte: an
+ * existing `to` is replaced atomically (readers see the old or the new
+ * object). With KVT_RENAME_PREFIX (a directory: both end in '/'), every key
+ * under `from` moves; `to` may hold nothing but its own marker (-ENOTEMPTY).
+ */
+int kvt_object_rename(struct kvt_store *st, const char *bucket, const char *from, const char *to,
+		      unsigned flags);
 
 /* Sets or clears the pin of an object. */
 int kvt_object_pin(struct kvt_store *st, const char *bucket, const char *key, int pinned);

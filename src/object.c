@@ -182,6 +182,7 @@ int kvt_object_copy(struct kvt_store *st, const char *src_bucket, const char *sr
 			.content_type = src->content_type,
 			.session = src->session,
 			.etag = src->etag,	/* the same bytes: S3 keeps the ETag */
+			.posix = &src->posix,
 			.meta = src->meta,
 			.nmeta = src->nmeta,
 		};
@@ -279,6 +280,7 @@ int kvt_object_compose(struct kvt_store *st, const char *bucket, const char *key
 		.pinned = !!(opts->flags & KVT_PUT_PIN),
 		.if_none_match = !!(opts->flags & KVT_PUT_IF_NONE_MATCH),
 	};
+	store_posix_fill(&put.posix, opts->posix, put.mtime_ns);
 	rc = cat_object_put_parts(c, &put, ids, vids, nparts, NULL, NULL);
 	if (rc == 0 && info)
 		rc = kvt_object_head(st, bucket, key, info);
@@ -286,6 +288,81 @@ out:
 	free(ids);
 	free(vids);
 	free(session);
+	return rc;
+}
+
+/* The bucket id of bucket, after checking key; the common prologue. */
+static int object_prologue(struct kvt_store *st, const char *bucket, const char *key,
+			   struct cat **c, int64_t *bucket_id)
+{
+	int rc;
+
+	*c = store_cat(st);
+	if (!*c)
+		return -ENOMEM;
+	rc = kvt_key_valid(key);
+	return rc < 0 ? rc : store_bucket_id(st, bucket, bucket_id);
+}
+
+int kvt_object_setattr(struct kvt_store *st, const char *bucket, const char *key, unsigned mask,
+		       const struct kvt_posix *posix, int64_t mtime_ns)
+{
+	struct cat *c;
+	int64_t bucket_id;
+	int rc = object_prologue(st, bucket, key, &c, &bucket_id);
+
+	return rc < 0 ? rc : cat_object_setattr(c, bucket_id, key, mask, posix, mtime_ns,
+						 util_now_ns());
+}
+
+int kvt_object_set_session(struct kvt_store *st, const char *bucket, const char *key,
+			   const char *session)
+{
+	struct cat *c;
+	int64_t bucket_id;
+	int rc = object_prologue(st, bucket, key, &c, &bucket_id);
+
+	if (rc < 0)
+		return rc;
+	if (!session || !*session || strlen(session) > KVT_KEY_MAX)
+		return -EINVAL;
+	return cat_object_set_session(c, bucket_id, key, session, util_now_ns());
+}
+
+static char *prefix_upper(const char *s);
+
+int kvt_object_rename(struct kvt_store *st, const char *bucket, const char *from, const char *to,
+		      unsigned flags)
+{
+	char *from_upper = NULL, *to_upper = NULL;
+	struct cat *c;
+	int64_t bucket_id;
+	size_t flen, tlen;
+	int rc = object_prologue(st, bucket, from, &c, &bucket_id);
+
+	if (rc == 0)
+		rc = kvt_key_valid(to);
+	if (rc < 0)
+		return rc;
+	if (!(flags & KVT_RENAME_PREFIX))
+		return cat_object_rename(c, bucket_id, from, to, !!(flags & KVT_RENAME_NOREPLACE),
+					 util_now_ns());
+	flen = strlen(from);
+	tlen = strlen(to);
+	if (from[flen - 1] != '/' || to[tlen - 1] != '/')
+		return -EINVAL;
+	/* A directory cannot move inside itself. */
+	if (tlen >= flen && strncmp(to, from, flen) == 0)
+		return -EINVAL;
+	from_upper = prefix_upper(from);
+	to_upper = prefix_upper(to);
+	if (!from_upper || !to_upper)
+		rc = -ENOMEM;
+	else
+		rc = cat_object_rename_prefix(c, bucket_id, from, to, from_upper, to_upper,
+					      util_now_ns());
+	free(from_upper);
+	free(to_upper);
 	return rc;
 }
 

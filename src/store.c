@@ -556,6 +556,21 @@ char *store_session_of(struct kvt_store *st, const char *key, const char *explic
 	return strndup(key, (size_t)(p - key - 1));
 }
 
+void store_posix_fill(struct kvt_posix *out, const struct kvt_posix *given, int64_t mtime_ns)
+{
+	if (given) {
+		*out = *given;
+	} else {
+		memset(out, 0, sizeof(*out));
+		out->mode = 0644;
+		out->kind = KVT_KIND_FILE;
+	}
+	if (!out->atime_ns)
+		out->atime_ns = mtime_ns;
+	if (!out->ctime_ns)
+		out->ctime_ns = mtime_ns;
+}
+
 void store_checksum_failure(struct kvt_store *st)
 {
 	struct cat *c = store_cat(st);

@@ -114,6 +114,10 @@ char *store_session_of(struct kvt_store *st, const char *key, const char *explic
 void store_touch(struct kvt_store *st, int64_t bucket_id, const char *session,
 		 const struct cat_extent *extents, size_t nextents);
 
+/* The POSIX metadata of a new object: given, else a plain 0644 file; unset
+ * times take the object's mtime. */
+void store_posix_fill(struct kvt_posix *out, const struct kvt_posix *given, int64_t mtime_ns);
+
 /* Counts a checksum failure (logged by the caller). */
 void store_checksum_failure(struct kvt_store *st);
 

@@ -44,6 +44,8 @@ struct kvt_writer {
 	size_t nmeta;
 	unsigned flags;
 	int64_t mtime_ns;
+	struct kvt_posix posix;
+	int has_posix;
 	uint64_t vid;
 
 	struct io_ctx *io;
@@ -86,6 +88,10 @@ static int writer_copy_opts(struct kvt_writer *w, const struct kvt_put_opts *o)
 
 	w->flags = o->flags;
 	w->mtime_ns = o->mtime_ns;
+	if (o->posix) {
+		w->posix = *o->posix;
+		w->has_posix = 1;
+	}
 	if (o->content_type && !(w->content_type = strdup(o->content_type)))
 		return -ENOMEM;
 	if (o->etag && !(w->etag = strdup(o->etag)))
@@ -355,6 +361,8 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 		goto out;
 	}
 	writer_etag(w, etag, sizeof(etag));
+	if (!w->mtime_ns)
+		w->mtime_ns = util_now_ns();
 	put = (struct cat_put){
 		.bucket_id = w->bucket_id,
 		.key = w->key,
@@ -365,13 +373,14 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 		.content_type = w->content_type,
 		.meta = w->meta,
 		.nmeta = w->nmeta,
-		.mtime_ns = w->mtime_ns ? w->mtime_ns : util_now_ns(),
+		.mtime_ns = w->mtime_ns,
 		.session = w->session,
 		.pinned = !!(w->flags & KVT_PUT_PIN),
 		.if_none_match = !!(w->flags & KVT_PUT_IF_NONE_MATCH),
 		.nextents = w->next,
 		.extents = w->ext,
 	};
+	store_posix_fill(&put.posix, w->has_posix ? &w->posix : NULL, w->mtime_ns);
 	rc = cat_object_put(c, &put, NULL, NULL);
 	if (rc == 0 && info) {
 		struct cat_object *co = NULL;
