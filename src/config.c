@@ -65,6 +65,7 @@ enum cfg_type {
 	CFG_TYPE_ENUM,		/* an enum: value i is spelt names[i] */
 	CFG_TYPE_UNSIGNED,	/* unsigned in [min, max] */
 	CFG_TYPE_DURATION,	/* uint64_t seconds, kvt_parse_duration() */
+	CFG_TYPE_MODE,		/* unsigned permission bits, octal: 0644 */
 };
 
 struct cfg_key {
@@ -106,6 +107,9 @@ struct cfg_key {
 	{ .section = sec, .name = key, .type = CFG_TYPE_DURATION, .offset = CFG_AT(m, uint64_t), \
 	  .def = d }
 
+#define CFG_MODE(sec, key, m, d) \
+	{ .section = sec, .name = key, .type = CFG_TYPE_MODE, .offset = CFG_AT(m, unsigned), .def = d }
+
 /* In the order of enum kvt_io_kind. */
 static const char *const cfg_io_names[] = { "uring", "sync", NULL };
 
@@ -126,6 +130,12 @@ static const struct cfg_key cfg_keys[] = {
 	CFG_PATH("gateway", "tls_key", gateway.tls_key, NULL),
 	CFG_STRING("gateway", "metrics_listen", gateway.metrics_listen, NULL),
 	CFG_STRING("gateway", "region", gateway.region, "us-east-1"),
+	CFG_UNSIGNED("fuse", "uid", fuse.uid, "0", 0, 4294967294u),
+	CFG_UNSIGNED("fuse", "gid", fuse.gid, "0", 0, 4294967294u),
+	CFG_MODE("fuse", "file_mode", fuse.file_mode, "0644"),
+	CFG_MODE("fuse", "dir_mode", fuse.dir_mode, "0755"),
+	CFG_UNSIGNED("fuse", "attr_timeout", fuse.attr_timeout, "1", 0, 86400),
+	CFG_UNSIGNED("fuse", "entry_timeout", fuse.entry_timeout, "1", 0, 86400),
 };
 
 /* A kvtier.conf is a few kilobytes; anything this big is not one. */
@@ -350,6 +360,19 @@ static int cfg_set(struct kvt_config *cfg, const struct cfg_key *k, const char *
 			return -EINVAL;
 		*(uint64_t *)field = u;
 		return 0;
+	case CFG_TYPE_MODE: {
+		char *mend = NULL;
+		unsigned long m;
+
+		if (text[0] < '0' || text[0] > '7')
+			return -EINVAL;
+		errno = 0;
+		m = strtoul(text, &mend, 8);
+		if (errno || *mend != '\0' || m > 07777)
+			return -EINVAL;
+		*(unsigned *)field = (unsigned)m;
+		return 0;
+	}
 	}
 	return -EINVAL;
 }
@@ -386,6 +409,9 @@ static void cfg_expect(const struct cfg_key *k, char *buf, size_t len)
 		return;
 	case CFG_TYPE_DURATION:
 		snprintf(buf, len, "expected a duration like 90s, 15m, 24h or 7d");
+		return;
+	case CFG_TYPE_MODE:
+		snprintf(buf, len, "expected octal permission bits like 0644");
 		return;
 	}
 	snprintf(buf, len, "unknown type");

@@ -61,6 +61,13 @@ struct kvt_config {
 		char *metrics_listen;	/* NULL: /metrics on the S3 listener */
 		char *region;		/* what GetBucketLocation answers, SigV4 scope */
 	} gateway;
+	struct {
+		unsigned uid, gid;	/* owner of objects made without one (S3 side) */
+		unsigned file_mode;	/* ... and their permission bits */
+		unsigned dir_mode;	/* of directories, which are not objects */
+		unsigned attr_timeout;	/* seconds the kernel may cache attributes */
+		unsigned entry_timeout;	/* ... and names */
+	} fuse;
 };
 
 /* Fill cfg with the embedded defaults. Release with kvt_config_release(). */
