@@ -171,6 +171,10 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate)
 		return rc == -ESTALE ? -EAGAIN : rc;
 	}
 	rc = cat_segment_objects(t->cat, id, victim_collect, &list);
+	/* Pinned objects with nowhere to go: leave the segment whole, drop nothing. */
+	for (size_t i = 0; rc == 0 && !allow_relocate && i < list.n; i++)
+		if (list.v[i].pinned)
+			rc = -ENOSPC;
 	for (size_t i = 0; rc == 0 && i < list.n; i++) {
 		const struct victim_obj *vo = &list.v[i];
 
@@ -191,6 +195,8 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate)
 			log_err(0, "segment %u left reclaiming (recovery will seal it)", id);
 		if (rc != -ENOSPC)
 			log_err(rc, "cannot reclaim segment %u", id);
+		else	/* so that the next pick takes another segment */
+			cat_touch_segment(t->cat, id, util_now_ns());
 	}
 	seg_append_unlock(st->lock_fd, id);
 	free(list.v);
@@ -226,19 +232,28 @@ int kvt_store_reclaim(struct kvt_store *st, unsigned need)
 		}
 		/* Relocating needs somewhere to go: with no free segment, drop only. */
 		rc = reclaim_segment(st, counts[SEG_FREE] > 0);
-		if (rc == -EAGAIN && ++tries < 16) {
+		if (rc == -EAGAIN && ++tries < 64) {
 			/*
 			 * Another process holds the victim for a moment (sealing it,
-			 * or reclaiming it while it waits for the catalog): let it
-			 * finish rather than spin, and do not count the attempt as a
-			 * segment swept. Retried at once, 16 tries went by within
-			 * microseconds and the put that needed space failed with
-			 * -EAGAIN (test_multiproc: test_stress_two).
+			 * reopening it or reclaiming it while it waits for the
+			 * catalog's write lock, whose busy handler sleeps up to
+			 * 100 ms at a time): let it finish rather than spin, and do
+			 * not count the attempt as a segment swept; the counts are
+			 * read again, so what it frees ends the loop. Retried at
+			 * once, 16 tries went by within microseconds, and with 120 ms
+			 * in all still too soon under load: the put that needed space
+			 * failed with -EAGAIN (test_multiproc: test_stress_two).
+			 * Here the wait is at most about 0.9 s.
 			 */
 			swept--;
-			usleep(1000 * (unsigned)tries);
+			usleep(1000 * (unsigned)MIN(tries, 16));
 			continue;
 		}
+		/* Pinned objects in the way and no free segment to move them to:
+		 * the plain objects of other segments can still go (test_object:
+		 * test_reclaim_pinned_in_coldest). */
+		if (rc == -ENOSPC)
+			continue;
 		if (rc < 0)
 			break;
 	}

@@ -98,14 +98,18 @@ int seg_header_check(const struct seg_header *h, uint64_t vid, uint32_t seq, uin
  */
 static int seg_file_fill(int fd, uint64_t from, uint64_t size, int direct)
 {
-	const size_t chunk = 8u << 20;
-	void *zero = util_aligned_alloc(SEG_ALIGN, chunk);
+	size_t chunk;
+	void *zero;
 	int rc = 0;
 
+	from = from / SEG_ALIGN * SEG_ALIGN;
+	chunk = (size_t)MIN((uint64_t)8 << 20, size - MIN(from, size));
+	if (chunk == 0)
+		return 0;
+	zero = util_aligned_alloc(SEG_ALIGN, chunk);
 	if (!zero)
 		return -ENOMEM;
 	memset(zero, 0, chunk);
-	from = from / SEG_ALIGN * SEG_ALIGN;
 	while (from < size && rc == 0) {
 		size_t n = (size_t)MIN((uint64_t)chunk, size - from);
 		ssize_t w = pwrite(fd, zero, n, (off_t)from);

@@ -1,0 +1,478 @@
+/*
+ * test_corrupt.c - bytes damaged on the device, behind the store's back.
+ *
+ * One byte of a segment file is flipped with a plain pwrite (then fsync, so
+ * that O_DIRECT reads see it): in an extent's payload or header every read
+ * that touches the extent fails with -EIO, even a range that does not cover
+ * the flipped byte (the whole extent is verified), no damaged byte reaches
+ * the caller, the failure is counted, and fsck reports it; repair removes
+ * the object and leaves a clean store. A flip in the padding after the
+ * payload damages nothing the object owns and must not fail a read. Other
+ * objects are never affected, and flipping the byte back heals the object
+ * (nothing is cached as failed).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testlib.h"
+#include "store.h"
+
+#define BUCKET "corrupt"
+
+struct fixture {
+	struct test_env env;
+	struct kvt_store *st;
+};
+
+/* Objects besides the victims, some sharing their segments. */
+static const struct {
+	const char *key;
+	size_t len;
+	uint64_t seed;
+} others[] = {
+	{ "other/empty", 0, 11 },
+	{ "other/small", 1000, 12 },
+	{ "other/three", 2 * SEG_PAYLOAD_MAX + 4321, 13 },
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	test_env_init(&f->env, 16u << 20, 4u << 20);
+	f->st = test_store_open(&f->env);
+	assert_int_equal(kvt_bucket_create(f->st, BUCKET), 0);
+	*state = f;
+	return 0;
+}
+
+static void put_others(struct kvt_store *st)
+{
+	for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
+		assert_int_equal(test_put(st, BUCKET, others[i].key, others[i].len, others[i].seed), 0);
+}
+
+static void check_others(struct kvt_store *st)
+{
+	for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
+		assert_int_equal(test_check(st, BUCKET, others[i].key, others[i].len, others[i].seed), 0);
+}
+
+static void check_fsck_clean(struct kvt_store *st)
+{
+	struct kvt_fsck_report rep;
+
+	assert_int_equal(kvt_store_fsck(st, 0, &rep), 0);
+	assert_int_equal(rep.checksum_errors, 0);
+	assert_int_equal(rep.header_errors, 0);
+	assert_int_equal(rep.catalog_errors, 0);
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	struct kvt_store_stat s;
+
+	/* Nothing was evicted behind the tests' backs: every miss was theirs. */
+	assert_int_equal(kvt_store_stat(f->st, &s), 0);
+	assert_int_equal(s.evicted_objects, 0);
+
+	kvt_store_close(f->st);
+	test_env_release(&f->env);
+	free(f);
+	return 0;
+}
+
+/* Where extent seq of bucket/key lies, from the catalog. */
+static struct cat_extent locate(struct kvt_store *st, const char *key, uint32_t seq)
+{
+	struct cat_object *co = NULL;
+	struct cat_extent e;
+	int64_t bucket_id;
+
+	assert_int_equal(store_bucket_id(st, BUCKET, &bucket_id), 0);
+	assert_int_equal(cat_object_get(store_cat(st), bucket_id, key, 1, &co), 0);
+	assert_true(seq < co->nextents);
+	e = co->extents[seq];
+	assert_int_equal(e.seq, seq);
+	cat_object_free(co);
+	return e;
+}
+
+/*
+ * Inverts byte `at` (from the start of extent e's header) in its segment
+ * file. The store may read with O_DIRECT, so the byte must be on the
+ * device, not only in the page cache: the flip is an O_DIRECT
+ * read-modify-write of the 4 KiB block around it (which also drops any
+ * cached copy for a store reading through the page cache), or where the
+ * file system refuses O_DIRECT, a buffered write and fsync.
+ */
+static void flip(struct fixture *f, const struct cat_extent *e, uint64_t at)
+{
+	const uint64_t pos = e->offset + at;
+	char path[600];
+	unsigned char *blk = NULL;
+	int fd;
+
+	assert_true(at < seg_extent_space(e->length));
+	snprintf(path, sizeof(path), "%s/segments/%06u", f->env.cfg.store.dir, e->segment);
+	fd = open(path, O_RDWR | O_DIRECT);
+	if (fd >= 0) {
+		const uint64_t block = pos / SEG_ALIGN * SEG_ALIGN;
+
+		assert_int_equal(posix_memalign((void **)&blk, SEG_ALIGN, SEG_ALIGN), 0);
+		assert_int_equal(pread(fd, blk, SEG_ALIGN, (off_t)block), SEG_ALIGN);
+		blk[pos - block] ^= 0xff;
+		assert_int_equal(pwrite(fd, blk, SEG_ALIGN, (off_t)block), SEG_ALIGN);
+		free(blk);
+	} else {
+		unsigned char b;
+
+		assert_int_equal(errno, EINVAL);
+		fd = open(path, O_RDWR);
+		assert_true(fd >= 0);
+		assert_int_equal(pread(fd, &b, 1, (off_t)pos), 1);
+		b ^= 0xff;
+		assert_int_equal(pwrite(fd, &b, 1, (off_t)pos), 1);
+		assert_int_equal(fsync(fd), 0);
+	}
+	assert_int_equal(close(fd), 0);
+}
+
+static uint64_t checksum_failures(struct kvt_store *st)
+{
+	struct kvt_store_stat s;
+
+	assert_int_equal(kvt_store_stat(st, &s), 0);
+	return s.checksum_failures;
+}
+
+/*
+ * Reads [off, off + len) of key with a fresh reader into a buffer filled
+ * with a sentinel. Returns the pread result; on failure the buffer must
+ * still hold only the sentinel (no byte of a failed extent is handed out).
+ */
+static ssize_t read_range(struct kvt_store *st, const char *key, uint64_t off, size_t len,
+			  uint64_t seed, int expect_untouched_on_error)
+{
+	struct kvt_reader *r = NULL;
+	unsigned char *got = malloc(len ? len : 1), *want = malloc(len ? len : 1);
+	ssize_t n;
+
+	assert_non_null(got);
+	assert_non_null(want);
+	assert_int_equal(kvt_reader_open(st, BUCKET, key, &r), 0);
+	memset(got, 0xc3, len);
+	n = kvt_reader_pread(r, got, len, off);
+	if (n >= 0) {
+		test_fill(want, (size_t)n, seed, off);
+		assert_memory_equal(got, want, (size_t)n);
+	} else if (expect_untouched_on_error) {
+		for (size_t i = 0; i < len; i++)
+			assert_int_equal(got[i], 0xc3);
+	}
+	kvt_reader_close(r);
+	free(got);
+	free(want);
+	return n;
+}
+
+/* ---- single-extent object ------------------------------------------------- */
+
+#define ONE_LEN 10000u
+#define ONE_SEED 7u
+
+/* The victim alone first, so that it sits at the start of segment 0. */
+static struct cat_extent put_one(struct fixture *f)
+{
+	struct cat_extent e;
+
+	assert_int_equal(test_put(f->st, BUCKET, "victim", ONE_LEN, ONE_SEED), 0);
+	put_others(f->st);
+	e = locate(f->st, "victim", 0);
+	assert_int_equal(e.segment, 0);
+	assert_int_equal(e.offset, 0);
+	assert_int_equal(e.length, ONE_LEN);
+	return e;
+}
+
+/* Every read of a damaged single-extent object fails, whatever its range. */
+static void expect_damaged_one(struct fixture *f)
+{
+	static const struct { uint64_t off; size_t len; } ranges[] = {
+		{ 0, ONE_LEN }, { 0, 1 }, { 0, 100 }, { ONE_LEN - 1, 1 }, { 5000, 17 },
+		{ 9000, 1000 }, { 0, 2 * ONE_LEN },
+	};
+	uint64_t before = checksum_failures(f->st);
+
+	for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++)
+		assert_int_equal(read_range(f->st, "victim", ranges[i].off, ranges[i].len,
+					    ONE_SEED, 1), -EIO);
+	assert_int_equal(test_check(f->st, BUCKET, "victim", ONE_LEN, ONE_SEED), -EIO);
+	assert_true(checksum_failures(f->st) >= before + sizeof(ranges) / sizeof(ranges[0]));
+	check_others(f->st);
+}
+
+static void expect_whole_one(struct fixture *f)
+{
+	assert_int_equal(read_range(f->st, "victim", 0, ONE_LEN, ONE_SEED, 0), (ssize_t)ONE_LEN);
+	assert_int_equal(read_range(f->st, "victim", 123, 456, ONE_SEED, 0), 456);
+	assert_int_equal(test_check(f->st, BUCKET, "victim", ONE_LEN, ONE_SEED), 0);
+}
+
+static void test_payload_flip(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_extent e = put_one(f);
+	/* First, middle and last payload bytes. */
+	const uint64_t at[] = { SEG_HEADER_SIZE, SEG_HEADER_SIZE + 5000,
+				SEG_HEADER_SIZE + ONE_LEN - 1 };
+
+	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+		flip(f, &e, at[i]);
+		expect_damaged_one(f);
+		flip(f, &e, at[i]);
+		expect_whole_one(f);
+	}
+	check_fsck_clean(f->st);
+}
+
+/* Every byte of the header counts: it is covered by its own CRC. */
+static void test_header_flip(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_extent e = put_one(f);
+
+	for (uint64_t at = 0; at < SEG_HEADER_SIZE; at++) {
+		flip(f, &e, at);
+		assert_int_equal(read_range(f->st, "victim", 0, ONE_LEN, ONE_SEED, 1), -EIO);
+		assert_int_equal(read_range(f->st, "victim", 4000, 10, ONE_SEED, 1), -EIO);
+		flip(f, &e, at);
+		assert_int_equal(read_range(f->st, "victim", 0, ONE_LEN, ONE_SEED, 0),
+				 (ssize_t)ONE_LEN);
+	}
+	check_others(f->st);
+	check_fsck_clean(f->st);
+}
+
+/* The padding after the payload is no byte of the object's. */
+static void test_padding_flip(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_extent e = put_one(f);
+	const uint64_t space = seg_extent_space(ONE_LEN);
+	const uint64_t at[] = { SEG_HEADER_SIZE + ONE_LEN, SEG_HEADER_SIZE + ONE_LEN + 100,
+				space - 1 };
+	uint64_t before = checksum_failures(f->st);
+
+	assert_true(SEG_HEADER_SIZE + ONE_LEN < space);
+	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+		flip(f, &e, at[i]);
+		expect_whole_one(f);
+		check_fsck_clean(f->st);
+	}
+	assert_int_equal(checksum_failures(f->st), before);
+	check_others(f->st);
+}
+
+/* The damage is on the device, not in a process: it survives a reopen. */
+static void test_flip_survives_reopen(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_extent e = put_one(f);
+
+	flip(f, &e, SEG_HEADER_SIZE + 1234);
+	kvt_store_close(f->st);
+	f->st = test_store_open(&f->env);
+	expect_damaged_one(f);
+	/* A copy of it fails and creates nothing. */
+	assert_int_equal(kvt_object_copy(f->st, BUCKET, "victim", BUCKET, "copy", NULL, NULL), -EIO);
+	{
+		struct kvt_object *o = NULL;
+
+		assert_int_equal(kvt_object_head(f->st, BUCKET, "copy", &o), -ENOENT);
+	}
+	flip(f, &e, SEG_HEADER_SIZE + 1234);
+	expect_whole_one(f);
+}
+
+/* fsck finds the damage, repair removes the object and only it. */
+static void fsck_and_repair(struct fixture *f, const char *key, int header)
+{
+	struct kvt_fsck_report rep;
+	struct kvt_object *o = NULL;
+
+	assert_int_equal(kvt_store_fsck(f->st, 0, &rep), 1);
+	if (header)
+		assert_true(rep.header_errors >= 1);
+	else
+		assert_true(rep.checksum_errors >= 1);
+	assert_int_equal(rep.repaired, 0);
+	/* Damage is no accounting error: the damaged object's extents still count. */
+	assert_int_equal(rep.catalog_errors, 0);
+	/* Checking changes nothing: still there, still failing. */
+	assert_int_equal(kvt_object_head(f->st, BUCKET, key, &o), 0);
+	kvt_object_free(o);
+	o = NULL;
+
+	assert_int_equal(kvt_store_fsck(f->st, KVT_FSCK_REPAIR, &rep), 0);
+	assert_true(rep.repaired >= 1);
+	assert_int_equal(kvt_object_head(f->st, BUCKET, key, &o), -ENOENT);
+	check_fsck_clean(f->st);
+	check_others(f->st);
+
+	/* The key is usable again, and the store after a reopen is still clean. */
+	assert_int_equal(test_put(f->st, BUCKET, key, 5555, 99), 0);
+	assert_int_equal(test_check(f->st, BUCKET, key, 5555, 99), 0);
+	kvt_store_close(f->st);
+	f->st = test_store_open(&f->env);
+	check_fsck_clean(f->st);
+	check_others(f->st);
+	assert_int_equal(test_check(f->st, BUCKET, key, 5555, 99), 0);
+}
+
+static void test_fsck_payload(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_extent e = put_one(f);
+
+	flip(f, &e, SEG_HEADER_SIZE + 42);
+	fsck_and_repair(f, "victim", 0);
+}
+
+static void test_fsck_header(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_extent e = put_one(f);
+
+	flip(f, &e, 8);		/* inside the version id */
+	fsck_and_repair(f, "victim", 1);
+}
+
+/* ---- multi-extent object ---------------------------------------------------- */
+
+#define MULTI_LEN (3 * SEG_PAYLOAD_MAX - 1000)
+#define MULTI_SEED 31u
+
+/*
+ * Damage in one extent of three fails only the reads that touch that
+ * extent; reads of the others still succeed.
+ */
+static void multi_case(struct fixture *f, uint32_t bad, uint64_t at)
+{
+	struct cat_extent e;
+	const uint64_t start = (uint64_t)bad * SEG_PAYLOAD_MAX;
+
+	e = locate(f->st, "multi", bad);
+	flip(f, &e, at);
+	for (uint32_t x = 0; x < 3; x++) {
+		uint64_t from = (uint64_t)x * SEG_PAYLOAD_MAX;
+		ssize_t want_len = 4096;
+
+		if (x == bad)
+			assert_int_equal(read_range(f->st, "multi", from + 10, 4096, MULTI_SEED, 1),
+					 -EIO);
+		else
+			assert_int_equal(read_range(f->st, "multi", from + 10, 4096, MULTI_SEED, 0),
+					 want_len);
+	}
+	/* A range across the bad extent and a good one fails. */
+	if (bad > 0)
+		assert_int_equal(read_range(f->st, "multi", start - 100, 200, MULTI_SEED, 0), -EIO);
+	assert_int_equal(read_range(f->st, "multi", 0, MULTI_LEN, MULTI_SEED, 0), -EIO);
+	assert_int_equal(test_check(f->st, BUCKET, "multi", MULTI_LEN, MULTI_SEED), -EIO);
+	flip(f, &e, at);
+	assert_int_equal(test_check(f->st, BUCKET, "multi", MULTI_LEN, MULTI_SEED), 0);
+}
+
+static void test_multi_extent(void **state)
+{
+	struct fixture *f = *state;
+
+	put_others(f->st);
+	assert_int_equal(test_put(f->st, BUCKET, "multi", MULTI_LEN, MULTI_SEED), 0);
+	for (uint32_t bad = 0; bad < 3; bad++) {
+		multi_case(f, bad, SEG_HEADER_SIZE + 77);	/* payload */
+		multi_case(f, bad, 20);				/* header */
+	}
+	check_others(f->st);
+	check_fsck_clean(f->st);
+}
+
+/*
+ * Repair of a multi-extent object damaged in its first extent, sharing its
+ * segments with other objects: the segments' accounting must come out
+ * right, so that fsck is clean afterwards.
+ */
+static void test_fsck_multi_repair(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_extent e;
+
+	assert_int_equal(test_put(f->st, BUCKET, "before", 3000, 41), 0);
+	assert_int_equal(test_put(f->st, BUCKET, "multi", MULTI_LEN, MULTI_SEED), 0);
+	put_others(f->st);
+	e = locate(f->st, "multi", 0);
+	flip(f, &e, SEG_HEADER_SIZE + 99);
+	fsck_and_repair(f, "multi", 0);
+	assert_int_equal(test_check(f->st, BUCKET, "before", 3000, 41), 0);
+}
+
+/* Several damaged objects at once, in payload and header: all are found. */
+static void test_fsck_several(void **state)
+{
+	struct fixture *f = *state;
+	struct kvt_fsck_report rep;
+	struct cat_extent e;
+	char key[32];
+
+	put_others(f->st);
+	for (int i = 0; i < 6; i++) {
+		snprintf(key, sizeof(key), "v%d", i);
+		assert_int_equal(test_put(f->st, BUCKET, key, 20000 + 1000 * i, 50 + i), 0);
+	}
+	for (int i = 0; i < 6; i += 2) {
+		snprintf(key, sizeof(key), "v%d", i);
+		e = locate(f->st, key, 0);
+		flip(f, &e, i == 2 ? 33 : SEG_HEADER_SIZE + 500);
+	}
+	assert_int_equal(kvt_store_fsck(f->st, 0, &rep), 1);
+	assert_int_equal(rep.checksum_errors + rep.header_errors, 3);
+	assert_int_equal(rep.header_errors, 1);
+	assert_int_equal(kvt_store_fsck(f->st, KVT_FSCK_REPAIR, &rep), 0);
+	assert_int_equal(rep.repaired, 3);
+	check_fsck_clean(f->st);
+	for (int i = 0; i < 6; i++) {
+		snprintf(key, sizeof(key), "v%d", i);
+		assert_int_equal(test_check(f->st, BUCKET, key, 20000 + 1000 * i, 50 + i),
+				 i % 2 ? 0 : -ENOENT);
+	}
+	check_others(f->st);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_payload_flip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_header_flip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_padding_flip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_flip_survives_reopen, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fsck_payload, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fsck_header, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_multi_extent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fsck_multi_repair, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fsck_several, setup, teardown),
+	};
+
+	/* KVT_TEST_FILTER=test_name runs one test (a cmocka pattern). */
+	if (getenv("KVT_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("KVT_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
