@@ -599,8 +599,9 @@ int kvt_object_list(struct kvt_store *st, const char *bucket,
 	cat_rollback(c);
 	if (rc < 0)
 		goto fail;
-	ls.list->truncated = ls.full;
-	if (ls.full && ls.list->next_marker) {
+	/* max-keys=0 asks for nothing, not for a page: S3 says not truncated. */
+	ls.list->truncated = ls.full && ls.limit > 0;
+	if (ls.list->truncated && ls.list->next_marker) {
 		ls.list->next_continuation = token_encode(ls.list->next_marker);
 		if (!ls.list->next_continuation) {
 			rc = -ENOMEM;

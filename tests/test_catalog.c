@@ -1,0 +1,1269 @@
+/*
+ * test_catalog.c - the SQLite catalog (src/catalog.c), through catalog.h
+ * alone: no segment files, no store.
+ *
+ * The catalog is the single source of truth that every process shares, so
+ * these tests pin down its contracts exactly: the schema version and its
+ * migrations, the geometry it refuses to change, bucket and object rows,
+ * and above all segment accounting. `live` is what reclaim and fsck trust:
+ * it must rise by each extent's aligned space on put and fall by the same
+ * amount on overwrite, delete, drop and move, and a segment may only go
+ * FREE (with a new generation) once no extent points into it.
+ *
+ * A few checks read the database file with a second, raw SQLite connection
+ * (user_version, sessions.last_access): they look at what another process
+ * would see, not at catalog.c's internals.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testlib.h"
+#include "catalog.h"
+#include "segment.h"
+#include "util.h"
+
+#define MiB (1024 * 1024ull)
+
+struct fixture {
+	struct test_env env;
+	char path[400];		/* the catalog file */
+	struct cat *c;
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	test_env_init(&f->env, 16 * MiB, MiB);
+	snprintf(f->path, sizeof(f->path), "%s/catalog.db", f->env.dir);
+	assert_int_equal(cat_open(f->path, 1, &f->c), 0);
+	assert_int_equal(cat_init_geometry(f->c, MiB, 8), 0);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	cat_close(f->c);
+	test_env_release(&f->env);
+	free(f);
+	return 0;
+}
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static uint64_t space_of(uint32_t length)
+{
+	return seg_extent_space(length);
+}
+
+static struct cat_segment seg_get(struct cat *c, uint32_t id)
+{
+	struct cat_segment s;
+
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(cat_segment_get(c, id, &s), 0);
+	assert_int_equal(s.id, id);
+	return s;
+}
+
+/* FREE -> OPEN in its own transaction, as the store does; returns the gen. */
+static uint64_t claim(struct cat *c, uint32_t id)
+{
+	uint64_t gen = 0;
+
+	assert_int_equal(cat_begin(c), 0);
+	assert_int_equal(cat_segment_claim(c, id, &gen), 0);
+	assert_int_equal(cat_commit(c), 0);
+	return gen;
+}
+
+static void set_state(struct cat *c, uint32_t id, enum seg_state from, enum seg_state to,
+		      uint64_t used)
+{
+	assert_int_equal(cat_segment_set_state(c, id, from, to, used), 0);
+}
+
+static int64_t bucket(struct cat *c, const char *name)
+{
+	int64_t id = -1;
+	int rc = cat_bucket_create(c, name, 1000);
+
+	assert_true(rc == 0 || rc == -EEXIST);
+	assert_int_equal(cat_bucket_id(c, name, &id), 0);
+	return id;
+}
+
+/* A put of `n` extents of `len` bytes each laid out in segment seg from off. */
+static int put_obj(struct cat *c, int64_t bucket_id, const char *key, uint64_t vid,
+		   uint32_t seg, uint64_t gen, uint64_t off, size_t n, uint32_t len,
+		   int if_none_match, uint64_t *freed_vid)
+{
+	struct cat_extent ext[8];
+	struct kvt_meta meta[2] = { { "color", "blue" }, { "x-empty", "" } };
+	struct cat_put p;
+
+	assert_true(n <= 8);
+	for (size_t i = 0; i < n; i++) {
+		ext[i] = (struct cat_extent){
+			.seq = (uint32_t)i,
+			.segment = seg,
+			.gen = gen,
+			.offset = off + i * space_of(len),
+			.length = len,
+			.crc = 0x1000u + (uint32_t)i,
+			.obj_off = i * (uint64_t)len,
+			.hvid = vid,		/* written as itself, as the writer does */
+			.hseq = (uint32_t)i,
+		};
+	}
+	p = (struct cat_put){
+		.bucket_id = bucket_id,
+		.key = key,
+		.vid = vid,
+		.size = n * (uint64_t)len,
+		.etag = "\"etag\"",
+		.crc32c = 0xabcdef01u,
+		.content_type = "application/octet-stream",
+		.meta = meta,
+		.nmeta = 2,
+		.mtime_ns = 123456789,
+		.session = "sess",
+		.pinned = 0,
+		.if_none_match = if_none_match,
+		.nextents = n,
+		.extents = ext,
+	};
+	return cat_object_put(c, &p, NULL, freed_vid);
+}
+
+static int raw_int(const char *path, const char *sql, int64_t *out)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *s = NULL;
+	int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL);
+
+	if (rc == SQLITE_OK)
+		rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
+	if (rc == SQLITE_OK) {
+		rc = sqlite3_step(s);
+		if (rc == SQLITE_ROW) {
+			*out = sqlite3_column_int64(s, 0);
+			rc = SQLITE_OK;
+		} else if (rc == SQLITE_DONE) {
+			rc = SQLITE_NOTFOUND;
+		}
+	}
+	sqlite3_finalize(s);
+	sqlite3_close(db);
+	return rc;
+}
+
+static int raw_exec(const char *path, const char *sql)
+{
+	sqlite3 *db = NULL;
+	int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL);
+
+	if (rc == SQLITE_OK)
+		rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+	sqlite3_close(db);
+	return rc;
+}
+
+/* ---- schema and geometry --------------------------------------------------- */
+
+static void test_schema_create_reopen(void **state)
+{
+	struct fixture *f = *state;
+	struct cat *c2 = NULL;
+	int64_t v = -1, version = -1, id = -1;
+	char missing[512];
+
+	/* A new catalog carries the latest schema version (1 and up: migrations
+	 * are only ever appended). */
+	assert_int_equal(raw_int(f->path, "PRAGMA user_version", &version), SQLITE_OK);
+	assert_true(version >= 1);
+	/* WAL: readers in other processes never block the writer. */
+	assert_int_equal(raw_int(f->path, "SELECT journal_mode = 'wal' FROM pragma_journal_mode", &v),
+			 SQLITE_OK);
+	assert_int_equal(v, 1);
+
+	assert_int_equal(cat_bucket_create(f->c, "keep", 7), 0);
+	cat_close(f->c);
+	f->c = NULL;
+
+	/* Reopen: nothing migrated twice, rows kept. */
+	assert_int_equal(cat_open(f->path, 0, &f->c), 0);
+	assert_int_equal(raw_int(f->path, "PRAGMA user_version", &v), SQLITE_OK);
+	assert_int_equal(v, version);
+	assert_int_equal(cat_bucket_id(f->c, "keep", &id), 0);
+
+	/* A second connection at once sees the same rows. */
+	assert_int_equal(cat_open(f->path, 1, &c2), 0);
+	assert_int_equal(cat_bucket_id(c2, "keep", &v), 0);
+	assert_int_equal(v, id);
+	cat_close(c2);
+
+	/* A missing file without create is -ENOENT. */
+	snprintf(missing, sizeof(missing), "%s/nope/catalog.db", f->env.dir);
+	c2 = NULL;
+	assert_int_equal(cat_open(missing, 0, &c2), -ENOENT);
+	assert_null(c2);
+}
+
+/* A catalog from a newer kvtier is refused untouched, not half understood. */
+static void test_schema_newer_refused(void **state)
+{
+	struct fixture *f = *state;
+	struct cat *c2 = NULL;
+	int64_t version = -1, v = -1;
+	char sql[64];
+
+	assert_int_equal(raw_int(f->path, "PRAGMA user_version", &version), SQLITE_OK);
+	snprintf(sql, sizeof(sql), "PRAGMA user_version = %lld", (long long)version + 1);
+	assert_int_equal(raw_exec(f->path, sql), SQLITE_OK);
+	assert_int_equal(cat_open(f->path, 0, &c2), -EPROTO);
+	assert_null(c2);
+	assert_int_equal(raw_int(f->path, "PRAGMA user_version", &v), SQLITE_OK);
+	assert_int_equal(v, version + 1);
+	/* The connection already open still works; back at its version, so does a new one. */
+	assert_int_equal(cat_bucket_create(f->c, "still", 1), 0);
+	snprintf(sql, sizeof(sql), "PRAGMA user_version = %lld", (long long)version);
+	assert_int_equal(raw_exec(f->path, sql), SQLITE_OK);
+	assert_int_equal(cat_open(f->path, 0, &c2), 0);
+	assert_int_equal(cat_bucket_id(c2, "still", &v), 0);
+	cat_close(c2);
+}
+
+static int count_segs(void *arg, const struct cat_segment *s)
+{
+	unsigned *n = arg;
+
+	assert_int_equal(s->id, *n);	/* in id order, no gaps */
+	(*n)++;
+	return 0;
+}
+
+static void test_geometry(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t counts[4];
+	unsigned n = 0;
+	struct cat_segment s;
+
+	assert_int_equal(cat_segment_list(f->c, count_segs, &n), 0);
+	assert_int_equal(n, 8);
+	for (uint32_t i = 0; i < 8; i++) {
+		s = seg_get(f->c, i);
+		assert_int_equal(s.state, SEG_FREE);
+		assert_int_equal(s.gen, 1);
+		assert_int_equal(s.live, 0);
+		assert_int_equal(s.used, 0);
+	}
+	assert_int_equal(cat_segment_get(f->c, 8, &s), -ENOENT);
+
+	/* Same geometry again: a no-op. */
+	assert_int_equal(cat_init_geometry(f->c, MiB, 8), 0);
+	/* Another segment size: refused, nothing changed. */
+	assert_int_equal(cat_init_geometry(f->c, 2 * MiB, 8), -EINVAL);
+	assert_int_equal(cat_init_geometry(f->c, 2 * MiB, 12), -EINVAL);
+	n = 0;
+	assert_int_equal(cat_segment_list(f->c, count_segs, &n), 0);
+	assert_int_equal(n, 8);
+
+	/* Growth adds FREE segments at generation 1 and keeps the old ones. */
+	claim(f->c, 3);
+	assert_int_equal(cat_init_geometry(f->c, MiB, 11), 0);
+	n = 0;
+	assert_int_equal(cat_segment_list(f->c, count_segs, &n), 0);
+	assert_int_equal(n, 11);
+	assert_int_equal(seg_get(f->c, 3).state, SEG_OPEN);
+	for (uint32_t i = 8; i < 11; i++) {
+		s = seg_get(f->c, i);
+		assert_int_equal(s.state, SEG_FREE);
+		assert_int_equal(s.gen, 1);
+	}
+	assert_int_equal(cat_segment_counts(f->c, counts), 0);
+	assert_int_equal(counts[SEG_FREE], 10);
+	assert_int_equal(counts[SEG_OPEN], 1);
+
+	/* Shrinking would strand objects: refused. */
+	assert_int_equal(cat_init_geometry(f->c, MiB, 10), -EINVAL);
+	n = 0;
+	assert_int_equal(cat_segment_list(f->c, count_segs, &n), 0);
+	assert_int_equal(n, 11);
+
+	/* And the refusal left no transaction open: writes still work. */
+	assert_int_equal(cat_bucket_create(f->c, "after", 1), 0);
+}
+
+static void test_transactions(void **state)
+{
+	struct fixture *f = *state;
+	struct cat *c2 = NULL;
+	int64_t id;
+
+	assert_int_equal(cat_open(f->path, 0, &c2), 0);
+	assert_int_equal(cat_begin(f->c), 0);
+	assert_int_equal(cat_bucket_create(f->c, "txn", 1), 0);
+	/* Not visible to another connection before commit... */
+	assert_int_equal(cat_bucket_id(c2, "txn", &id), -ENOENT);
+	cat_rollback(f->c);
+	assert_int_equal(cat_bucket_id(f->c, "txn", &id), -ENOENT);
+	cat_rollback(f->c);	/* outside a transaction: harmless */
+
+	assert_int_equal(cat_begin(f->c), 0);
+	assert_int_equal(cat_bucket_create(f->c, "txn", 1), 0);
+	assert_int_equal(cat_commit(f->c), 0);
+	/* ... and visible the moment it commits. */
+	assert_int_equal(cat_bucket_id(c2, "txn", &id), 0);
+
+	/* A read transaction does not block another connection's write. */
+	assert_int_equal(cat_begin_read(c2), 0);
+	assert_int_equal(cat_bucket_id(c2, "txn", &id), 0);
+	assert_int_equal(cat_bucket_create(f->c, "txn2", 1), 0);
+	cat_rollback(c2);
+	assert_int_equal(cat_bucket_id(c2, "txn2", &id), 0);
+	assert_int_equal(cat_sync(f->c), 0);
+	cat_close(c2);
+}
+
+/* ---- buckets ---------------------------------------------------------------- */
+
+struct names {
+	char name[8][64];
+	int64_t ctime[8];
+	int n;
+	int stop_after;
+};
+
+static int collect_bucket(void *arg, const char *name, int64_t ctime)
+{
+	struct names *nm = arg;
+
+	assert_true(nm->n < 8);
+	snprintf(nm->name[nm->n], sizeof(nm->name[0]), "%s", name);
+	nm->ctime[nm->n] = ctime;
+	nm->n++;
+	return nm->stop_after && nm->n == nm->stop_after;
+}
+
+static void test_buckets(void **state)
+{
+	struct fixture *f = *state;
+	struct names nm = { .n = 0 };
+	int64_t a = -1, b = -1, id = -1;
+	uint64_t gen = claim(f->c, 0);
+
+	assert_int_equal(cat_bucket_create(f->c, "zeta", 30), 0);
+	assert_int_equal(cat_bucket_create(f->c, "alpha", 10), 0);
+	assert_int_equal(cat_bucket_create(f->c, "mid", 20), 0);
+	assert_int_equal(cat_bucket_create(f->c, "alpha", 11), -EEXIST);
+	assert_int_equal(cat_bucket_id(f->c, "alpha", &a), 0);
+	assert_int_equal(cat_bucket_id(f->c, "zeta", &b), 0);
+	assert_true(a != b);
+	assert_int_equal(cat_bucket_id(f->c, "missing", &id), -ENOENT);
+
+	assert_int_equal(cat_bucket_list(f->c, collect_bucket, &nm), 0);
+	assert_int_equal(nm.n, 3);
+	assert_string_equal(nm.name[0], "alpha");
+	assert_string_equal(nm.name[1], "mid");
+	assert_string_equal(nm.name[2], "zeta");
+	assert_int_equal(nm.ctime[0], 10);	/* the duplicate did not touch it */
+	assert_int_equal(nm.ctime[2], 30);
+
+	memset(&nm, 0, sizeof(nm));
+	nm.stop_after = 2;
+	assert_int_equal(cat_bucket_list(f->c, collect_bucket, &nm), 0);
+	assert_int_equal(nm.n, 2);
+
+	/* Non-empty: refused, until the object goes. */
+	assert_int_equal(put_obj(f->c, a, "k", 1, 0, gen, 0, 1, 100, 0, NULL), 0);
+	assert_int_equal(cat_bucket_delete(f->c, "alpha"), -ENOTEMPTY);
+	assert_int_equal(cat_bucket_id(f->c, "alpha", &id), 0);
+	assert_int_equal(cat_object_delete(f->c, a, "k"), 0);
+	assert_int_equal(cat_bucket_delete(f->c, "alpha"), 0);
+	assert_int_equal(cat_bucket_id(f->c, "alpha", &id), -ENOENT);
+	assert_int_equal(cat_bucket_delete(f->c, "alpha"), -ENOENT);
+
+	/* A put into a bucket deleted meanwhile fails and leaves no trace. */
+	assert_int_equal(put_obj(f->c, a, "k", 2, 0, gen, 0, 1, 100, 0, NULL), -ENOENT);
+	assert_int_equal(seg_get(f->c, 0).live, 0);
+
+	/* The name is free again. */
+	assert_int_equal(cat_bucket_create(f->c, "alpha", 40), 0);
+}
+
+/* ---- objects ---------------------------------------------------------------- */
+
+static void test_object_put_get(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_object *co = NULL;
+	int64_t b = bucket(f->c, "objs");
+	uint64_t gen = claim(f->c, 2);
+	const uint32_t len = 10000;
+
+	assert_int_equal(put_obj(f->c, b, "dir/key", 0x1111, 2, gen, 0, 3, len, 0, NULL), 0);
+	assert_int_equal(seg_get(f->c, 2).live, 3 * space_of(len));
+	assert_true(seg_get(f->c, 2).last_access >= 123456789);
+
+	assert_int_equal(cat_object_get(f->c, b, "dir/key", 1, &co), 0);
+	assert_int_equal(co->bucket_id, b);
+	assert_int_equal(co->vid, 0x1111);
+	assert_string_equal(co->obj->key, "dir/key");
+	assert_int_equal(co->obj->size, 3 * len);
+	assert_string_equal(co->obj->etag, "\"etag\"");
+	assert_int_equal(co->obj->crc32c, 0xabcdef01u);
+	assert_string_equal(co->obj->content_type, "application/octet-stream");
+	assert_int_equal(co->obj->mtime_ns, 123456789);
+	assert_string_equal(co->obj->session, "sess");
+	assert_int_equal(co->obj->tier, KVT_TIER_HOT);
+	assert_int_equal(co->obj->pinned, 0);
+	assert_int_equal(co->obj->nmeta, 2);
+	assert_string_equal(co->obj->meta[0].name, "color");
+	assert_string_equal(co->obj->meta[0].value, "blue");
+	assert_string_equal(co->obj->meta[1].name, "x-empty");
+	assert_string_equal(co->obj->meta[1].value, "");
+	assert_int_equal(co->nextents, 3);
+	for (uint32_t i = 0; i < 3; i++) {
+		const struct cat_extent *e = &co->extents[i];
+
+		assert_int_equal(e->seq, i);
+		assert_int_equal(e->segment, 2);
+		assert_int_equal(e->gen, gen);
+		assert_int_equal(e->offset, i * space_of(len));
+		assert_int_equal(e->length, len);
+		assert_int_equal(e->crc, 0x1000u + i);
+		assert_int_equal(e->obj_off, (uint64_t)i * len);
+	}
+	cat_object_free(co);
+
+	/* Without extents. */
+	co = NULL;
+	assert_int_equal(cat_object_get(f->c, b, "dir/key", 0, &co), 0);
+	assert_int_equal(co->nextents, 0);
+	assert_null(co->extents);
+	assert_int_equal(co->obj->size, 3 * len);
+	cat_object_free(co);
+	cat_object_free(NULL);
+
+	co = NULL;
+	assert_int_equal(cat_object_get(f->c, b, "dir/nokey", 1, &co), -ENOENT);
+	assert_null(co);
+	assert_int_equal(cat_object_get(f->c, b + 1000, "dir/key", 1, &co), -ENOENT);
+
+	/* An empty object: no extents, no metadata needed. */
+	{
+		struct cat_put p = {
+			.bucket_id = b, .key = "empty", .vid = 7, .size = 0, .etag = "\"e\"",
+			.mtime_ns = 5, .session = "empty",
+		};
+
+		assert_int_equal(cat_object_put(f->c, &p, NULL, NULL), 0);
+		assert_int_equal(cat_object_get(f->c, b, "empty", 1, &co), 0);
+		assert_int_equal(co->obj->size, 0);
+		assert_int_equal(co->nextents, 0);
+		assert_int_equal(co->obj->nmeta, 0);
+		assert_null(co->obj->content_type);
+		cat_object_free(co);
+	}
+}
+
+static void test_object_replace_accounting(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_object *co = NULL;
+	int64_t b = bucket(f->c, "objs"), id = -1;
+	uint64_t g0 = claim(f->c, 0), g1 = claim(f->c, 1), freed = 0;
+	const uint32_t small = 100, big = 5000;
+
+	assert_int_equal(put_obj(f->c, b, "k", 0xa, 0, g0, 0, 2, small, 0, &freed), 0);
+	assert_int_equal(freed, 0);	/* nothing replaced */
+	assert_int_equal(seg_get(f->c, 0).live, 2 * space_of(small));
+
+	/* A second object in the same segment adds to it. */
+	assert_int_equal(put_obj(f->c, b, "other", 0xb, 0, g0, 2 * SEG_ALIGN, 1, big, 0, NULL), 0);
+	assert_int_equal(seg_get(f->c, 0).live, 2 * space_of(small) + space_of(big));
+
+	/* if_none_match: refused, nothing changes. */
+	assert_int_equal(put_obj(f->c, b, "k", 0xc, 1, g1, 0, 1, big, 1, NULL), -EEXIST);
+	assert_int_equal(seg_get(f->c, 0).live, 2 * space_of(small) + space_of(big));
+	assert_int_equal(seg_get(f->c, 1).live, 0);
+	assert_int_equal(cat_object_get(f->c, b, "k", 1, &co), 0);
+	assert_int_equal(co->vid, 0xa);
+	cat_object_free(co);
+
+	/* Overwrite into another segment: the old space leaves segment 0. */
+	freed = 0;
+	assert_int_equal(put_obj(f->c, b, "k", 0xd, 1, g1, 0, 3, big, 0, &freed), 0);
+	assert_int_equal(freed, 0xa);
+	assert_int_equal(seg_get(f->c, 0).live, space_of(big));
+	assert_int_equal(seg_get(f->c, 1).live, 3 * space_of(big));
+	assert_int_equal(cat_object_get(f->c, b, "k", 1, &co), 0);
+	assert_int_equal(co->vid, 0xd);
+	assert_int_equal(co->nextents, 3);
+	assert_int_equal(co->extents[0].segment, 1);
+	id = co->id;
+	cat_object_free(co);
+
+	/* By id. */
+	assert_int_equal(cat_object_by_id(f->c, id, &co), 0);
+	assert_string_equal(co->obj->key, "k");
+	assert_int_equal(co->nextents, 3);
+	cat_object_free(co);
+	assert_int_equal(cat_object_by_id(f->c, id + 1000, &co), -ENOENT);
+
+	/* A put naming a segment generation that is gone is refused whole. */
+	assert_int_equal(put_obj(f->c, b, "stale", 0xe, 1, g1 + 1, 0, 1, small, 0, NULL), -ESTALE);
+	assert_int_equal(cat_object_get(f->c, b, "stale", 0, &co), -ENOENT);
+	assert_int_equal(seg_get(f->c, 1).live, 3 * space_of(big));
+	/* ... and so is one into a FREE segment. */
+	assert_int_equal(put_obj(f->c, b, "stale", 0xe, 5, 1, 0, 1, small, 0, NULL), -ESTALE);
+	assert_int_equal(seg_get(f->c, 5).live, 0);
+	/* The failed overwrite of an existing key keeps the old version. */
+	assert_int_equal(put_obj(f->c, b, "k", 0xf, 5, 1, 0, 1, small, 0, NULL), -ESTALE);
+	assert_int_equal(cat_object_get(f->c, b, "k", 1, &co), 0);
+	assert_int_equal(co->vid, 0xd);
+	cat_object_free(co);
+	assert_int_equal(seg_get(f->c, 1).live, 3 * space_of(big));
+
+	/* Delete: live goes back down; a second delete is -ENOENT. */
+	assert_int_equal(cat_object_delete(f->c, b, "k"), 0);
+	assert_int_equal(seg_get(f->c, 1).live, 0);
+	assert_int_equal(cat_object_delete(f->c, b, "k"), -ENOENT);
+	assert_int_equal(cat_object_delete(f->c, b, "other"), 0);
+	assert_int_equal(seg_get(f->c, 0).live, 0);
+}
+
+static void test_object_drop_pin(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_object *co = NULL;
+	int64_t b = bucket(f->c, "objs"), id;
+	uint64_t gen = claim(f->c, 4), v = 0;
+
+	assert_int_equal(put_obj(f->c, b, "p", 0x77, 4, gen, 0, 1, 4096, 0, NULL), 0);
+	assert_int_equal(cat_object_get(f->c, b, "p", 0, &co), 0);
+	id = co->id;
+	assert_int_equal(co->obj->pinned, 0);
+	cat_object_free(co);
+
+	assert_int_equal(cat_object_set_pin(f->c, b, "p", 1), 0);
+	assert_int_equal(cat_object_get(f->c, b, "p", 0, &co), 0);
+	assert_int_equal(co->obj->pinned, 1);
+	cat_object_free(co);
+	assert_int_equal(cat_object_set_pin(f->c, b, "p", 0), 0);
+	assert_int_equal(cat_object_set_pin(f->c, b, "nope", 1), -ENOENT);
+
+	/* Reclaim's drop only takes the version it saw. */
+	assert_int_equal(cat_object_drop(f->c, id, 0x78), -ENOENT);
+	assert_int_equal(cat_object_get(f->c, b, "p", 0, &co), 0);
+	cat_object_free(co);
+	assert_int_equal(cat_counter_get(f->c, "evicted_objects", &v), 0);
+	assert_int_equal(v, 0);
+	assert_int_equal(cat_object_drop(f->c, id, 0x77), 0);
+	assert_int_equal(cat_object_get(f->c, b, "p", 0, &co), -ENOENT);
+	assert_int_equal(seg_get(f->c, 4).live, 0);
+	assert_int_equal(cat_counter_get(f->c, "evicted_objects", &v), 0);
+	assert_int_equal(v, 1);
+	assert_int_equal(cat_object_drop(f->c, id, 0x77), -ENOENT);
+
+	/* fsck's drop by id. */
+	assert_int_equal(put_obj(f->c, b, "q", 0x79, 4, gen, 0, 2, 4096, 0, NULL), 0);
+	assert_int_equal(seg_get(f->c, 4).live, 2 * space_of(4096));
+	assert_int_equal(cat_object_get(f->c, b, "q", 0, &co), 0);
+	id = co->id;
+	cat_object_free(co);
+	assert_int_equal(cat_object_drop_id(f->c, id), 0);
+	assert_int_equal(cat_object_get(f->c, b, "q", 0, &co), -ENOENT);
+	assert_int_equal(seg_get(f->c, 4).live, 0);
+	assert_int_equal(cat_counter_get(f->c, "evicted_objects", &v), 0);
+	assert_int_equal(v, 1);
+}
+
+/* ---- listing ---------------------------------------------------------------- */
+
+struct keys {
+	char key[64][32];
+	int n;
+	int stop_after;
+	int fail_at;
+};
+
+static int collect_key(void *arg, struct kvt_object *o)
+{
+	struct keys *k = arg;
+
+	assert_true(k->n < 64);
+	snprintf(k->key[k->n], sizeof(k->key[0]), "%s", o->key);
+	assert_int_equal(o->size, 0);
+	assert_string_equal(o->session, "s");
+	kvt_object_free(o);	/* ours */
+	k->n++;
+	if (k->fail_at && k->n == k->fail_at)
+		return -E2BIG;
+	return k->stop_after && k->n == k->stop_after;
+}
+
+static void put_empty(struct cat *c, int64_t b, const char *key)
+{
+	struct cat_put p = {
+		.bucket_id = b, .key = key, .vid = 1, .etag = "\"x\"", .mtime_ns = 1, .session = "s",
+	};
+
+	assert_int_equal(cat_object_put(c, &p, NULL, NULL), 0);
+}
+
+static void test_object_range(void **state)
+{
+	struct fixture *f = *state;
+	static const char *const keys[] = {
+		"a", "a/1", "a/2", "a0", "b", "b/x", "\xc3\xa9t\xc3\xa9", "\xe2\x82\xac",
+	};
+	int64_t b = bucket(f->c, "list"), other = bucket(f->c, "other");
+	struct keys k;
+
+	/* Inserted out of order; listed in UTF-8 byte order. */
+	for (int i = (int)ARRAY_SIZE(keys) - 1; i >= 0; i--)
+		put_empty(f->c, b, keys[i]);
+	put_empty(f->c, other, "a/1");
+
+	memset(&k, 0, sizeof(k));
+	assert_int_equal(cat_object_range(f->c, b, NULL, 0, NULL, 100, collect_key, &k), 0);
+	assert_int_equal(k.n, (int)ARRAY_SIZE(keys));
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		assert_string_equal(k.key[i], keys[i]);
+
+	/* after is exclusive, or inclusive. */
+	memset(&k, 0, sizeof(k));
+	assert_int_equal(cat_object_range(f->c, b, "a/1", 0, NULL, 100, collect_key, &k), 0);
+	assert_int_equal(k.n, 6);
+	assert_string_equal(k.key[0], "a/2");
+	memset(&k, 0, sizeof(k));
+	assert_int_equal(cat_object_range(f->c, b, "a/1", 1, NULL, 100, collect_key, &k), 0);
+	assert_int_equal(k.n, 7);
+	assert_string_equal(k.key[0], "a/1");
+
+	/* upper is exclusive: the range of prefix "a/" is ["a/", "a0"). */
+	memset(&k, 0, sizeof(k));
+	assert_int_equal(cat_object_range(f->c, b, "a/", 1, "a0", 100, collect_key, &k), 0);
+	assert_int_equal(k.n, 2);
+	assert_string_equal(k.key[0], "a/1");
+	assert_string_equal(k.key[1], "a/2");
+
+	/* limit. */
+	memset(&k, 0, sizeof(k));
+	assert_int_equal(cat_object_range(f->c, b, NULL, 0, NULL, 3, collect_key, &k), 0);
+	assert_int_equal(k.n, 3);
+	assert_string_equal(k.key[2], "a/2");
+	memset(&k, 0, sizeof(k));
+	assert_int_equal(cat_object_range(f->c, b, NULL, 0, NULL, 0, collect_key, &k), 0);
+	assert_int_equal(k.n, 0);
+
+	/* A positive return stops the walk; a negative one is the result. */
+	memset(&k, 0, sizeof(k));
+	k.stop_after = 2;
+	assert_int_equal(cat_object_range(f->c, b, NULL, 0, NULL, 100, collect_key, &k), 0);
+	assert_int_equal(k.n, 2);
+	memset(&k, 0, sizeof(k));
+	k.fail_at = 3;
+	assert_int_equal(cat_object_range(f->c, b, NULL, 0, NULL, 100, collect_key, &k), -E2BIG);
+	assert_int_equal(k.n, 3);
+
+	/* Past the end, and an empty bucket. */
+	memset(&k, 0, sizeof(k));
+	assert_int_equal(cat_object_range(f->c, b, "\xf4\x8f\xbf\xbf", 0, NULL, 100, collect_key, &k), 0);
+	assert_int_equal(k.n, 0);
+	assert_int_equal(cat_object_range(f->c, bucket(f->c, "empty"), NULL, 0, NULL, 100,
+					  collect_key, &k), 0);
+	assert_int_equal(k.n, 0);
+
+	/* The other bucket's key does not leak in. */
+	memset(&k, 0, sizeof(k));
+	assert_int_equal(cat_object_range(f->c, other, NULL, 0, NULL, 100, collect_key, &k), 0);
+	assert_int_equal(k.n, 1);
+}
+
+/* The reader's one query: object and extents by bucket name and key. */
+static void test_object_lookup(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_object *co = NULL;
+	int64_t b = bucket(f->c, "look");
+	uint64_t gen = claim(f->c, 1);
+
+	assert_int_equal(put_obj(f->c, b, "k", 0x5151, 1, gen, 0, 3, 2000, 0, NULL), 0);
+	assert_int_equal(cat_object_lookup(f->c, "look", "k", &co), 0);
+	assert_int_equal(co->bucket_id, b);
+	assert_int_equal(co->vid, 0x5151);
+	assert_string_equal(co->obj->key, "k");
+	assert_int_equal(co->obj->size, 6000);
+	assert_int_equal(co->obj->nmeta, 2);
+	assert_string_equal(co->obj->content_type, "application/octet-stream");
+	assert_int_equal(co->nextents, 3);
+	for (uint32_t i = 0; i < 3; i++) {
+		assert_int_equal(co->extents[i].seq, i);
+		assert_int_equal(co->extents[i].obj_off, 2000 * i);
+		/* Stored as given: the header names this version and place. */
+		assert_int_equal(co->extents[i].hvid, 0x5151);
+		assert_int_equal(co->extents[i].hseq, i);
+	}
+	cat_object_free(co);
+
+	/* No extents: the object alone. */
+	put_empty(f->c, b, "e");
+	co = NULL;
+	assert_int_equal(cat_object_lookup(f->c, "look", "e", &co), 0);
+	assert_int_equal(co->nextents, 0);
+	assert_int_equal(co->obj->size, 0);
+	cat_object_free(co);
+
+	co = NULL;
+	assert_int_equal(cat_object_lookup(f->c, "look", "missing", &co), -ENOENT);
+	assert_null(co);
+	assert_int_equal(cat_object_lookup(f->c, "nobucket", "k", &co), -ENOENT);
+	assert_null(co);
+	/* The same key in another bucket is another object. */
+	bucket(f->c, "look2");
+	assert_int_equal(cat_object_lookup(f->c, "look2", "k", &co), -ENOENT);
+}
+
+static int64_t object_id(struct cat *c, int64_t b, const char *key, uint64_t *vid)
+{
+	struct cat_object *co = NULL;
+	int64_t id;
+
+	assert_int_equal(cat_object_get(c, b, key, 0, &co), 0);
+	id = co->id;
+	if (vid)
+		*vid = co->vid;
+	cat_object_free(co);
+	return id;
+}
+
+/* CompleteMultipartUpload: the parts' extents become the object's, unmoved. */
+static void test_object_put_parts(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_object *co = NULL;
+	int64_t b = bucket(f->c, "dst"), pb = bucket(f->c, "parts"), ids[3];
+	uint64_t g0 = claim(f->c, 0), g1 = claim(f->c, 1), vids[3], live0, live1;
+	struct cat_put p = {
+		.bucket_id = b, .key = "whole", .vid = 0x900, .etag = "\"w-3\"",
+		.mtime_ns = 77, .session = "whole",
+	};
+
+	/* Part 1: two extents in segment 0; part 2: empty; part 3: one in 1. */
+	assert_int_equal(put_obj(f->c, pb, "p1", 0x101, 0, g0, 0, 2, 3000, 0, NULL), 0);
+	put_empty(f->c, pb, "p2");
+	assert_int_equal(put_obj(f->c, pb, "p3", 0x103, 1, g1, 0, 1, 500, 0, NULL), 0);
+	ids[0] = object_id(f->c, pb, "p1", &vids[0]);
+	ids[1] = object_id(f->c, pb, "p2", &vids[1]);
+	ids[2] = object_id(f->c, pb, "p3", &vids[2]);
+	live0 = seg_get(f->c, 0).live;
+	live1 = seg_get(f->c, 1).live;
+
+	/* A part that is not the version read: refused whole. */
+	p.size = 6500;
+	vids[2] ^= 1;
+	assert_int_equal(cat_object_put_parts(f->c, &p, ids, vids, 3, NULL, NULL), -ESTALE);
+	assert_int_equal(cat_object_get(f->c, b, "whole", 0, &co), -ENOENT);
+	assert_int_equal(cat_object_get(f->c, pb, "p1", 1, &co), 0);
+	assert_int_equal(co->nextents, 2);
+	cat_object_free(co);
+	vids[2] ^= 1;
+
+	assert_int_equal(cat_object_put_parts(f->c, &p, ids, vids, 3, NULL, NULL), 0);
+	assert_int_equal(cat_object_get(f->c, b, "whole", 1, &co), 0);
+	assert_int_equal(co->vid, 0x900);
+	assert_int_equal(co->obj->size, 6500);
+	assert_int_equal(co->nextents, 3);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_int_equal(co->extents[i].seq, i);
+	assert_int_equal(co->extents[0].obj_off, 0);
+	assert_int_equal(co->extents[1].obj_off, 3000);
+	assert_int_equal(co->extents[2].obj_off, 6000);
+	/* Each header still names the part and place it was written as. */
+	assert_int_equal(co->extents[0].hvid, 0x101);
+	assert_int_equal(co->extents[1].hvid, 0x101);
+	assert_int_equal(co->extents[1].hseq, 1);
+	assert_int_equal(co->extents[2].hvid, 0x103);
+	assert_int_equal(co->extents[2].hseq, 0);
+	assert_int_equal(co->extents[2].segment, 1);
+	cat_object_free(co);
+	/* The parts are gone; the bytes did not move: live is unchanged. */
+	assert_int_equal(cat_object_get(f->c, pb, "p1", 0, &co), -ENOENT);
+	assert_int_equal(cat_object_get(f->c, pb, "p2", 0, &co), -ENOENT);
+	assert_int_equal(cat_object_get(f->c, pb, "p3", 0, &co), -ENOENT);
+	assert_int_equal(seg_get(f->c, 0).live, live0);
+	assert_int_equal(seg_get(f->c, 1).live, live1);
+	/* And deleting the whole releases what the parts had. */
+	assert_int_equal(cat_object_delete(f->c, b, "whole"), 0);
+	assert_int_equal(seg_get(f->c, 0).live, 0);
+	assert_int_equal(seg_get(f->c, 1).live, 0);
+	/* A part already used: -ESTALE. */
+	assert_int_equal(cat_object_put_parts(f->c, &p, ids, vids, 1, NULL, NULL), -ESTALE);
+}
+
+/* Part-full segments a process sealed are reopened by the next appender. */
+static void test_segment_partial_reopen(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t g2, g3, g, used = 0;
+	uint32_t id = 99;
+	struct cat_segment s;
+
+	assert_int_equal(cat_segment_next_partial(f->c, UINT32_MAX, MiB, &id, &used), -ENOENT);
+	g2 = claim(f->c, 2);
+	g3 = claim(f->c, 3);
+	claim(f->c, 4);
+	set_state(f->c, 2, SEG_OPEN, SEG_SEALED, 5 * SEG_ALIGN);
+	set_state(f->c, 3, SEG_OPEN, SEG_SEALED, 200 * SEG_ALIGN);
+	set_state(f->c, 4, SEG_OPEN, SEG_SEALED, 0);	/* nothing appended: not partial */
+
+	assert_int_equal(cat_segment_next_partial(f->c, UINT32_MAX, MiB, &id, &used), 0);
+	assert_int_equal(id, 2);
+	assert_int_equal(used, 5 * SEG_ALIGN);
+	assert_int_equal(cat_segment_next_partial(f->c, 2, MiB, &id, &used), 0);
+	assert_int_equal(id, 3);
+	assert_int_equal(used, 200 * SEG_ALIGN);
+	assert_int_equal(cat_segment_next_partial(f->c, 3, MiB, &id, &used), -ENOENT);
+	/* Too full for what the caller needs. */
+	assert_int_equal(cat_segment_next_partial(f->c, 2, 100 * SEG_ALIGN, &id, &used), -ENOENT);
+	assert_int_equal(cat_segment_next_partial(f->c, UINT32_MAX, 5 * SEG_ALIGN, &id, &used), 0);
+	assert_int_equal(id, 2);
+
+	/* Reopen: SEALED -> OPEN at the same generation, if unchanged. */
+	assert_int_equal(cat_segment_reopen(f->c, 2, 4 * SEG_ALIGN, &g), -EBUSY);
+	assert_int_equal(cat_segment_reopen(f->c, 2, 5 * SEG_ALIGN, &g), 0);
+	assert_int_equal(g, g2);
+	s = seg_get(f->c, 2);
+	assert_int_equal(s.state, SEG_OPEN);
+	assert_int_equal(s.used, 5 * SEG_ALIGN);
+	assert_int_equal(cat_segment_reopen(f->c, 2, 5 * SEG_ALIGN, &g), -EBUSY);
+	assert_int_equal(cat_segment_reopen(f->c, 5, 0, &g), -EBUSY);	/* FREE */
+	assert_int_equal(cat_segment_next_partial(f->c, UINT32_MAX, MiB, &id, &used), 0);
+	assert_int_equal(id, 3);
+
+	/* SEG_USED_KEEP leaves the append pointer alone. */
+	set_state(f->c, 3, SEG_SEALED, SEG_RECLAIMING, SEG_USED_KEEP);
+	assert_int_equal(seg_get(f->c, 3).used, 200 * SEG_ALIGN);
+	assert_int_equal(seg_get(f->c, 3).gen, g3);
+	/* Reclaiming is not partial. */
+	assert_int_equal(cat_segment_next_partial(f->c, UINT32_MAX, MiB, &id, &used), -ENOENT);
+	set_state(f->c, 3, SEG_RECLAIMING, SEG_SEALED, SEG_USED_KEEP);
+	assert_int_equal(seg_get(f->c, 3).used, 200 * SEG_ALIGN);
+}
+
+/* ---- segments ----------------------------------------------------------------- */
+
+static void test_segment_states(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t gen = 0, g2, counts[4];
+	uint32_t id = 99;
+	struct cat_segment s;
+	int64_t b = bucket(f->c, "segs");
+
+	/* next_free walks the free segments in id order. */
+	assert_int_equal(cat_segment_next_free(f->c, UINT32_MAX, &id), 0);
+	assert_int_equal(id, 0);
+	assert_int_equal(cat_segment_next_free(f->c, 0, &id), 0);
+	assert_int_equal(id, 1);
+
+	gen = claim(f->c, 0);
+	assert_int_equal(gen, 1);
+	s = seg_get(f->c, 0);
+	assert_int_equal(s.state, SEG_OPEN);
+	assert_true(s.last_access > 0);
+	/* Claiming what is not FREE: -EBUSY. */
+	assert_int_equal(cat_segment_claim(f->c, 0, &g2), -EBUSY);
+	assert_int_equal(cat_segment_next_free(f->c, UINT32_MAX, &id), 0);
+	assert_int_equal(id, 1);
+	assert_int_equal(cat_segment_next_free(f->c, 6, &id), 0);
+	assert_int_equal(id, 7);
+	assert_int_equal(cat_segment_next_free(f->c, 7, &id), -ENOSPC);
+
+	/* OPEN -> SEALED records the append pointer; a wrong `from` is -ESTALE. */
+	assert_int_equal(cat_segment_set_state(f->c, 0, SEG_SEALED, SEG_FREE, 0), -ESTALE);
+	assert_int_equal(cat_segment_set_state(f->c, 1, SEG_OPEN, SEG_SEALED, 0), -ESTALE);
+	assert_int_equal(put_obj(f->c, b, "x", 1, 0, gen, 0, 1, 5000, 0, NULL), 0);
+	set_state(f->c, 0, SEG_OPEN, SEG_SEALED, 3 * SEG_ALIGN);
+	s = seg_get(f->c, 0);
+	assert_int_equal(s.state, SEG_SEALED);
+	assert_int_equal(s.used, 3 * SEG_ALIGN);
+	assert_int_equal(s.live, space_of(5000));
+	/* A put may still commit into a sealed segment of its generation
+	 * (the writer carved the space before the seal). */
+	assert_int_equal(put_obj(f->c, b, "y", 2, 0, gen, 2 * SEG_ALIGN, 1, 100, 0, NULL), 0);
+
+	/* Free refuses while extents remain. */
+	assert_int_equal(cat_segment_free(f->c, 0, &g2), -EBUSY);
+	assert_int_equal(seg_get(f->c, 0).gen, gen);
+	set_state(f->c, 0, SEG_SEALED, SEG_RECLAIMING, 0);
+	assert_int_equal(cat_object_delete(f->c, b, "x"), 0);
+	assert_int_equal(cat_object_delete(f->c, b, "y"), 0);
+	assert_int_equal(seg_get(f->c, 0).live, 0);
+	g2 = 0;
+	assert_int_equal(cat_segment_free(f->c, 0, &g2), 0);
+	assert_int_equal(g2, gen + 1);
+	s = seg_get(f->c, 0);
+	assert_int_equal(s.state, SEG_FREE);
+	assert_int_equal(s.gen, gen + 1);
+	assert_int_equal(s.live, 0);
+	assert_int_equal(s.used, 0);
+	/* The old generation is dead for writers. */
+	assert_int_equal(put_obj(f->c, b, "z", 3, 0, gen, 0, 1, 100, 0, NULL), -ESTALE);
+
+	/* Claimed again: the new generation; freed again: + 1 again. */
+	assert_int_equal(claim(f->c, 0), gen + 1);
+	assert_int_equal(cat_segment_free(f->c, 0, &g2), 0);
+	assert_int_equal(g2, gen + 2);
+
+	/* OPEN -> FREE (a claim given back) keeps the generation. */
+	gen = claim(f->c, 2);
+	set_state(f->c, 2, SEG_OPEN, SEG_FREE, 0);
+	assert_int_equal(seg_get(f->c, 2).gen, gen);
+
+	assert_int_equal(cat_segment_counts(f->c, counts), 0);
+	assert_int_equal(counts[SEG_FREE], 8);
+	assert_int_equal(counts[SEG_OPEN], 0);
+	assert_int_equal(counts[SEG_SEALED], 0);
+	assert_int_equal(counts[SEG_RECLAIMING], 0);
+}
+
+static void test_segment_victim(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t g[8];
+	uint32_t id = 99;
+	int64_t b = bucket(f->c, "vict");
+
+	/* Nothing sealed: no victim (open segments are never taken). */
+	for (uint32_t i = 0; i < 5; i++)
+		g[i] = claim(f->c, i);
+	assert_int_equal(cat_segment_pick_victim(f->c, &id), -ENOENT);
+
+	/* 0..3 hold data; 4 is sealed and empty. */
+	for (uint32_t i = 0; i < 4; i++) {
+		char key[8];
+
+		snprintf(key, sizeof(key), "k%u", i);
+		assert_int_equal(put_obj(f->c, b, key, 10 + i, i, g[i], 0, 1, 8000, 0, NULL), 0);
+		set_state(f->c, i, SEG_OPEN, SEG_SEALED, SEG_ALIGN * 3);
+	}
+	set_state(f->c, 4, SEG_OPEN, SEG_SEALED, 0);
+	/* Access times: 2 is the coldest of the full ones, 4 the hottest of all. */
+	assert_int_equal(cat_touch_segment(f->c, 0, 5000000000000000000ll), 0);
+	assert_int_equal(cat_touch_segment(f->c, 1, 4000000000000000000ll), 0);
+	assert_int_equal(cat_touch_segment(f->c, 3, 4500000000000000000ll), 0);
+	assert_int_equal(cat_touch_segment(f->c, 4, 6000000000000000000ll), 0);
+	/* Touching never goes back in time. */
+	assert_int_equal(cat_touch_segment(f->c, 0, 1), 0);
+	assert_int_equal(seg_get(f->c, 0).last_access, 5000000000000000000ll);
+
+	/* Empty sealed segments first, however hot. */
+	assert_int_equal(cat_segment_pick_victim(f->c, &id), 0);
+	assert_int_equal(id, 4);
+	/* Then the coldest. */
+	set_state(f->c, 4, SEG_SEALED, SEG_RECLAIMING, 0);
+	assert_int_equal(cat_segment_pick_victim(f->c, &id), 0);
+	assert_int_equal(id, 2);
+	set_state(f->c, 2, SEG_SEALED, SEG_RECLAIMING, 0);
+	assert_int_equal(cat_segment_pick_victim(f->c, &id), 0);
+	assert_int_equal(id, 1);
+	/* A segment emptied by deletes becomes the first choice. */
+	assert_int_equal(cat_object_delete(f->c, b, "k0"), 0);
+	assert_int_equal(cat_segment_pick_victim(f->c, &id), 0);
+	assert_int_equal(id, 0);
+	set_state(f->c, 0, SEG_SEALED, SEG_RECLAIMING, 0);
+	set_state(f->c, 1, SEG_SEALED, SEG_RECLAIMING, 0);
+	assert_int_equal(cat_segment_pick_victim(f->c, &id), 0);
+	assert_int_equal(id, 3);
+	set_state(f->c, 3, SEG_SEALED, SEG_RECLAIMING, 0);
+	assert_int_equal(cat_segment_pick_victim(f->c, &id), -ENOENT);
+	/* RECLAIMING -> SEALED puts one back in the running. */
+	set_state(f->c, 1, SEG_RECLAIMING, SEG_SEALED, 0);
+	assert_int_equal(cat_segment_pick_victim(f->c, &id), 0);
+	assert_int_equal(id, 1);
+}
+
+struct seg_objs {
+	int64_t id[8];
+	uint64_t vid[8];
+	int pinned[8];
+	int n;
+};
+
+static int collect_seg_obj(void *arg, int64_t obj, uint64_t vid, int pinned)
+{
+	struct seg_objs *so = arg;
+
+	assert_true(so->n < 8);
+	so->id[so->n] = obj;
+	so->vid[so->n] = vid;
+	so->pinned[so->n] = pinned;
+	so->n++;
+	return 0;
+}
+
+static void test_segment_objects_and_move(void **state)
+{
+	struct fixture *f = *state;
+	struct seg_objs so = { .n = 0 };
+	struct cat_object *co = NULL;
+	struct cat_extent to;
+	int64_t b = bucket(f->c, "move");
+	uint64_t g0 = claim(f->c, 0), g1 = claim(f->c, 1);
+	const uint32_t len = 3000;
+	uint32_t space = (uint32_t)space_of(len);
+
+	/* "a": two extents in 0; "b": one in 0 (pinned); "c" lives in 1. */
+	assert_int_equal(put_obj(f->c, b, "a", 0xa, 0, g0, 0, 2, len, 0, NULL), 0);
+	assert_int_equal(put_obj(f->c, b, "b", 0xb, 0, g0, 2 * space, 1, len, 0, NULL), 0);
+	assert_int_equal(put_obj(f->c, b, "c", 0xc, 1, g1, 0, 1, len, 0, NULL), 0);
+	assert_int_equal(cat_object_set_pin(f->c, b, "b", 1), 0);
+
+	assert_int_equal(cat_segment_objects(f->c, 0, collect_seg_obj, &so), 0);
+	assert_int_equal(so.n, 2);	/* distinct objects, not extents */
+	for (int i = 0; i < so.n; i++) {
+		assert_true(so.vid[i] == 0xa || so.vid[i] == 0xb);
+		assert_int_equal(so.pinned[i], so.vid[i] == 0xb);
+	}
+	memset(&so, 0, sizeof(so));
+	assert_int_equal(cat_segment_objects(f->c, 5, collect_seg_obj, &so), 0);
+	assert_int_equal(so.n, 0);
+
+	/* Move a's extent 1 from segment 0 to segment 1. */
+	assert_int_equal(cat_object_get(f->c, b, "a", 1, &co), 0);
+	to = co->extents[1];
+	to.segment = 1;
+	to.gen = g1;
+	to.offset = 8 * SEG_ALIGN;
+	/* Only if the version is still the one copied. */
+	assert_int_equal(cat_extent_move(f->c, co->id, 0xdead, &to, space), -ENOENT);
+	/* Not into a dead generation. */
+	to.gen = g1 + 1;
+	assert_int_equal(cat_extent_move(f->c, co->id, 0xa, &to, space), -ESTALE);
+	to.gen = g1;
+	assert_int_equal(seg_get(f->c, 0).live, 3 * (uint64_t)space);
+	assert_int_equal(seg_get(f->c, 1).live, space);
+	assert_int_equal(cat_extent_move(f->c, co->id, 0xa, &to, space), 0);
+	assert_int_equal(seg_get(f->c, 0).live, 2 * (uint64_t)space);
+	assert_int_equal(seg_get(f->c, 1).live, 2 * (uint64_t)space);
+	cat_object_free(co);
+	assert_int_equal(cat_object_get(f->c, b, "a", 1, &co), 0);
+	assert_int_equal(co->extents[0].segment, 0);
+	assert_int_equal(co->extents[1].segment, 1);
+	assert_int_equal(co->extents[1].offset, 8 * SEG_ALIGN);
+	assert_int_equal(co->extents[1].gen, g1);
+	assert_int_equal(co->extents[1].obj_off, len);
+	assert_int_equal(co->extents[1].crc, 0x1001u);
+	/* A missing seq. */
+	to.seq = 7;
+	assert_int_equal(cat_extent_move(f->c, co->id, 0xa, &to, space), -ENOENT);
+	cat_object_free(co);
+
+	/* Deleting "a" now releases space from both segments. */
+	assert_int_equal(cat_object_delete(f->c, b, "a"), 0);
+	assert_int_equal(seg_get(f->c, 0).live, space);
+	assert_int_equal(seg_get(f->c, 1).live, space);
+
+	/* set_live (fsck's repair) overwrites the count. */
+	assert_int_equal(cat_segment_set_live(f->c, 1, 12345), 0);
+	assert_int_equal(seg_get(f->c, 1).live, 12345);
+}
+
+/* ---- counters, sessions, stat, walk -------------------------------------------- */
+
+static void test_counters(void **state)
+{
+	struct fixture *f = *state;
+	uint64_t v = 99;
+
+	assert_int_equal(cat_counter_get(f->c, "never", &v), 0);
+	assert_int_equal(v, 0);
+	assert_int_equal(cat_counter_add(f->c, "hits", 3), 0);
+	assert_int_equal(cat_counter_add(f->c, "hits", 4), 0);
+	assert_int_equal(cat_counter_add(f->c, "misses", 1), 0);
+	assert_int_equal(cat_counter_get(f->c, "hits", &v), 0);
+	assert_int_equal(v, 7);
+	assert_int_equal(cat_counter_add(f->c, "hits", -2), 0);
+	assert_int_equal(cat_counter_get(f->c, "hits", &v), 0);
+	assert_int_equal(v, 5);
+	/* Counters persist across connections. */
+	cat_close(f->c);
+	assert_int_equal(cat_open(f->path, 0, &f->c), 0);
+	assert_int_equal(cat_counter_get(f->c, "misses", &v), 0);
+	assert_int_equal(v, 1);
+}
+
+static void test_sessions_touch(void **state)
+{
+	struct fixture *f = *state;
+	struct kvt_store_stat st;
+	int64_t b = bucket(f->c, "sess"), b2 = bucket(f->c, "sess2"), v = 0;
+	char sql[200];
+
+	memset(&st, 0, sizeof(st));
+	assert_int_equal(cat_stat(f->c, &st), 0);
+	assert_int_equal(st.sessions, 0);
+
+	assert_int_equal(cat_touch_session(f->c, b, "conv-1", 100), 0);
+	assert_int_equal(cat_touch_session(f->c, b, "conv-2", 50), 0);
+	assert_int_equal(cat_touch_session(f->c, b2, "conv-1", 10), 0);
+	assert_int_equal(cat_stat(f->c, &st), 0);
+	assert_int_equal(st.sessions, 3);
+
+	/* Later touches advance last_access; earlier ones never move it back. */
+	assert_int_equal(cat_touch_session(f->c, b, "conv-1", 300), 0);
+	assert_int_equal(cat_touch_session(f->c, b, "conv-1", 200), 0);
+	snprintf(sql, sizeof(sql),
+		 "SELECT last_access FROM sessions WHERE bucket = %lld AND name = 'conv-1'",
+		 (long long)b);
+	assert_int_equal(raw_int(f->path, sql, &v), SQLITE_OK);
+	assert_int_equal(v, 300);
+	snprintf(sql, sizeof(sql),
+		 "SELECT last_access FROM sessions WHERE bucket = %lld AND name = 'conv-1'",
+		 (long long)b2);
+	assert_int_equal(raw_int(f->path, sql, &v), SQLITE_OK);
+	assert_int_equal(v, 10);
+
+	/* A put touches its session at its mtime. */
+	{
+		uint64_t gen = claim(f->c, 0);
+
+		assert_int_equal(put_obj(f->c, b2, "o", 1, 0, gen, 0, 1, 10, 0, NULL), 0);
+	}
+	snprintf(sql, sizeof(sql),
+		 "SELECT last_access FROM sessions WHERE bucket = %lld AND name = 'sess'",
+		 (long long)b2);
+	assert_int_equal(raw_int(f->path, sql, &v), SQLITE_OK);
+	assert_int_equal(v, 123456789);
+	assert_int_equal(cat_stat(f->c, &st), 0);
+	assert_int_equal(st.sessions, 4);
+}
+
+static void test_stat(void **state)
+{
+	struct fixture *f = *state;
+	struct kvt_store_stat st;
+	int64_t b = bucket(f->c, "stat");
+	uint64_t g0 = claim(f->c, 0);
+
+	bucket(f->c, "stat2");
+	claim(f->c, 1);
+	assert_int_equal(put_obj(f->c, b, "a", 1, 0, g0, 0, 2, 1000, 0, NULL), 0);
+	assert_int_equal(put_obj(f->c, b, "b", 2, 0, g0, 2 * SEG_ALIGN, 1, 5000, 0, NULL), 0);
+	assert_int_equal(cat_object_set_pin(f->c, b, "b", 1), 0);
+	set_state(f->c, 0, SEG_OPEN, SEG_SEALED, 4 * SEG_ALIGN);
+	assert_int_equal(cat_counter_add(f->c, "evicted_objects", 3), 0);
+	assert_int_equal(cat_counter_add(f->c, "reclaimed_segments", 2), 0);
+	assert_int_equal(cat_counter_add(f->c, "checksum_failures", 1), 0);
+
+	memset(&st, 0, sizeof(st));
+	assert_int_equal(cat_stat(f->c, &st), 0);
+	assert_int_equal(st.buckets, 2);
+	assert_int_equal(st.objects, 2);
+	assert_int_equal(st.object_bytes, 2000 + 5000);
+	assert_int_equal(st.pinned, 1);
+	assert_int_equal(st.live_bytes, 2 * space_of(1000) + space_of(5000));
+	assert_int_equal(st.segments, 8);
+	assert_int_equal(st.segments_free, 6);
+	assert_int_equal(st.segments_open, 1);
+	assert_int_equal(st.segments_sealed, 1);
+	assert_int_equal(st.tier_count[KVT_TIER_HOT], 2);
+	assert_int_equal(st.tier_count[KVT_TIER_COLD], 0);
+	assert_int_equal(st.evicted_objects, 3);
+	assert_int_equal(st.reclaimed_segments, 2);
+	assert_int_equal(st.checksum_failures, 1);
+	assert_int_equal(st.sessions, 1);
+}
+
+struct walk {
+	int n;
+	int64_t last_id;
+	int stop_at;
+	size_t extents;
+};
+
+static int walk_one(void *arg, struct cat_object *co)
+{
+	struct walk *w = arg;
+
+	assert_true(co->id > w->last_id);	/* id order */
+	w->last_id = co->id;
+	assert_non_null(co->obj->bucket);
+	assert_string_equal(co->obj->bucket, "walk");
+	w->extents += co->nextents;
+	w->n++;
+	return w->stop_at && w->n == w->stop_at;
+}
+
+static void test_object_walk(void **state)
+{
+	struct fixture *f = *state;
+	int64_t b = bucket(f->c, "walk");
+	uint64_t g = claim(f->c, 0);
+	struct walk w = { .last_id = -1 };
+
+	/* More than one batch of 256. */
+	for (int i = 0; i < 600; i++) {
+		char key[16];
+
+		snprintf(key, sizeof(key), "k%04d", i);
+		if (i % 100 == 0)
+			assert_int_equal(put_obj(f->c, b, key, (uint64_t)i + 1, 0, g,
+						 (uint64_t)(i / 100) * SEG_ALIGN, 1, 10, 0, NULL), 0);
+		else
+			put_empty(f->c, b, key);
+	}
+	assert_int_equal(cat_object_walk(f->c, walk_one, &w), 0);
+	assert_int_equal(w.n, 600);
+	assert_int_equal(w.extents, 6);
+
+	memset(&w, 0, sizeof(w));
+	w.last_id = -1;
+	w.stop_at = 300;
+	assert_int_equal(cat_object_walk(f->c, walk_one, &w), 1);
+	assert_int_equal(w.n, 300);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_schema_create_reopen, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_schema_newer_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_geometry, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_transactions, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_buckets, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_object_put_get, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_object_replace_accounting, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_object_drop_pin, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_object_range, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_object_lookup, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_object_put_parts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segment_states, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segment_partial_reopen, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segment_victim, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segment_objects_and_move, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_counters, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sessions_touch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stat, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_object_walk, setup, teardown),
+	};
+
+	kvt_log_set_level(KVT_LOG_ERR);
+	if (getenv("KVT_TEST_FILTER"))	/* e.g. "test_reclaim_*" */
+		cmocka_set_test_filter(getenv("KVT_TEST_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
