@@ -1,0 +1,24 @@
+#!/bin/sh
+# Installs the Debian packages kvtier needs to build, test and benchmark.
+# Run as root (or through sudo). Safe to run again: apt-get skips what is there.
+set -eu
+
+packages="
+	build-essential autoconf automake libtool pkg-config
+	libsqlite3-dev sqlite3 liburing-dev libssl-dev libisal-dev libinih-dev
+	libcmocka-dev
+	libfuse3-dev fuse3 libmicrohttpd-dev libcurl4-openssl-dev libs3-dev libxml2-dev
+	fio python3 curl attr
+	awscli python3-boto3 s3cmd
+"
+
+if [ "$(id -u)" -ne 0 ]; then
+	exec sudo "$0" "$@"
+fi
+export DEBIAN_FRONTEND=noninteractive
+# Refresh the package lists once a day at most: the lists are large.
+if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -1440 2>/dev/null | head -n 1)" ]; then
+	apt-get update -q
+fi
+# shellcheck disable=SC2086
+apt-get install -y -q --no-install-recommends $packages
