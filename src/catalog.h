@@ -91,6 +91,8 @@ int cat_init_geometry(struct cat *c, uint64_t segment_size, uint32_t nsegs);
 int cat_begin(struct cat *c);		/* BEGIN IMMEDIATE: a write transaction */
 int cat_begin_read(struct cat *c);	/* BEGIN DEFERRED */
 int cat_commit(struct cat *c);
+/* Copies the write-ahead log into the database when nothing is in the way. */
+int cat_checkpoint(struct cat *c);
 /* Makes every transaction committed so far durable against power loss. */
 int cat_sync(struct cat *c);
 void cat_rollback(struct cat *c);
@@ -106,9 +108,10 @@ int cat_object_put(struct cat *c, const struct cat_put *put, int64_t *id_out,
 		   uint64_t *freed_vid);
 int cat_object_get(struct cat *c, int64_t bucket_id, const char *key, int with_extents,
 		   struct cat_object **out);
-/* Object and extents by bucket name and key in one query; -ENOENT if either
- * is missing. */
-int cat_object_lookup(struct cat *c, const char *bucket, const char *key, struct cat_object **out);
+/* Object (and extents) by bucket name and key in one query, so in one read
+ * transaction; -ENOENT if either is missing. */
+int cat_object_lookup(struct cat *c, const char *bucket, const char *key, int with_extents,
+		      struct cat_object **out);
 int cat_object_by_id(struct cat *c, int64_t id, struct cat_object **out);
 int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key);
 /*

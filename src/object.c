@@ -98,7 +98,6 @@ int kvt_object_head(struct kvt_store *st, const char *bucket, const char *key,
 {
 	struct cat *c = store_cat(st);
 	struct cat_object *co = NULL;
-	int64_t bucket_id;
 	int rc;
 
 	if (!c)
@@ -106,10 +105,8 @@ int kvt_object_head(struct kvt_store *st, const char *bucket, const char *key,
 	rc = kvt_key_valid(key);
 	if (rc < 0)
 		return rc;
-	rc = store_bucket_id(st, bucket, &bucket_id);
-	if (rc < 0)
-		return rc;
-	rc = cat_object_get(c, bucket_id, key, 0, &co);
+	/* One query (one read transaction) for bucket and object. */
+	rc = cat_object_lookup(c, bucket, key, 0, &co);
 	if (rc < 0)
 		return rc;
 	*out = co->obj;

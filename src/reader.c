@@ -45,7 +45,7 @@ int kvt_reader_open(struct kvt_store *st, const char *bucket, const char *key,
 		return -ENOMEM;
 	r->st = st;
 	/* -ENOENT for a missing bucket too: callers that care ask kvt_bucket_exists(). */
-	rc = cat_object_lookup(c, bucket, key, &r->co);
+	rc = cat_object_lookup(c, bucket, key, 1, &r->co);
 	if (rc < 0)
 		goto fail;
 	if (r->co->obj->tier == KVT_TIER_COLD || r->co->obj->tier == KVT_TIER_RECALLING) {
@@ -209,7 +209,7 @@ static int reader_refresh(struct kvt_reader *r)
 
 	if (!c)
 		return -ENOMEM;
-	rc = cat_object_lookup(c, r->co->obj->bucket, r->co->obj->key, &co);
+	rc = cat_object_lookup(c, r->co->obj->bucket, r->co->obj->key, 1, &co);
 	if (rc < 0 || co->vid != r->co->vid) {
 		cat_object_free(co);
 		return -ESTALE;

@@ -38,7 +38,7 @@
 
 #define IO_DEPTH 8
 #define IO_BUFS 4
-#define POOL_MAX 64
+#define POOL_MAX 8	/* idle contexts kept: 4 MiB of buffers each */
 #define ACCESS_BUCKETS 1024
 
 struct access_entry {
@@ -500,6 +500,14 @@ int kvt_store_flush_access(struct kvt_store *st)
 	return rc;
 }
 
+static void store_checkpoint(struct kvt_store *st)
+{
+	struct cat *c = store_cat(st);
+
+	if (c && cat_checkpoint(c) < 0)
+		log_warn(0, "cannot checkpoint the catalog of '%s'", st->dir);
+}
+
 static void *store_flusher(void *arg)
 {
 	struct kvt_store *st = arg;
@@ -520,6 +528,7 @@ static void *store_flusher(void *arg)
 			break;
 		pthread_mutex_unlock(&st->access_lock);
 		kvt_store_flush_access(st);
+		store_checkpoint(st);
 		pthread_mutex_lock(&st->access_lock);
 	}
 	pthread_mutex_unlock(&st->access_lock);

@@ -702,7 +702,7 @@ static void test_object_lookup(void **state)
 	uint64_t gen = claim(f->c, 1);
 
 	assert_int_equal(put_obj(f->c, b, "k", 0x5151, 1, gen, 0, 3, 2000, 0, NULL), 0);
-	assert_int_equal(cat_object_lookup(f->c, "look", "k", &co), 0);
+	assert_int_equal(cat_object_lookup(f->c, "look", "k", 1, &co), 0);
 	assert_int_equal(co->bucket_id, b);
 	assert_int_equal(co->vid, 0x5151);
 	assert_string_equal(co->obj->key, "k");
@@ -722,19 +722,19 @@ static void test_object_lookup(void **state)
 	/* No extents: the object alone. */
 	put_empty(f->c, b, "e");
 	co = NULL;
-	assert_int_equal(cat_object_lookup(f->c, "look", "e", &co), 0);
+	assert_int_equal(cat_object_lookup(f->c, "look", "e", 1, &co), 0);
 	assert_int_equal(co->nextents, 0);
 	assert_int_equal(co->obj->size, 0);
 	cat_object_free(co);
 
 	co = NULL;
-	assert_int_equal(cat_object_lookup(f->c, "look", "missing", &co), -ENOENT);
+	assert_int_equal(cat_object_lookup(f->c, "look", "missing", 1, &co), -ENOENT);
 	assert_null(co);
-	assert_int_equal(cat_object_lookup(f->c, "nobucket", "k", &co), -ENOENT);
+	assert_int_equal(cat_object_lookup(f->c, "nobucket", "k", 1, &co), -ENOENT);
 	assert_null(co);
 	/* The same key in another bucket is another object. */
 	bucket(f->c, "look2");
-	assert_int_equal(cat_object_lookup(f->c, "look2", "k", &co), -ENOENT);
+	assert_int_equal(cat_object_lookup(f->c, "look2", "k", 1, &co), -ENOENT);
 }
 
 static int64_t object_id(struct cat *c, int64_t b, const char *key, uint64_t *vid)
