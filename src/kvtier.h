@@ -60,6 +60,11 @@ struct kvt_config {
 		char *tls_key;
 		char *metrics_listen;	/* NULL: /metrics on the S3 listener */
 		char *region;		/* what GetBucketLocation answers, SigV4 scope */
+		char *domain;		/* Host BUCKET.DOMAIN names a bucket */
+		uint64_t timeout;	/* seconds before an idle connection closes */
+		unsigned max_connections;
+		uint64_t max_object;	/* bytes of the largest single PUT */
+		char *access_log;	/* "-" stderr, "off", or a file */
 	} gateway;
 	struct {
 		unsigned uid, gid;	/* owner of objects made without one (S3 side) */

@@ -1,0 +1,473 @@
+/*
+ * gateway.c - kvtier-gateway: the S3 endpoint over the engine.
+ *
+ * main() reads kvtier.conf (the [store] section: which data directory),
+ * the command line (which overrides the file, DESIGN.md), and the
+ * credentials file; opens the store; and starts libmicrohttpd with its
+ * internal thread pool, one epoll loop per thread, each thread serving its
+ * own connections from the first byte to the last (so a request's engine
+ * handles stay on one thread, as kvtier.h asks). Then it waits for SIGTERM
+ * or SIGINT: libmicrohttpd is stopped (connections still uploading are
+ * ended and their writers aborted, see gw_http.c), then the store closed,
+ * which flushes batched access times.
+ *
+ * Signals are blocked before any thread starts, so they reach only the main
+ * thread's sigwait(); no handler runs in a random worker.
+ */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gw.h"
+#include "log.h"
+#include "s3_xml.h"
+
+#ifndef SYSCONFDIR
+#define SYSCONFDIR "/etc"
+#endif
+
+
+static void gw_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvtier-gateway [-c FILE] [--listen ADDR:PORT] [--credentials FILE]\n"
+		"                      [--threads N] [--domain NAME] [--region NAME]\n"
+		"                      [--timeout SECONDS] [--max-connections N]\n"
+		"                      [--max-object SIZE] [--access-log FILE|-|off]\n"
+		"                      [--tls-cert PEM --tls-key PEM] [--metrics-listen ADDR:PORT]\n"
+		"                      [-f | -d] [-v] [-h] [--version]\n"
+		"\n"
+		"S3-compatible endpoint over a kvtier store. See kvtier-gateway(8).\n"
+		"\n"
+		"  -c, --config FILE      kvtier.conf (default $KVTIER_CONF, then "
+		SYSCONFDIR "/kvtier.conf);\n"
+		"                         its [gateway] section gives the defaults of the flags\n"
+		"      --listen ADDR:PORT address to serve ([gateway] listen, default "
+		GW_DEFAULT_LISTEN ")\n"
+		"      --credentials FILE users: 'ACCESS SECRET [BUCKET ...]' a line, mode 0600\n"
+		"                         ([gateway] credentials; required)\n"
+		"      --threads N        worker threads, each with its own epoll loop\n"
+		"                         ([gateway] threads, default 4)\n"
+		"      --domain NAME      virtual-host style: Host BUCKET.NAME names a bucket\n"
+		"                         (default " GW_DEFAULT_DOMAIN "; '' turns it off)\n"
+		"      --region NAME      the region of SigV4 scopes and GetBucketLocation\n"
+		"                         ([gateway] region, default " GW_DEFAULT_REGION ")\n"
+		"      --timeout SECONDS  close connections idle this long (default 60)\n"
+		"      --max-connections N  (default 1024)\n"
+		"      --max-object SIZE  largest PutObject or part (default 5G)\n"
+		"      --min-part-size SIZE  smallest multipart part but the last (default 5M)\n"
+		"      --access-log FILE  one line per request; '-' stdout (default), 'off'\n"
+		"      --tls-cert PEM     serve HTTPS with this certificate (and --tls-key)\n"
+		"      --tls-key PEM      its private key\n"
+		"      --metrics-listen ADDR:PORT  serve /metrics and /health there, unsigned,\n"
+		"                         and not on --listen\n"
+		"  -f, --foreground       stay in the foreground (the default)\n"
+		"  -d, --daemon           detach from the terminal\n"
+		"  -v, --verbose          log every error response\n");
+}
+
+/* "127.0.0.1:9000", "[::1]:9000", ":9000", "9000". */
+static int gw_parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *len)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE };
+	struct addrinfo *res = NULL;
+	char host[256] = "", port[16];
+	const char *colon;
+	int rc;
+
+	if (s[0] == '[') {
+		const char *end = strchr(s, ']');
+
+		if (!end || end[1] != ':' || (size_t)(end - s - 1) >= sizeof(host))
+			return -EINVAL;
+		memcpy(host, s + 1, (size_t)(end - s - 1));
+		host[end - s - 1] = '\0';
+		colon = end + 1;
+	} else {
+		colon = strrchr(s, ':');
+		if (colon) {
+			if ((size_t)(colon - s) >= sizeof(host))
+				return -EINVAL;
+			memcpy(host, s, (size_t)(colon - s));
+			host[colon - s] = '\0';
+		} else {
+			colon = s - 1;	/* a bare port */
+		}
+	}
+	if (snprintf(port, sizeof(port), "%s", colon + 1) >= (int)sizeof(port) || !port[0])
+		return -EINVAL;
+	rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+	if (rc != 0 || !res)
+		return -EINVAL;
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	*len = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+/* A PEM file into memory, for libmicrohttpd; NULL (and a message) on failure. */
+static char *gw_read_pem(const char *path, bool secret)
+{
+	struct gw_buf b;
+	char chunk[4096];
+	struct stat st;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	gw_buf_init(&b);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		fprintf(stderr, "kvtier-gateway: %s: cannot open: %s\n", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	if (secret && (st.st_mode & 007))
+		log_warn(0, "'%s' holds a private key and is readable by others", path);
+	while ((n = read(fd, chunk, sizeof(chunk))) > 0 && b.len < (1u << 20))
+		gw_buf_append(&b, chunk, (size_t)n);
+	close(fd);
+	if (n < 0 || gw_buf_failed(&b) || !strstr(gw_buf_str(&b), "-----BEGIN ")) {
+		fprintf(stderr, "kvtier-gateway: %s: not a PEM file\n", path);
+		gw_buf_release(&b);
+		return NULL;
+	}
+	return gw_buf_detach(&b, NULL);
+}
+
+static void gw_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char msg[512];
+	size_t n;
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+		msg[--n] = '\0';
+	log_warn(0, "libmicrohttpd: %s", msg);
+}
+
+int main(int argc, char **argv)
+{
+	enum { OPT_LISTEN = 256, OPT_CREDS, OPT_THREADS, OPT_DOMAIN, OPT_REGION, OPT_TIMEOUT,
+	       OPT_MAXCONN, OPT_MAXOBJ, OPT_ACCESS_LOG, OPT_VERSION, OPT_MINPART, OPT_TLS_CERT,
+	       OPT_TLS_KEY, OPT_METRICS_LISTEN };
+	static const struct option longopts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "listen", required_argument, NULL, OPT_LISTEN },
+		{ "credentials", required_argument, NULL, OPT_CREDS },
+		{ "threads", required_argument, NULL, OPT_THREADS },
+		{ "domain", required_argument, NULL, OPT_DOMAIN },
+		{ "region", required_argument, NULL, OPT_REGION },
+		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+		{ "max-connections", required_argument, NULL, OPT_MAXCONN },
+		{ "max-object", required_argument, NULL, OPT_MAXOBJ },
+		{ "min-part-size", required_argument, NULL, OPT_MINPART },
+		{ "access-log", required_argument, NULL, OPT_ACCESS_LOG },
+		{ "tls-cert", required_argument, NULL, OPT_TLS_CERT },
+		{ "tls-key", required_argument, NULL, OPT_TLS_KEY },
+		{ "metrics-listen", required_argument, NULL, OPT_METRICS_LISTEN },
+		{ "foreground", no_argument, NULL, 'f' },
+		{ "daemon", no_argument, NULL, 'd' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, OPT_VERSION },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct gw_server srv = { .access_fd = -1 };
+	struct gw_options *o = &srv.opt;
+	struct sockaddr_storage addr, maddr;
+	socklen_t addrlen = 0;
+	char *tls_cert = NULL, *tls_key = NULL;
+	/* The TLS options, or nothing: libmicrohttpd complains of them without TLS. */
+	struct MHD_OptionItem tls_opts[3] = {
+		{ MHD_OPTION_END, 0, NULL }, { MHD_OPTION_END, 0, NULL }, { MHD_OPTION_END, 0, NULL },
+	};
+	char err[512];
+	sigset_t sigs;
+	unsigned flags;
+	int c, sig, rc, status = 1;
+	bool daemonize = false;
+
+	kvt_log_set_ident("kvtier-gateway");
+	o->min_part = GW_MIN_PART_SIZE;
+	o->foreground = true;
+
+	while ((c = getopt_long(argc, argv, "c:fdvh", longopts, NULL)) != -1) {
+		char *end;
+		unsigned long v;
+
+		switch (c) {
+		case 'c': o->config = optarg; break;
+		case OPT_LISTEN: o->listen = optarg; break;
+		case OPT_CREDS: o->credentials = optarg; break;
+		case OPT_DOMAIN: o->domain = optarg; break;
+		case OPT_REGION: o->region = optarg; break;
+		case OPT_ACCESS_LOG: o->access_log = optarg; break;
+		case OPT_TLS_CERT: o->tls_cert = optarg; break;
+		case OPT_TLS_KEY: o->tls_key = optarg; break;
+		case OPT_METRICS_LISTEN: o->metrics_listen = optarg; break;
+		case 'f': o->foreground = true; daemonize = false; break;
+		case 'd': daemonize = true; break;
+		case 'v': o->verbose = true; break;
+		case 'h': gw_usage(stdout); return 0;
+		case OPT_VERSION: printf("kvtier-gateway %s\n", PACKAGE_VERSION); return 0;
+		case OPT_THREADS:
+		case OPT_TIMEOUT:
+		case OPT_MAXCONN:
+			errno = 0;
+			v = strtoul(optarg, &end, 10);
+			if (errno || *end || !*optarg || v < 1 || v > 100000) {
+				fprintf(stderr, "kvtier-gateway: bad number '%s' for --%s\n", optarg,
+					c == OPT_THREADS ? "threads" : c == OPT_TIMEOUT ? "timeout"
+							  : "max-connections");
+				return 2;
+			}
+			if (c == OPT_THREADS)
+				o->threads = (unsigned)v;
+			else if (c == OPT_TIMEOUT)
+				o->timeout = (unsigned)v;
+			else
+				o->max_connections = (unsigned)v;
+			break;
+		case OPT_MAXOBJ:
+		case OPT_MINPART: {
+			uint64_t size;
+
+			if (kvt_parse_size(optarg, &size) < 0 || size == 0) {
+				fprintf(stderr, "kvtier-gateway: bad size '%s'\n", optarg);
+				return 2;
+			}
+			if (c == OPT_MAXOBJ)
+				o->max_object = size;
+			else
+				o->min_part = size;
+			break;
+		}
+		default:
+			gw_usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvtier-gateway: unexpected argument '%s'\n", argv[optind]);
+		gw_usage(stderr);
+		return 2;
+	}
+	/* [gateway] of kvtier.conf gives the defaults; a flag wins over the file (DESIGN.md). */
+	kvt_config_init(&srv.cfg);
+	rc = kvt_config_load_default(&srv.cfg, o->config, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "kvtier-gateway: %s\n", err);
+		status = 2;
+		goto out;
+	}
+	if (!o->listen)
+		o->listen = srv.cfg.gateway.listen ? srv.cfg.gateway.listen : GW_DEFAULT_LISTEN;
+	if (!o->threads)
+		o->threads = srv.cfg.gateway.threads ? srv.cfg.gateway.threads : 4;
+	if (!o->credentials)
+		o->credentials = srv.cfg.gateway.credentials;
+	if (!o->tls_cert && !o->tls_key) {
+		o->tls_cert = srv.cfg.gateway.tls_cert;
+		o->tls_key = srv.cfg.gateway.tls_key;
+	}
+	if (!o->metrics_listen)
+		o->metrics_listen = srv.cfg.gateway.metrics_listen;
+	if (!o->region)
+		o->region = srv.cfg.gateway.region ? srv.cfg.gateway.region : GW_DEFAULT_REGION;
+	if (!o->domain)
+		o->domain = srv.cfg.gateway.domain ? srv.cfg.gateway.domain : GW_DEFAULT_DOMAIN;
+	if (!o->access_log)
+		o->access_log = srv.cfg.gateway.access_log ? srv.cfg.gateway.access_log : "-";
+	if (!o->timeout)
+		o->timeout = srv.cfg.gateway.timeout < 100000 ? (unsigned)srv.cfg.gateway.timeout : 100000;
+	if (!o->max_connections)
+		o->max_connections = srv.cfg.gateway.max_connections;
+	if (!o->max_object)
+		o->max_object = srv.cfg.gateway.max_object;
+	if (!o->credentials) {
+		fprintf(stderr, "kvtier-gateway: no users: set [gateway] credentials in %s or give "
+			"--credentials FILE (anonymous access is not allowed)\n",
+			srv.cfg.path ? srv.cfg.path : "kvtier.conf");
+		status = 2;
+		goto out;
+	}
+	if (!o->tls_cert != !o->tls_key) {
+		fprintf(stderr, "kvtier-gateway: a TLS certificate and its key go together "
+			"(--tls-cert, --tls-key, or tls_cert and tls_key in [gateway])\n");
+		status = 2;
+		goto out;
+	}
+	if (o->metrics_listen && gw_parse_listen(o->metrics_listen, &maddr, &addrlen) < 0) {
+		fprintf(stderr, "kvtier-gateway: metrics listen '%s': expected ADDR:PORT\n",
+			o->metrics_listen);
+		status = 2;
+		goto out;
+	}
+	if (gw_parse_listen(o->listen, &addr, &addrlen) < 0) {
+		fprintf(stderr, "kvtier-gateway: listen '%s': expected ADDR:PORT, [ADDR6]:PORT "
+			"or PORT with a numeric address\n", o->listen);
+		status = 2;
+		goto out;
+	}
+	rc = auth_creds_load(&srv.creds, o->credentials, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "kvtier-gateway: credentials: %s\n", err);
+		status = 2;
+		goto out;
+	}
+	if (strcmp(o->access_log, "off") == 0) {
+		srv.access_fd = -1;
+	} else if (strcmp(o->access_log, "-") == 0) {
+		srv.access_fd = STDOUT_FILENO;
+	} else {
+		srv.access_fd = open(o->access_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+		if (srv.access_fd < 0) {
+			log_err(-errno, "cannot open access log '%s'", o->access_log);
+			goto out;
+		}
+	}
+
+	if (o->tls_cert) {
+		if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+			fprintf(stderr, "kvtier-gateway: this libmicrohttpd has no TLS support\n");
+			status = 2;
+			goto out;
+		}
+		tls_cert = gw_read_pem(o->tls_cert, false);
+		tls_key = tls_cert ? gw_read_pem(o->tls_key, true) : NULL;
+		if (!tls_cert || !tls_key) {
+			status = 2;
+			goto out;
+		}
+	}
+
+	/*
+	 * Detach before the store is opened: the engine's byte-range locks
+	 * belong to the process that took them, and a fork would lose them.
+	 */
+	if (daemonize && daemon(0, 0) < 0) {
+		log_err(-errno, "cannot detach");
+		goto out;
+	}
+	rc = kvt_store_open(&srv.cfg, KVT_OPEN_CREATE, &srv.st);
+	if (rc < 0) {
+		log_err(rc, "cannot open the store in '%s'", srv.cfg.store.dir);
+		goto out;
+	}
+	rc = kvt_bucket_create_internal(srv.st, GW_UPLOADS_BUCKET);
+	if (rc < 0) {
+		log_err(rc, "cannot create the internal bucket '%s'", GW_UPLOADS_BUCKET);
+		goto out;
+	}
+	if (RAND_bytes((unsigned char *)&srv.reqid_base, sizeof(srv.reqid_base)) != 1)
+		srv.reqid_base = (uint64_t)getpid() << 32;
+	xml_global_init();
+
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+	if (o->metrics_listen) {
+		srv.metrics_mhd = MHD_start_daemon(
+			flags | (maddr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0), 0, NULL, NULL,
+			http_access_cb, &srv,
+			MHD_OPTION_EXTERNAL_LOGGER, gw_mhd_log, NULL,
+			MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&maddr,
+			MHD_OPTION_URI_LOG_CALLBACK, http_uri_cb, &srv,
+			MHD_OPTION_NOTIFY_COMPLETED, http_completed_cb, &srv,
+			MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout,
+			MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64,
+			MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+			MHD_OPTION_END);
+		if (!srv.metrics_mhd) {
+			log_err(0, "cannot listen on '%s' for metrics", o->metrics_listen);
+			goto out;
+		}
+	}
+	if (addr.ss_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	if (tls_cert) {
+		flags |= MHD_USE_TLS;
+		tls_opts[0] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, tls_key };
+		tls_opts[1] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, tls_cert };
+	}
+	srv.mhd = MHD_start_daemon(
+		flags, 0, NULL, NULL, http_access_cb, &srv,
+		MHD_OPTION_EXTERNAL_LOGGER, gw_mhd_log, NULL,
+		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+		MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)o->threads,
+		MHD_OPTION_URI_LOG_CALLBACK, http_uri_cb, &srv,
+		MHD_OPTION_NOTIFY_COMPLETED, http_completed_cb, &srv,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout,
+		MHD_OPTION_CONNECTION_LIMIT, (unsigned int)o->max_connections,
+		/* Header space and read buffer of a connection: bounds oversized headers
+		 * (libmicrohttpd answers 431) and sets the size of body pieces we get. */
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+		MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)(16 * 1024),
+		MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+		MHD_OPTION_ARRAY, tls_opts,
+		MHD_OPTION_END);
+	if (!srv.mhd) {
+		log_err(0, "cannot listen on '%s' (in use, or not an address of this host?)",
+			o->listen);
+		goto out;
+	}
+	{
+		const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv.mhd, MHD_DAEMON_INFO_BIND_PORT);
+
+		log_info("serving S3 on %s (port %u)%s, %u threads, store '%s'", o->listen,
+			 di ? di->port : 0, tls_cert ? " over TLS" : "", o->threads, srv.cfg.store.dir);
+		if (srv.metrics_mhd) {
+			di = MHD_get_daemon_info(srv.metrics_mhd, MHD_DAEMON_INFO_BIND_PORT);
+			log_info("serving /metrics and /health on %s (port %u)", o->metrics_listen,
+				 di ? di->port : 0);
+		}
+	}
+	for (;;) {
+		if (sigwait(&sigs, &sig) != 0)
+			continue;
+		if (sig == SIGHUP) {
+			log_info("SIGHUP: nothing to reload yet (restart to reread credentials)");
+			continue;
+		}
+		log_info("%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+		break;
+	}
+	status = 0;
+out:
+	if (srv.mhd)
+		MHD_stop_daemon(srv.mhd);
+	if (srv.metrics_mhd)
+		MHD_stop_daemon(srv.metrics_mhd);
+	free(tls_cert);
+	if (tls_key) {
+		OPENSSL_cleanse(tls_key, strlen(tls_key));
+		free(tls_key);
+	}
+	kvt_store_close(srv.st);
+	auth_creds_release(&srv.creds);
+	kvt_config_release(&srv.cfg);
+	if (srv.access_fd > STDERR_FILENO)
+		close(srv.access_fd);
+	xml_global_release();
+	return status;
+}

@@ -1,0 +1,218 @@
+/*
+ * gw.h - what the gateway's files share: the server, one request, the HTTP
+ * helpers (gw_http.c) and the S3 operations (s3_ops_*.c).
+ *
+ * A request's life, with the function that moves it on:
+ *
+ *   uri log callback (http_uri_cb): a gw_req is made, the raw URI kept
+ *     -> first access call (http_begin): route, authenticate, op->start
+ *        (a PUT opens its writer here; an error is answered at once and the
+ *        body is never read)
+ *     -> access calls with data (http_body): aws-chunked decoding, digests,
+ *        into the writer or a bounded buffer; errors are remembered and the
+ *        rest of the body is drained
+ *     -> last access call (http_end): digests checked, op->finish answers
+ *     -> completion callback (http_completed): access log, metrics; a writer
+ *        still open (client gone, timeout, error) is aborted: nothing appears
+ */
+#ifndef GW_H
+#define GW_H
+
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gw_util.h"
+#include "kvtier.h"
+#include "s3_auth.h"
+#include "s3_error.h"
+#include "s3_route.h"
+
+#define GW_DEFAULT_LISTEN "127.0.0.1:9000"
+#define GW_DEFAULT_REGION "us-east-1"
+#define GW_DEFAULT_DOMAIN "localhost"
+#define GW_UPLOADS_BUCKET ".uploads"	/* internal bucket of multipart parts */
+#define GW_MAX_HEADER_BYTES (16 * 1024)
+#define GW_MAX_XML_BODY (2u << 20)	/* DeleteObjects of 1000 long keys fits */
+#define GW_MAX_LOOKUP_BODY (8u << 20)
+#define GW_MIN_PART_SIZE (5u << 20)	/* S3: every part but the last */
+#define GW_MAX_PART_NUMBER 10000
+/* Stored standard headers live among the metadata under a name no HTTP
+ * header can have (':' is not a token character), so no x-amz-meta-* name
+ * can collide with them. */
+#define GW_SYSMETA_PREFIX ":"
+
+struct gw_options {
+	const char *config;		/* -c */
+	const char *listen;		/* --listen ADDR:PORT */
+	const char *credentials;	/* --credentials FILE */
+	const char *domain;		/* --domain: virtual-host style under it */
+	const char *region;		/* --region, for GetBucketLocation */
+	const char *access_log;		/* --access-log FILE, "-" = stdout */
+	const char *tls_cert;		/* --tls-cert PEM: serve HTTPS */
+	const char *tls_key;		/* --tls-key PEM */
+	const char *metrics_listen;	/* --metrics-listen: /metrics, /health apart */
+	unsigned threads;		/* --threads */
+	unsigned timeout;		/* --timeout seconds of idle connection */
+	unsigned max_connections;
+	uint64_t max_object;		/* largest single PUT */
+	uint64_t min_part;		/* smallest part but the last */
+	bool foreground;
+	bool verbose;
+};
+
+struct gw_server {
+	struct gw_options opt;
+	struct kvt_config cfg;
+	struct kvt_store *st;
+	struct auth_creds creds;
+	struct MHD_Daemon *mhd;
+	struct MHD_Daemon *metrics_mhd;	/* only with --metrics-listen */
+	uint64_t reqid_base;
+	uint64_t reqid_seq;		/* atomic */
+	int access_fd;			/* -1: no access log */
+};
+
+enum gw_body_mode {
+	GW_BODY_DISCARD,		/* an operation without a body: ignored */
+	GW_BODY_BUFFER,			/* small XML or key lists, up to body_max */
+	GW_BODY_WRITER,			/* object bytes, into rq->writer */
+};
+
+struct gw_req;
+
+/* One S3 operation: start runs before the body (may answer), finish after. */
+struct gw_op_def {
+	void (*start)(struct gw_req *rq);
+	void (*finish)(struct gw_req *rq);
+	size_t body_max;		/* GW_BODY_BUFFER when non-zero */
+};
+
+struct gw_req {
+	struct gw_server *srv;
+	struct MHD_Connection *conn;
+	char *raw_uri;			/* owned */
+	char id[17];			/* x-amz-request-id */
+	int64_t start_ns;		/* monotonic */
+	const char *method;		/* MHD's, valid for the request */
+	enum s3_op op;
+	const struct gw_op_def *def;
+	struct s3_route route;
+	struct auth_hdr *hdrs;		/* owned array; strings are MHD's */
+	size_t nhdrs;
+	struct auth_result auth;
+	const struct auth_user *user;
+	bool began;
+	bool queued;			/* a response is queued */
+	bool ended;			/* http_end ran */
+	unsigned status;
+	uint64_t bytes_in, bytes_out;
+
+	/* the body */
+	enum gw_body_mode body_mode;
+	size_t body_max;
+	struct gw_buf body;
+	bool chunked;
+	struct chunk_dec chunk;
+	void *payload_sha;		/* EVP_MD_CTX, signed payloads */
+	void *md5;			/* EVP_MD_CTX, when Content-MD5 was sent */
+	uint8_t want_md5[16];
+	struct gw_cks cks;		/* x-amz-checksum-* or x-amz-trailer */
+	char cks_header[64];		/* "x-amz-checksum-crc32" */
+	char want_cks[96];		/* its value; "" until a trailer brings it */
+	bool cks_in_trailer;
+	uint64_t payload_len;
+	int64_t decoded_len;		/* x-amz-decoded-content-length, or -1 */
+	enum s3_code body_err;
+	char body_msg[160];
+
+	/* what operations keep between start and finish */
+	struct kvt_writer *writer;
+	struct kvt_put_opts put;
+	struct kvt_meta *meta;		/* owned, with its strings */
+	size_t nmeta;
+	char *part_key;			/* UploadPart: the part's key in .uploads */
+	char *content_type;
+	const char *err_hdr_name;	/* one more header on an error (Content-Range) */
+	char err_hdr_value[64];
+};
+
+/* ---- gw_http.c ---------------------------------------------------------- */
+
+extern const struct gw_op_def s3_op_defs[S3_OP_COUNT];
+
+/* The MHD callbacks. */
+void *http_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn);
+enum MHD_Result http_access_cb(void *cls, struct MHD_Connection *conn, const char *url,
+			       const char *method, const char *version, const char *upload_data,
+			       size_t *upload_data_size, void **con_cls);
+void http_completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
+		       enum MHD_RequestTerminationCode toe);
+
+/* A request header (case-insensitive), or NULL. */
+const char *http_hdr(const struct gw_req *rq, const char *name);
+/* Adds x-amz-request-id and friends, queues resp with status, destroys it. */
+void http_send(struct gw_req *rq, unsigned status, struct MHD_Response *resp);
+/* Body b (ownership taken) with Content-Type ctype. */
+void http_send_buf(struct gw_req *rq, unsigned status, const char *ctype, struct gw_buf *b);
+void http_send_xml(struct gw_req *rq, unsigned status, struct gw_buf *b);
+void http_send_empty(struct gw_req *rq, unsigned status);
+/* An S3 XML error; msg NULL for the code's own message. */
+void http_send_error(struct gw_req *rq, enum s3_code code, const char *msg);
+/* An engine errno as an S3 error. */
+void http_send_errno(struct gw_req *rq, int rc, enum s3_ctx ctx);
+/* After a failed object or upload call: NoSuchBucket if the bucket is gone. */
+void http_send_errno_obj(struct gw_req *rq, const char *bucket, int rc, enum s3_ctx ctx);
+/* A response without body, with Content-Length 0; NULL without memory. */
+struct MHD_Response *http_response_empty(void);
+/* Sets the body's destination to a writer opened by op->start. */
+void http_body_to_writer(struct gw_req *rq, struct kvt_writer *w);
+
+/* ---- s3_ops_common (s3_ops_object.c) ------------------------------------ */
+
+/* Collects x-amz-meta-* and the stored standard headers into rq->meta. */
+enum s3_code s3_collect_meta(struct gw_req *rq);
+/* Adds an object's stored headers, metadata, ETag, tier... to resp. */
+void s3_object_headers(struct gw_req *rq, struct MHD_Response *resp, const struct kvt_object *o);
+/* The checks of ETag/dates: S3_OK, S3_PRECONDITION_FAILED or S3_NOT_MODIFIED. */
+enum s3_code s3_conditions(const struct kvt_object *o, const char *if_match,
+			   const char *if_none_match, const char *if_modified_since,
+			   const char *if_unmodified_since);
+/* Parses "x-amz-copy-source" into bucket and key; S3_OK or an error. */
+enum s3_code s3_copy_source(const char *v, char **bucket, char **key);
+/* Checks the bucket exists and the user may touch it; answers and returns false if not. */
+bool s3_bucket_ok(struct gw_req *rq, const char *bucket);
+
+/* ---- operations --------------------------------------------------------- */
+
+void s3_op_list_buckets(struct gw_req *rq);
+void s3_op_create_bucket(struct gw_req *rq);
+void s3_op_head_bucket(struct gw_req *rq);
+void s3_op_delete_bucket(struct gw_req *rq);
+void s3_op_get_bucket_location(struct gw_req *rq);
+void s3_op_get_bucket_versioning(struct gw_req *rq);
+void s3_op_get_acl(struct gw_req *rq);
+void s3_op_list_objects(struct gw_req *rq);
+void s3_op_delete_objects(struct gw_req *rq);
+
+void s3_op_put_object_start(struct gw_req *rq);
+void s3_op_put_object(struct gw_req *rq);
+void s3_op_copy_object(struct gw_req *rq);
+void s3_op_get_object(struct gw_req *rq);
+void s3_op_delete_object(struct gw_req *rq);
+
+/* Deletes every object of .uploads under prefix (a bucket's or an upload's). */
+int s3_uploads_purge(struct gw_req *rq, const char *prefix);
+void s3_op_create_multipart(struct gw_req *rq);
+void s3_op_upload_part_start(struct gw_req *rq);
+void s3_op_upload_part(struct gw_req *rq);
+void s3_op_upload_part_copy(struct gw_req *rq);
+void s3_op_complete_multipart(struct gw_req *rq);
+void s3_op_abort_multipart(struct gw_req *rq);
+void s3_op_list_parts(struct gw_req *rq);
+void s3_op_list_multipart_uploads(struct gw_req *rq);
+
+void s3_op_kv_lookup(struct gw_req *rq);
+void s3_op_kv_prestage(struct gw_req *rq);
+
+#endif /* GW_H */

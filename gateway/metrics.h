@@ -1,0 +1,20 @@
+/*
+ * metrics.h - the gateway's counters, exported as Prometheus text on
+ * /metrics together with the hot tier's figures from kvt_store_stat().
+ */
+#ifndef GW_METRICS_H
+#define GW_METRICS_H
+
+#include <stdint.h>
+
+#include "gw_util.h"
+#include "kvtier.h"
+#include "s3_route.h"
+
+/* Counts one finished request. Thread-safe (atomics), never blocks. */
+void metrics_request(enum s3_op op, unsigned status, uint64_t bytes_in, uint64_t bytes_out,
+		     int64_t latency_ns);
+/* The whole exposition into b. */
+void metrics_render(struct gw_buf *b, struct kvt_store *st);
+
+#endif /* GW_METRICS_H */

@@ -1,0 +1,158 @@
+/*
+ * s3_error.c - S3 error codes (name, HTTP status, message) and the single
+ * place where an engine errno becomes one of them. Every error response the
+ * gateway sends goes through s3_err_*(); nothing else spells a code.
+ *
+ * The engine speaks negative errnos (kvtier.h): the table s3_errno_map[]
+ * gives each one an S3 code, with rows specific to what was being done
+ * (an -ENOENT is NoSuchBucket when the bucket was asked for, NoSuchKey for
+ * an object, NoSuchUpload for a multipart upload) before a catch-all row.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stddef.h>
+
+#include "gw_util.h"
+#include "s3_error.h"
+
+static const struct {
+	const char *name;
+	unsigned status;
+	const char *message;
+} s3_codes[S3_CODE_COUNT] = {
+	[S3_OK] = { "OK", 200, "OK" },
+	[S3_ACCESS_DENIED] = { "AccessDenied", 403, "Access Denied" },
+	[S3_BAD_DIGEST] = { "BadDigest", 400,
+		"The Content-MD5 or checksum you specified did not match what we received." },
+	[S3_BUCKET_ALREADY_OWNED] = { "BucketAlreadyOwnedByYou", 409,
+		"Your previous request to create the named bucket succeeded and you already own it." },
+	[S3_BUCKET_NOT_EMPTY] = { "BucketNotEmpty", 409,
+		"The bucket you tried to delete is not empty" },
+	[S3_ENTITY_TOO_LARGE] = { "EntityTooLarge", 400,
+		"Your proposed upload exceeds the maximum allowed size" },
+	[S3_ENTITY_TOO_SMALL] = { "EntityTooSmall", 400,
+		"Your proposed upload is smaller than the minimum allowed object size." },
+	[S3_INCOMPLETE_BODY] = { "IncompleteBody", 400,
+		"You did not provide the number of bytes specified by the Content-Length HTTP header." },
+	[S3_INTERNAL_ERROR] = { "InternalError", 500,
+		"We encountered an internal error. Please try again." },
+	[S3_INVALID_ACCESS_KEY_ID] = { "InvalidAccessKeyId", 403,
+		"The AWS Access Key Id you provided does not exist in our records." },
+	[S3_INVALID_ARGUMENT] = { "InvalidArgument", 400, "Invalid Argument" },
+	[S3_INVALID_BUCKET_NAME] = { "InvalidBucketName", 400,
+		"The specified bucket is not valid." },
+	[S3_INVALID_DIGEST] = { "InvalidDigest", 400,
+		"The Content-MD5 or checksum you specified is not valid." },
+	[S3_INVALID_OBJECT_STATE] = { "InvalidObjectState", 403,
+		"The object is in the cold tier and is not readable until it is recalled." },
+	[S3_INVALID_PART] = { "InvalidPart", 400,
+		"One or more of the specified parts could not be found. The part might not have been "
+		"uploaded, or the specified entity tag might not have matched the part's entity tag." },
+	[S3_INVALID_PART_ORDER] = { "InvalidPartOrder", 400,
+		"The list of parts was not in ascending order. Parts must be ordered by part number." },
+	[S3_INVALID_RANGE] = { "InvalidRange", 416, "The requested range is not satisfiable" },
+	[S3_INVALID_REQUEST] = { "InvalidRequest", 400, "Invalid Request" },
+	[S3_INVALID_URI] = { "InvalidURI", 400, "Couldn't parse the specified URI." },
+	[S3_KEY_TOO_LONG] = { "KeyTooLongError", 400, "Your key is too long" },
+	[S3_MALFORMED_XML] = { "MalformedXML", 400,
+		"The XML you provided was not well-formed or did not validate against our published schema." },
+	[S3_MAX_MESSAGE_LENGTH_EXCEEDED] = { "MaxMessageLengthExceeded", 400,
+		"Your request was too big." },
+	[S3_METADATA_TOO_LARGE] = { "MetadataTooLarge", 400,
+		"Your metadata headers exceed the maximum allowed metadata size." },
+	[S3_METHOD_NOT_ALLOWED] = { "MethodNotAllowed", 405,
+		"The specified method is not allowed against this resource." },
+	[S3_MISSING_CONTENT_LENGTH] = { "MissingContentLength", 411,
+		"You must provide the Content-Length HTTP header." },
+	[S3_MISSING_SECURITY_HEADER] = { "MissingSecurityHeader", 400,
+		"Your request is missing a required header." },
+	[S3_NO_SUCH_BUCKET] = { "NoSuchBucket", 404, "The specified bucket does not exist" },
+	[S3_NO_SUCH_KEY] = { "NoSuchKey", 404, "The specified key does not exist." },
+	[S3_NO_SUCH_UPLOAD] = { "NoSuchUpload", 404,
+		"The specified multipart upload does not exist. The upload ID might be invalid, or the "
+		"multipart upload might have been aborted or completed." },
+	[S3_NOT_IMPLEMENTED] = { "NotImplemented", 501,
+		"A header or query you provided implies functionality that is not implemented." },
+	[S3_NOT_MODIFIED] = { "NotModified", 304, "Not Modified" },
+	[S3_PRECONDITION_FAILED] = { "PreconditionFailed", 412,
+		"At least one of the pre-conditions you specified did not hold" },
+	[S3_REQUEST_HEADER_TOO_LARGE] = { "RequestHeaderSectionTooLarge", 400,
+		"Your request header section exceeds the maximum allowed size." },
+	[S3_REQUEST_TIME_TOO_SKEWED] = { "RequestTimeTooSkewed", 403,
+		"The difference between the request time and the current time is too large." },
+	[S3_SERVICE_UNAVAILABLE] = { "ServiceUnavailable", 503,
+		"Please reduce your request rate." },
+	[S3_SIGNATURE_DOES_NOT_MATCH] = { "SignatureDoesNotMatch", 403,
+		"The request signature we calculated does not match the signature you provided. "
+		"Check your key and signing method." },
+	[S3_SLOW_DOWN] = { "SlowDown", 503,
+		"The hot tier is full and nothing more can be evicted. Please reduce your request rate." },
+	[S3_AUTH_HEADER_MALFORMED] = { "AuthorizationHeaderMalformed", 400,
+		"The authorization header is malformed." },
+	[S3_CONTENT_SHA256_MISMATCH] = { "XAmzContentSHA256Mismatch", 400,
+		"The provided 'x-amz-content-sha256' header does not match what was computed." },
+	[S3_EXPIRED_PRESIGNED] = { "AccessDenied", 403, "Request has expired" },
+};
+
+/*
+ * errno -> S3, first matching row wins: a row with a specific context
+ * before the S3_CTX_ANY row of the same errno.
+ */
+static const struct {
+	int err;
+	enum s3_ctx ctx;
+	enum s3_code code;
+} s3_errno_map[] = {
+	{ ENOENT, S3_CTX_OBJECT, S3_NO_SUCH_KEY },
+	{ ENOENT, S3_CTX_UPLOAD, S3_NO_SUCH_UPLOAD },
+	{ ENOENT, S3_CTX_ANY, S3_NO_SUCH_BUCKET },
+	{ EEXIST, S3_CTX_PUT, S3_PRECONDITION_FAILED },
+	{ EEXIST, S3_CTX_ANY, S3_BUCKET_ALREADY_OWNED },
+	{ ENOTEMPTY, S3_CTX_ANY, S3_BUCKET_NOT_EMPTY },
+	{ ENAMETOOLONG, S3_CTX_ANY, S3_KEY_TOO_LONG },
+	{ E2BIG, S3_CTX_ANY, S3_METADATA_TOO_LARGE },
+	{ EINVAL, S3_CTX_BUCKET, S3_INVALID_BUCKET_NAME },
+	{ EINVAL, S3_CTX_ANY, S3_INVALID_ARGUMENT },
+	/* -ENOSPC: reclaim could not make room (pinned data, unsynced sessions). */
+	{ ENOSPC, S3_CTX_ANY, S3_SLOW_DOWN },
+	{ EAGAIN, S3_CTX_ANY, S3_SLOW_DOWN },
+	{ EBUSY, S3_CTX_ANY, S3_SLOW_DOWN },
+	/* -ESTALE: reclaim took the version being read; a retry reads the new one. */
+	{ ESTALE, S3_CTX_ANY, S3_SLOW_DOWN },
+	{ ENOMEM, S3_CTX_ANY, S3_SERVICE_UNAVAILABLE },
+	/* -ENODATA: the object is only in G4 (cold) until it is recalled. */
+	{ ENODATA, S3_CTX_ANY, S3_INVALID_OBJECT_STATE },
+	{ EACCES, S3_CTX_ANY, S3_ACCESS_DENIED },
+	{ EPERM, S3_CTX_ANY, S3_ACCESS_DENIED },
+	{ EFBIG, S3_CTX_ANY, S3_ENTITY_TOO_LARGE },
+	{ EIO, S3_CTX_ANY, S3_INTERNAL_ERROR },
+};
+
+const char *s3_err_name(enum s3_code code)
+{
+	return code < S3_CODE_COUNT ? s3_codes[code].name : "InternalError";
+}
+
+unsigned s3_err_status(enum s3_code code)
+{
+	return code < S3_CODE_COUNT ? s3_codes[code].status : 500;
+}
+
+const char *s3_err_message(enum s3_code code)
+{
+	return code < S3_CODE_COUNT ? s3_codes[code].message : "Internal error";
+}
+
+enum s3_code s3_err_from_errno(int rc, enum s3_ctx ctx)
+{
+	int err = rc < 0 ? -rc : rc;
+
+	for (size_t i = 0; i < GW_ARRAY_SIZE(s3_errno_map); i++) {
+		if (s3_errno_map[i].err != err)
+			continue;
+		if (s3_errno_map[i].ctx == ctx || s3_errno_map[i].ctx == S3_CTX_ANY)
+			return s3_errno_map[i].code;
+	}
+	return S3_INTERNAL_ERROR;
+}

@@ -1,0 +1,173 @@
+/*
+ * s3_ops_kv.c - kvtier's extensions to S3, under ?kvtier-* sub-resources.
+ *
+ * POST /BUCKET?kvtier-lookup
+ *   The call an inference engine makes before prefill: given the keys of a
+ *   prompt's KV blocks in prefix order, how many leading ones are stored,
+ *   and in which tier each is. One round trip instead of one HEAD a block.
+ * POST /BUCKET?kvtier-prestage
+ *   Bring keys into the hot tier ahead of decode. Returns at once. Recall
+ *   from G4 lands with the migrator; until then hot keys are reported hot
+ *   and cold ones as pending.
+ *
+ * Request body, either form (chosen by its first non-blank byte):
+ *   text: one key a line, "\n" or "\r\n" line ends, blank lines ignored;
+ *         keys are raw UTF-8, nothing is escaped (a key holding a newline
+ *         needs the XML form)
+ *   XML:  <Lookup><Key>k1</Key><Key>k2</Key>...</Lookup> (any root element)
+ * At most 10000 keys. The answer is XML (see man/kvtier-gateway.8) and
+ * repeats the count in the header x-kvtier-stored.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw.h"
+#include "s3_xml.h"
+
+#define S3_KV_MAX_KEYS 10000
+
+static enum s3_code s3_kv_keys(struct gw_req *rq, struct xml_keylist *out)
+{
+	const char *p = rq->body.data ? rq->body.data : "";
+	const char *end = p + rq->body.len;
+	const char *q = p;
+
+	memset(out, 0, sizeof(*out));
+	while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n'))
+		q++;
+	if (q < end && *q == '<')
+		return xml_parse_keys(rq->body.data, rq->body.len, S3_KV_MAX_KEYS, out);
+	if (memchr(p, '\0', rq->body.len))
+		return S3_INVALID_ARGUMENT;
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
+		char **v;
+
+		if (len && p[len - 1] == '\r')
+			len--;
+		if (len) {
+			if (out->n == S3_KV_MAX_KEYS)
+				goto toomany;
+			v = realloc(out->keys, (out->n + 1) * sizeof(*v));
+			if (!v)
+				goto nomem;
+			out->keys = v;
+			out->keys[out->n] = strndup(p, len);
+			if (!out->keys[out->n])
+				goto nomem;
+			out->n++;
+		}
+		p = nl ? nl + 1 : end;
+	}
+	return S3_OK;
+toomany:
+	xml_keylist_release(out);
+	return S3_INVALID_ARGUMENT;
+nomem:
+	xml_keylist_release(out);
+	return S3_SERVICE_UNAVAILABLE;
+}
+
+static void s3_kv_run(struct gw_req *rq, bool prestage)
+{
+	struct xml_keylist keys;
+	struct gw_buf b, items;
+	struct MHD_Response *resp;
+	size_t stored = 0, hot = 0, cold = 0, missing = 0;
+	bool prefix = true;
+	enum s3_code code;
+	char num[32];
+
+	if (!s3_bucket_ok(rq, rq->route.bucket))
+		return;
+	if (prestage && s3_route_param(&rq->route, "session")) {
+		/* kvtier.h has no listing by session yet: see the report of issue 3. */
+		http_send_error(rq, S3_NOT_IMPLEMENTED,
+				"Prestage by session is not implemented yet: list the keys");
+		return;
+	}
+	code = s3_kv_keys(rq, &keys);
+	if (code != S3_OK) {
+		http_send_error(rq, code, code == S3_INVALID_ARGUMENT ?
+				"The body must list 1 to 10000 keys, one a line or as <Key> elements"
+				: NULL);
+		return;
+	}
+	gw_buf_init(&items);
+	for (size_t i = 0; i < keys.n; i++) {
+		struct kvt_object *o = NULL;
+		int rc = kvt_object_head(rq->srv->st, rq->route.bucket, keys.keys[i], &o);
+
+		xml_open(&items, "Key");
+		xml_elem(&items, "Name", keys.keys[i]);
+		if (rc == 0) {
+			const bool is_hot = o->tier == KVT_TIER_HOT || o->tier == KVT_TIER_DEMOTING;
+
+			xml_elem(&items, "Tier", kvt_tier_name(o->tier));
+			xml_elemf(&items, "Size", "%llu", (unsigned long long)o->size);
+			if (prestage)
+				xml_elem(&items, "Action", is_hot ? "none" : "recall-pending");
+			hot += is_hot;
+			cold += !is_hot;
+			if (prefix)
+				stored++;
+		} else {
+			/* Not there (or not a valid key): the stored prefix ends here. */
+			xml_elem(&items, "Tier", "missing");
+			missing++;
+			prefix = false;
+		}
+		xml_close(&items, "Key");
+		kvt_object_free(o);
+	}
+	gw_buf_init(&b);
+	xml_begin(&b, prestage ? "KvPrestageResult" : "KvLookupResult");
+	xml_elem(&b, "Bucket", rq->route.bucket);
+	xml_elemf(&b, "Count", "%zu", keys.n);
+	xml_elemf(&b, "Stored", "%zu", stored);
+	xml_elemf(&b, "Hot", "%zu", hot);
+	xml_elemf(&b, "Cold", "%zu", cold);
+	xml_elemf(&b, "Missing", "%zu", missing);
+	gw_buf_append(&b, gw_buf_str(&items), items.len);
+	if (gw_buf_failed(&items))
+		b.failed = true;
+	gw_buf_release(&items);
+	xml_close(&b, prestage ? "KvPrestageResult" : "KvLookupResult");
+	xml_keylist_release(&keys);
+	if (gw_buf_failed(&b)) {
+		gw_buf_release(&b);
+		http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+		return;
+	}
+	{
+		size_t len;
+		char *data = gw_buf_detach(&b, &len);
+
+		resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+		if (!resp) {
+			free(data);
+			http_send(rq, 500, NULL);
+			return;
+		}
+		rq->bytes_out += len;
+	}
+	MHD_add_response_header(resp, "Content-Type", "application/xml");
+	snprintf(num, sizeof(num), "%zu", stored);
+	MHD_add_response_header(resp, "x-kvtier-stored", num);
+	http_send(rq, 200, resp);
+}
+
+void s3_op_kv_lookup(struct gw_req *rq)
+{
+	s3_kv_run(rq, false);
+}
+
+void s3_op_kv_prestage(struct gw_req *rq)
+{
+	s3_kv_run(rq, true);
+}

@@ -1,0 +1,781 @@
+/*
+ * s3_ops_object.c - object operations: PutObject, GetObject, HeadObject,
+ * DeleteObject, CopyObject, and what they share (metadata, conditions,
+ * copy sources).
+ *
+ * GET streams through libmicrohttpd's callback responses over
+ * kvt_reader_pread(). There is no sendfile(2) path, on purpose: the engine
+ * verifies every extent's checksum on every read (a wrong KV byte silently
+ * corrupts a model's output) and an extent carries a header inside the
+ * segment file, so the bytes a client must get are never a plain file range
+ * the kernel could send unchecked. A checksum failure mid-stream ends the
+ * response with an error (the client sees a short body and retries), never
+ * with wrong bytes.
+ *
+ * Metadata: x-amz-meta-NAME is stored as NAME (lower case); the standard
+ * headers S3 keeps with an object (Cache-Control, Content-Disposition,
+ * Content-Encoding, Content-Language, Expires) are stored among the
+ * metadata under ":name", a name no header can have; Content-Type has its
+ * own field. All come back exactly as given.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "gw.h"
+#include "log.h"
+#include "s3_xml.h"
+
+/*
+ * GET reads in pieces of the engine's extent payload (1 MiB less its 64-byte
+ * header, SEG_PAYLOAD_MAX in src/segment.h): kvt_reader_pread() reads and
+ * verifies whole extents, so aligned pieces read each extent once. kvtier.h
+ * does not export the figure; were it to change, reads stay correct, only
+ * some extents are read twice.
+ */
+#define S3_READ_BLOCK ((1u << 20) - 64)
+
+static const char *const s3_stored_headers[] = {
+	"cache-control", "content-disposition", "content-encoding", "content-language", "expires",
+};
+
+bool s3_bucket_ok(struct gw_req *rq, const char *bucket)
+{
+	int rc;
+
+	if (!auth_user_may(rq->user, bucket)) {
+		http_send_error(rq, S3_ACCESS_DENIED, NULL);
+		return false;
+	}
+	rc = kvt_bucket_exists(rq->srv->st, bucket);
+	if (rc < 0) {
+		http_send_errno(rq, rc, S3_CTX_BUCKET);
+		return false;
+	}
+	return true;
+}
+
+static int s3_meta_add(struct gw_req *rq, char *name, const char *value)
+{
+	struct kvt_meta *v;
+
+	for (size_t i = 0; i < rq->nmeta; i++) {
+		if (strcmp(rq->meta[i].name, name) == 0) {
+			/* Repeated headers join with ',' as HTTP says. */
+			size_t n = strlen(rq->meta[i].value) + strlen(value) + 2;
+			char *j = malloc(n);
+
+			if (!j)
+				return -ENOMEM;
+			snprintf(j, n, "%s,%s", rq->meta[i].value, value);
+			free(rq->meta[i].value);
+			rq->meta[i].value = j;
+			free(name);
+			return 0;
+		}
+	}
+	v = realloc(rq->meta, (rq->nmeta + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	rq->meta = v;
+	rq->meta[rq->nmeta].name = name;
+	rq->meta[rq->nmeta].value = strdup(value);
+	if (!rq->meta[rq->nmeta].value)
+		return -ENOMEM;
+	rq->nmeta++;
+	return 0;
+}
+
+/* Content-Encoding without the transfer's own "aws-chunked" token. */
+static char *s3_strip_aws_chunked(const char *v)
+{
+	struct gw_buf b;
+	const char *p = v;
+
+	gw_buf_init(&b);
+	while (*p) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		const char *t = p;
+		size_t tl = len;
+
+		while (tl && (*t == ' ' || *t == '\t'))
+			t++, tl--;
+		while (tl && (t[tl - 1] == ' ' || t[tl - 1] == '\t'))
+			tl--;
+		if (tl && !(tl == 11 && strncasecmp(t, "aws-chunked", 11) == 0)) {
+			if (b.len)
+				gw_buf_putc(&b, ',');
+			gw_buf_append(&b, t, tl);
+		}
+		p += len + (comma ? 1 : 0);
+	}
+	if (gw_buf_failed(&b)) {
+		gw_buf_release(&b);
+		return NULL;
+	}
+	return gw_buf_detach(&b, NULL);
+}
+
+enum s3_code s3_collect_meta(struct gw_req *rq)
+{
+	size_t user_bytes = 0;
+	const char *ct = http_hdr(rq, "Content-Type");
+	const char *session = http_hdr(rq, "x-kvtier-session");
+
+	for (size_t i = 0; i < rq->nhdrs; i++) {
+		const char *n = rq->hdrs[i].name, *v = rq->hdrs[i].value;
+		char *name = NULL;
+
+		if (strncasecmp(n, "x-amz-meta-", 11) == 0) {
+			if (n[11] == '\0')
+				return S3_INVALID_ARGUMENT;
+			name = strdup(n + 11);
+			user_bytes += strlen(n + 11) + strlen(v);
+		} else {
+			for (size_t k = 0; k < GW_ARRAY_SIZE(s3_stored_headers); k++) {
+				if (strcasecmp(n, s3_stored_headers[k]) == 0) {
+					name = malloc(strlen(n) + 2);
+					if (name)
+						sprintf(name, GW_SYSMETA_PREFIX "%s", s3_stored_headers[k]);
+					else
+						return S3_SERVICE_UNAVAILABLE;
+					break;
+				}
+			}
+			if (!name)
+				continue;
+		}
+		if (!name)
+			return S3_SERVICE_UNAVAILABLE;
+		for (char *c = name; *c; c++)
+			if (*c >= 'A' && *c <= 'Z')
+				*c = (char)(*c - 'A' + 'a');
+		if (strcmp(name, GW_SYSMETA_PREFIX "content-encoding") == 0) {
+			char *enc = s3_strip_aws_chunked(v);
+			int rc;
+
+			if (!enc) {
+				free(name);
+				return S3_SERVICE_UNAVAILABLE;
+			}
+			rc = *enc ? s3_meta_add(rq, name, enc) : (free(name), 0);
+			free(enc);
+			if (rc < 0)
+				return S3_SERVICE_UNAVAILABLE;
+			continue;
+		}
+		if (s3_meta_add(rq, name, v) < 0)
+			return S3_SERVICE_UNAVAILABLE;
+	}
+	/* S3: names and values of user metadata together, at most 2 KB. */
+	if (user_bytes > KVT_META_MAX)
+		return S3_METADATA_TOO_LARGE;
+	if (ct && !(rq->content_type = strdup(ct)))
+		return S3_SERVICE_UNAVAILABLE;
+	rq->put.content_type = rq->content_type;
+	rq->put.meta = rq->meta;
+	rq->put.nmeta = rq->nmeta;
+	/* The session: ours, else x-amz-meta-kvtier-session (DESIGN.md), else the key's. */
+	if (!session) {
+		for (size_t i = 0; i < rq->nmeta; i++)
+			if (strcmp(rq->meta[i].name, "kvtier-session") == 0)
+				session = rq->meta[i].value;
+	}
+	rq->put.session = session && *session ? session : NULL;
+	return S3_OK;
+}
+
+/* The value an ETag list entry names, without W/ and quotes. */
+static bool s3_etag_in(const char *list, const char *etag)
+{
+	const char *p = list;
+	size_t elen;
+
+	if (*etag == '"')
+		etag++;
+	elen = strlen(etag);
+	if (elen && etag[elen - 1] == '"')
+		elen--;
+	while (*p) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		const char *t = p;
+
+		while (len && (*t == ' ' || *t == '\t'))
+			t++, len--;
+		while (len && (t[len - 1] == ' ' || t[len - 1] == '\t'))
+			len--;
+		if (len == 1 && *t == '*')
+			return true;
+		if (len >= 2 && strncmp(t, "W/", 2) == 0)
+			t += 2, len -= 2;
+		if (len && *t == '"')
+			t++, len--;
+		if (len && t[len - 1] == '"')
+			len--;
+		if (len == elen && strncmp(t, etag, len) == 0)
+			return true;
+		p += (size_t)(t - p) + len;
+		p = comma ? comma + 1 : p + strlen(p);
+	}
+	return false;
+}
+
+enum s3_code s3_conditions(const struct kvt_object *o, const char *if_match,
+			   const char *if_none_match, const char *if_modified_since,
+			   const char *if_unmodified_since)
+{
+	time_t mtime = (time_t)(o->mtime_ns / 1000000000);
+	time_t t;
+
+	/* RFC 7232 section 6, as S3 applies it. */
+	if (if_match) {
+		if (!s3_etag_in(if_match, o->etag))
+			return S3_PRECONDITION_FAILED;
+	} else if (if_unmodified_since && (t = gw_time_parse_http(if_unmodified_since)) >= 0 &&
+		   mtime > t) {
+		return S3_PRECONDITION_FAILED;
+	}
+	if (if_none_match) {
+		if (s3_etag_in(if_none_match, o->etag))
+			return S3_NOT_MODIFIED;
+	} else if (if_modified_since && (t = gw_time_parse_http(if_modified_since)) >= 0 &&
+		   mtime <= t) {
+		return S3_NOT_MODIFIED;
+	}
+	return S3_OK;
+}
+
+enum s3_code s3_copy_source(const char *v, char **bucket, char **key)
+{
+	const char *q, *slash;
+	char *dec = NULL;
+	size_t len;
+
+	*bucket = *key = NULL;
+	/* "bucket/key" or "/bucket/key", url-encoded, maybe "?versionId=null". */
+	q = strstr(v, "?versionId=");
+	len = q ? (size_t)(q - v) : strlen(v);
+	if (q && strcmp(q + 11, "null") != 0)
+		return S3_NOT_IMPLEMENTED;	/* unversioned buckets only */
+	dec = gw_url_decode(v, len, false, &len);
+	if (!dec)
+		return S3_INVALID_ARGUMENT;
+	slash = strchr(dec + (dec[0] == '/'), '/');
+	if (!slash || slash[1] == '\0') {
+		free(dec);
+		return S3_INVALID_ARGUMENT;
+	}
+	*bucket = strndup(dec + (dec[0] == '/'), (size_t)(slash - dec - (dec[0] == '/')));
+	*key = strdup(slash + 1);
+	free(dec);
+	if (!*bucket || !*key) {
+		free(*bucket);
+		free(*key);
+		*bucket = *key = NULL;
+		return S3_SERVICE_UNAVAILABLE;
+	}
+	return S3_OK;
+}
+
+/* Sets a header, letting a response-* query parameter override the stored value. */
+static void s3_header_override(struct gw_req *rq, struct MHD_Response *resp, const char *header,
+			       const char *param, const char *stored)
+{
+	const char *v = s3_route_param(&rq->route, param);
+
+	if (!v)
+		v = stored;
+	if (v)
+		MHD_add_response_header(resp, header, v);
+}
+
+void s3_object_headers(struct gw_req *rq, struct MHD_Response *resp, const struct kvt_object *o)
+{
+	static const struct {
+		const char *header, *param;
+	} std[] = {
+		{ "Cache-Control", "response-cache-control" },
+		{ "Content-Disposition", "response-content-disposition" },
+		{ "Content-Encoding", "response-content-encoding" },
+		{ "Content-Language", "response-content-language" },
+		{ "Expires", "response-expires" },
+	};
+	char date[40];
+
+	MHD_add_response_header(resp, "ETag", o->etag);
+	gw_time_http(date, sizeof(date), (time_t)(o->mtime_ns / 1000000000));
+	MHD_add_response_header(resp, "Last-Modified", date);
+	MHD_add_response_header(resp, "Accept-Ranges", "bytes");
+	s3_header_override(rq, resp, "Content-Type", "response-content-type",
+			   o->content_type ? o->content_type : "binary/octet-stream");
+	for (size_t i = 0; i < GW_ARRAY_SIZE(std); i++) {
+		const char *stored = NULL;
+
+		for (size_t m = 0; m < o->nmeta; m++) {
+			const char *n = o->meta[m].name;
+
+			if (n[0] == ':' && strcasecmp(n + 1, std[i].header) == 0)
+				stored = o->meta[m].value;
+		}
+		s3_header_override(rq, resp, std[i].header, std[i].param, stored);
+	}
+	for (size_t m = 0; m < o->nmeta; m++) {
+		char name[300];
+
+		if (o->meta[m].name[0] == ':')
+			continue;
+		snprintf(name, sizeof(name), "x-amz-meta-%s", o->meta[m].name);
+		MHD_add_response_header(resp, name, o->meta[m].value);
+	}
+	MHD_add_response_header(resp, "x-kvtier-tier", kvt_tier_name(o->tier));
+	if (o->session)
+		MHD_add_response_header(resp, "x-kvtier-session", o->session);
+	if (o->pinned)
+		MHD_add_response_header(resp, "x-kvtier-pinned", "true");
+}
+
+/* ---- PutObject ---------------------------------------------------------- */
+
+/* The parts of PutObject and UploadPart that come before the body. */
+static bool s3_put_prepare(struct gw_req *rq)
+{
+	const char *cl = http_hdr(rq, "Content-Length");
+	uint64_t size = rq->decoded_len >= 0 ? (uint64_t)rq->decoded_len : 0;
+
+	if (rq->decoded_len < 0 && cl)
+		size = strtoull(cl, NULL, 10);
+	if (size > rq->srv->opt.max_object) {
+		http_send_error(rq, S3_ENTITY_TOO_LARGE, NULL);
+		return false;
+	}
+	if (!cl && !http_hdr(rq, "Transfer-Encoding")) {
+		http_send_error(rq, S3_MISSING_CONTENT_LENGTH, NULL);
+		return false;
+	}
+	if (rq->route.key_len > KVT_KEY_MAX) {
+		http_send_error(rq, S3_KEY_TOO_LONG, NULL);
+		return false;
+	}
+	return true;
+}
+
+void s3_op_put_object_start(struct gw_req *rq)
+{
+	const char *inm = http_hdr(rq, "If-None-Match");
+	const char *pin = http_hdr(rq, "x-kvtier-pin");
+	struct kvt_writer *w = NULL;
+	enum s3_code code;
+	int rc;
+
+	if (!s3_put_prepare(rq))
+		return;
+	if (http_hdr(rq, "If-Match")) {
+		http_send_error(rq, S3_NOT_IMPLEMENTED, "If-Match on PutObject is not supported");
+		return;
+	}
+	code = s3_collect_meta(rq);
+	if (code != S3_OK) {
+		http_send_error(rq, code, NULL);
+		return;
+	}
+	rq->put.flags = KVT_PUT_MD5_ETAG;
+	if (inm) {
+		struct kvt_object *o = NULL;
+
+		if (strcmp(inm, "*") != 0) {
+			http_send_error(rq, S3_NOT_IMPLEMENTED,
+					"If-None-Match on PutObject takes only '*'");
+			return;
+		}
+		rq->put.flags |= KVT_PUT_IF_NONE_MATCH;
+		/* Answer before the body when we can; the commit checks again. */
+		if (kvt_object_head(rq->srv->st, rq->route.bucket, rq->route.key, &o) == 0) {
+			kvt_object_free(o);
+			http_send_error(rq, S3_PRECONDITION_FAILED, NULL);
+			return;
+		}
+	}
+	if (pin && (strcmp(pin, "true") == 0 || strcmp(pin, "1") == 0))
+		rq->put.flags |= KVT_PUT_PIN;
+	rc = kvt_writer_open(rq->srv->st, rq->route.bucket, rq->route.key, &rq->put, &w);
+	if (rc < 0) {
+		http_send_errno_obj(rq, rq->route.bucket, rc, S3_CTX_PUT);
+		return;
+	}
+	http_body_to_writer(rq, w);
+}
+
+/* Commits rq->writer and answers with the ETag. */
+static void s3_commit_and_answer(struct gw_req *rq, enum s3_ctx ctx)
+{
+	struct kvt_writer *w = rq->writer;
+	struct kvt_object *info = NULL;
+	struct MHD_Response *resp;
+	int rc;
+
+	rq->writer = NULL;	/* commit frees it, failed or not */
+	rc = kvt_writer_commit(w, &info);
+	if (rc < 0) {
+		http_send_errno_obj(rq, rq->route.bucket, rc, ctx);
+		return;
+	}
+	resp = http_response_empty();
+	if (resp) {
+		MHD_add_response_header(resp, "ETag", info->etag);
+		if (rq->cks.algo != GW_CKS_NONE)
+			MHD_add_response_header(resp, rq->cks_header, rq->want_cks);
+	}
+	kvt_object_free(info);
+	http_send(rq, 200, resp);
+}
+
+void s3_op_put_object(struct gw_req *rq)
+{
+	s3_commit_and_answer(rq, S3_CTX_PUT);
+}
+
+/* ---- GetObject / HeadObject --------------------------------------------- */
+
+/*
+ * Range: "bytes=first-last", "bytes=first-", "bytes=-suffix". Returns 1 with
+ * the range, 0 to send the whole object (no header, a syntax S3 ignores,
+ * or several ranges), -1 if unsatisfiable (416).
+ */
+static int s3_range(const char *h, uint64_t size, uint64_t *first, uint64_t *last)
+{
+	unsigned long long a = 0, b = 0;
+	const char *p, *dash;
+	char *end;
+
+	if (!h || strncmp(h, "bytes=", 6) != 0)
+		return 0;
+	p = h + 6;
+	if (strchr(p, ','))
+		return 0;
+	dash = strchr(p, '-');
+	if (!dash)
+		return 0;
+	if (dash == p) {
+		/* suffix */
+		if (dash[1] < '0' || dash[1] > '9')
+			return 0;
+		b = strtoull(dash + 1, &end, 10);
+		if (*end)
+			return 0;
+		if (b == 0 || size == 0)
+			return -1;
+		*first = b >= size ? 0 : size - b;
+		*last = size - 1;
+		return 1;
+	}
+	if (*p < '0' || *p > '9')
+		return 0;
+	a = strtoull(p, &end, 10);
+	if (end != dash)
+		return 0;
+	if (dash[1] == '\0') {
+		if (a >= size)
+			return -1;
+		*first = a;
+		*last = size - 1;
+		return 1;
+	}
+	if (dash[1] < '0' || dash[1] > '9')
+		return 0;
+	b = strtoull(dash + 1, &end, 10);
+	if (*end || b < a)
+		return 0;
+	if (a >= size)
+		return -1;
+	*first = a;
+	*last = b >= size ? size - 1 : b;
+	return 1;
+}
+
+struct s3_stream {
+	struct kvt_reader *r;
+	uint64_t start;		/* object offset of the response's first byte */
+	uint64_t len;
+	char id[17];
+};
+
+static ssize_t s3_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct s3_stream *s = cls;
+	ssize_t n;
+
+	if (pos >= s->len)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	if (max > s->len - pos)
+		max = (size_t)(s->len - pos);
+	n = kvt_reader_pread(s->r, buf, max, s->start + pos);
+	if (n <= 0) {
+		/* Never 0 here: libmicrohttpd would take it for "try again later". */
+		log_err(n < 0 ? (int)n : -EIO, "request %s: read failed at %llu, ending the response",
+			s->id, (unsigned long long)(s->start + pos));
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
+	return n;
+}
+
+static void s3_stream_free(void *cls)
+{
+	struct s3_stream *s = cls;
+
+	kvt_reader_close(s->r);
+	free(s);
+}
+
+static ssize_t s3_head_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	return MHD_CONTENT_READER_END_WITH_ERROR;	/* HEAD sends no body */
+}
+
+/* Checksum of the whole object on request (x-amz-checksum-mode: ENABLED). */
+static void s3_checksum_header(struct gw_req *rq, struct MHD_Response *resp,
+			       const struct kvt_object *o)
+{
+	const char *mode = http_hdr(rq, "x-amz-checksum-mode");
+	uint8_t be[4];
+	char b64[16];
+
+	if (!mode || strcasecmp(mode, "ENABLED") != 0)
+		return;
+	for (int i = 0; i < 4; i++)
+		be[i] = (uint8_t)(o->crc32c >> (24 - 8 * i));
+	gw_base64_encode(b64, be, 4);
+	MHD_add_response_header(resp, "x-amz-checksum-crc32c", b64);
+}
+
+void s3_op_get_object(struct gw_req *rq)
+{
+	struct gw_server *srv = rq->srv;
+	const bool head = rq->op == S3_OP_HEAD_OBJECT;
+	struct kvt_reader *r = NULL;
+	struct kvt_object *ho = NULL;
+	const struct kvt_object *o;
+	struct MHD_Response *resp = NULL;
+	struct s3_stream *s = NULL;
+	uint64_t first = 0, last = 0;
+	enum s3_code code;
+	int rc, ranged;
+
+	if (rq->route.key_len > KVT_KEY_MAX) {
+		http_send_error(rq, S3_KEY_TOO_LONG, NULL);
+		return;
+	}
+	/* HEAD needs no bytes: it works on cold objects too, and touches nothing. */
+	if (head)
+		rc = kvt_object_head(srv->st, rq->route.bucket, rq->route.key, &ho);
+	else
+		rc = kvt_reader_open(srv->st, rq->route.bucket, rq->route.key, &r);
+	if (rc < 0) {
+		http_send_errno_obj(rq, rq->route.bucket, rc, S3_CTX_OBJECT);
+		return;
+	}
+	o = head ? ho : kvt_reader_object(r);
+	code = s3_conditions(o, http_hdr(rq, "If-Match"), http_hdr(rq, "If-None-Match"),
+			     http_hdr(rq, "If-Modified-Since"), http_hdr(rq, "If-Unmodified-Since"));
+	if (code == S3_NOT_MODIFIED) {
+		char date[40];
+
+		resp = http_response_empty();
+		if (resp) {
+			MHD_add_response_header(resp, "ETag", o->etag);
+			gw_time_http(date, sizeof(date), (time_t)(o->mtime_ns / 1000000000));
+			MHD_add_response_header(resp, "Last-Modified", date);
+		}
+		http_send(rq, 304, resp);
+		goto out;
+	}
+	if (code != S3_OK) {
+		http_send_error(rq, code, NULL);
+		goto out;
+	}
+	ranged = s3_range(http_hdr(rq, "Range"), o->size, &first, &last);
+	if (ranged < 0) {
+		rq->err_hdr_name = "Content-Range";
+		snprintf(rq->err_hdr_value, sizeof(rq->err_hdr_value), "bytes */%llu",
+			 (unsigned long long)o->size);
+		http_send_error(rq, S3_INVALID_RANGE, NULL);
+		goto out;
+	}
+	if (!ranged) {
+		first = 0;
+		last = o->size ? o->size - 1 : 0;
+	}
+	if (head) {
+		resp = MHD_create_response_from_callback(ranged || o->size ? last - first + 1 : 0,
+							 4096, s3_head_read, NULL, NULL);
+	} else if (o->size == 0) {
+		resp = http_response_empty();
+	} else {
+		s = calloc(1, sizeof(*s));
+		if (!s) {
+			http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+			goto out;
+		}
+		s->r = r;
+		s->start = first;
+		s->len = last - first + 1;
+		memcpy(s->id, rq->id, sizeof(s->id));
+		resp = MHD_create_response_from_callback(s->len, S3_READ_BLOCK, s3_stream_read, s,
+							 s3_stream_free);
+		if (!resp) {
+			free(s);
+			http_send(rq, 500, NULL);
+			goto out;
+		}
+		r = NULL;	/* the response owns it now */
+		rq->bytes_out += s->len;
+	}
+	if (!resp) {
+		http_send(rq, 500, NULL);
+		goto out;
+	}
+	s3_object_headers(rq, resp, o);
+	if (ranged) {
+		char cr[80];
+
+		snprintf(cr, sizeof(cr), "bytes %llu-%llu/%llu", (unsigned long long)first,
+			 (unsigned long long)last, (unsigned long long)o->size);
+		MHD_add_response_header(resp, "Content-Range", cr);
+	} else {
+		s3_checksum_header(rq, resp, o);
+	}
+	http_send(rq, ranged ? 206 : 200, resp);
+out:
+	kvt_object_free(ho);
+	kvt_reader_close(r);
+}
+
+/* ---- DeleteObject ------------------------------------------------------- */
+
+void s3_op_delete_object(struct gw_req *rq)
+{
+	int rc;
+
+	if (rq->route.key_len > KVT_KEY_MAX) {
+		http_send_error(rq, S3_KEY_TOO_LONG, NULL);
+		return;
+	}
+	rc = kvt_object_delete(rq->srv->st, rq->route.bucket, rq->route.key);
+	/* S3: deleting a key that is not there succeeds; a missing bucket does not. */
+	if (rc == -ENOENT && kvt_bucket_exists(rq->srv->st, rq->route.bucket) == 0)
+		rc = 0;
+	if (rc < 0) {
+		http_send_errno_obj(rq, rq->route.bucket, rc, S3_CTX_OBJECT);
+		return;
+	}
+	http_send_empty(rq, 204);
+}
+
+/* ---- CopyObject --------------------------------------------------------- */
+
+/* x-amz-copy-source-if-*: S3 answers 412 for all four. */
+static enum s3_code s3_copy_conditions(struct gw_req *rq, const struct kvt_object *src)
+{
+	enum s3_code code = s3_conditions(src, http_hdr(rq, "x-amz-copy-source-if-match"),
+					  http_hdr(rq, "x-amz-copy-source-if-none-match"),
+					  http_hdr(rq, "x-amz-copy-source-if-modified-since"),
+					  http_hdr(rq, "x-amz-copy-source-if-unmodified-since"));
+
+	return code == S3_NOT_MODIFIED ? S3_PRECONDITION_FAILED : code;
+}
+
+void s3_op_copy_object(struct gw_req *rq)
+{
+	struct gw_server *srv = rq->srv;
+	const char *directive = http_hdr(rq, "x-amz-metadata-directive");
+	char *sb = NULL, *sk = NULL;
+	struct kvt_object *src = NULL, *info = NULL;
+	struct kvt_put_opts opts;
+	struct gw_buf b;
+	enum s3_code code;
+	bool replace;
+	char date[40];
+	int rc;
+
+	code = s3_copy_source(http_hdr(rq, "x-amz-copy-source"), &sb, &sk);
+	if (code != S3_OK) {
+		http_send_error(rq, code, "x-amz-copy-source must be 'bucket/key', url-encoded");
+		goto out;
+	}
+	if (directive && strcmp(directive, "COPY") != 0 && strcmp(directive, "REPLACE") != 0) {
+		http_send_error(rq, S3_INVALID_ARGUMENT,
+				"x-amz-metadata-directive must be COPY or REPLACE");
+		goto out;
+	}
+	if (http_hdr(rq, "x-amz-copy-source-range")) {
+		http_send_error(rq, S3_INVALID_ARGUMENT,
+				"x-amz-copy-source-range belongs to UploadPartCopy");
+		goto out;
+	}
+	replace = directive && strcmp(directive, "REPLACE") == 0;
+	if (!auth_user_may(rq->user, sb)) {
+		http_send_error(rq, S3_ACCESS_DENIED, NULL);
+		goto out;
+	}
+	if (rq->route.key_len > KVT_KEY_MAX || strlen(sk) > KVT_KEY_MAX) {
+		http_send_error(rq, S3_KEY_TOO_LONG, NULL);
+		goto out;
+	}
+	rc = kvt_object_head(srv->st, sb, sk, &src);
+	if (rc < 0) {
+		http_send_errno_obj(rq, sb, rc, S3_CTX_OBJECT);
+		goto out;
+	}
+	code = s3_copy_conditions(rq, src);
+	if (code != S3_OK) {
+		http_send_error(rq, code, NULL);
+		goto out;
+	}
+	if (!replace && strcmp(sb, rq->route.bucket) == 0 && strcmp(sk, rq->route.key) == 0) {
+		http_send_error(rq, S3_INVALID_REQUEST,
+				"This copy request is illegal because it is trying to copy an object "
+				"to itself without changing the object's metadata, storage class, "
+				"website redirect location or encryption attributes.");
+		goto out;
+	}
+	if (replace) {
+		code = s3_collect_meta(rq);
+		if (code != S3_OK) {
+			http_send_error(rq, code, NULL);
+			goto out;
+		}
+		opts = rq->put;
+	} else {
+		opts = (struct kvt_put_opts){
+			.content_type = src->content_type,
+			.session = src->session,
+			.meta = src->meta,
+			.nmeta = src->nmeta,
+		};
+	}
+	opts.flags = KVT_PUT_MD5_ETAG | (src->pinned ? KVT_PUT_PIN : 0);
+	rc = kvt_object_copy(srv->st, sb, sk, rq->route.bucket, rq->route.key, &opts, &info);
+	if (rc < 0) {
+		/* The source was there a moment ago: a -ENOENT now is the target bucket. */
+		http_send_errno_obj(rq, rq->route.bucket, rc, S3_CTX_OBJECT);
+		goto out;
+	}
+	gw_buf_init(&b);
+	xml_begin(&b, "CopyObjectResult");
+	gw_time_iso(date, sizeof(date), info->mtime_ns);
+	xml_elem(&b, "LastModified", date);
+	xml_elem(&b, "ETag", info->etag);
+	xml_close(&b, "CopyObjectResult");
+	http_send_xml(rq, 200, &b);
+out:
+	kvt_object_free(src);
+	kvt_object_free(info);
+	free(sb);
+	free(sk);
+}

@@ -1,0 +1,90 @@
+# tests/gateway/lib.sh - starting and stopping kvtier-gateway for the script
+# tests; sourced after tests/lib.sh and kvt_setup, never run.
+#
+# gw_start NAME CAPACITY SEGMENT [ARGS...] makes a store of its own in
+# $KVT_TMP/NAME (a config file, a data directory), starts the real gateway on
+# 127.0.0.1 with port 0 (the kernel picks a free one, which the gateway
+# prints) and waits until it serves. It sets GW_PID, GW_PORT, GW_ENDPOINT and
+# GW_LOG (its stderr); the access log is $KVT_TMP/NAME.access. Every gateway
+# started is stopped when the script exits, however it exits.
+#
+# Users, in $GW_CREDS (mode 0600):
+#   $GW_ACCESS / $GW_SECRET                 every bucket
+#   $GW_SCOPED_ACCESS / $GW_SCOPED_SECRET   only bucket $GW_SCOPED_BUCKET
+
+GATEWAY=$top_builddir/kvtier-gateway
+[ -x "$GATEWAY" ] || fail "no kvtier-gateway binary at '$GATEWAY' (build it first)"
+
+gw_pids=""
+
+gw_cleanup()
+{
+	for p in $gw_pids; do
+		kill -TERM "$p" 2>/dev/null || :
+	done
+	for p in $gw_pids; do
+		wait "$p" 2>/dev/null || :
+	done
+	kvt_cleanup
+}
+trap gw_cleanup EXIT
+
+GW_ACCESS=AKIDKVTIERTEST
+GW_SECRET=$(head -c 30 /dev/urandom | base64 | tr -d '\n/+=' | cut -c1-40)
+GW_SCOPED_ACCESS=AKIDKVTIERSCOPED
+GW_SCOPED_SECRET=$(head -c 30 /dev/urandom | base64 | tr -d '\n/+=' | cut -c1-40)
+GW_SCOPED_BUCKET=scoped-bucket
+GW_CREDS=$KVT_TMP/credentials
+(umask 077 && printf '# test users\n%s %s\n%s %s %s\n' "$GW_ACCESS" "$GW_SECRET" \
+	"$GW_SCOPED_ACCESS" "$GW_SCOPED_SECRET" "$GW_SCOPED_BUCKET" >"$GW_CREDS")
+export GW_ACCESS GW_SECRET GW_SCOPED_ACCESS GW_SCOPED_SECRET GW_SCOPED_BUCKET
+
+# gw_config FILE DIR CAPACITY SEGMENT
+gw_config()
+{
+	cat >"$1" <<EOC
+[store]
+dir = $2
+capacity = $3
+segment_size = $4
+EOC
+}
+
+gw_start()
+{
+	gw_name=$1 gw_cap=$2 gw_seg=$3
+	shift 3
+	gw_config "$KVT_TMP/$gw_name.conf" "$KVT_TMP/$gw_name" "$gw_cap" "$gw_seg"
+	GW_LOG=$KVT_TMP/$gw_name.err
+	"$GATEWAY" -c "$KVT_TMP/$gw_name.conf" --listen 127.0.0.1:0 --credentials "$GW_CREDS" \
+		--access-log "$KVT_TMP/$gw_name.access" -v "$@" 2>"$GW_LOG" &
+	GW_PID=$!
+	gw_pids="$gw_pids $GW_PID"
+	# A new store zero-fills its segments first: allow it time.
+	gw_i=0
+	while :; do
+		GW_PORT=$(sed -n 's/.*serving S3 on .* (port \([0-9]*\)).*/\1/p' "$GW_LOG")
+		[ -n "$GW_PORT" ] && break
+		kill -0 "$GW_PID" 2>/dev/null || fail "gateway '$gw_name' died: $(cat "$GW_LOG")"
+		gw_i=$((gw_i + 1))
+		[ "$gw_i" -lt 1200 ] || fail "gateway '$gw_name' did not start in 120 s: $(cat "$GW_LOG")"
+		sleep 0.1
+	done
+	GW_ENDPOINT=http://127.0.0.1:$GW_PORT
+}
+
+# gw_stop PID: SIGTERM, and the gateway must exit 0 within 20 s.
+gw_stop()
+{
+	kill -TERM "$1"
+	gw_i=0
+	while kill -0 "$1" 2>/dev/null; do
+		gw_i=$((gw_i + 1))
+		[ "$gw_i" -lt 200 ] || fail "gateway $1 still running 20 s after SIGTERM"
+		sleep 0.1
+	done
+	gw_rc=0
+	wait "$1" || gw_rc=$?
+	[ "$gw_rc" -eq 0 ] || fail "gateway $1 exited $gw_rc after SIGTERM"
+	gw_pids=$(echo "$gw_pids" | sed "s/ $1\b//")
+}

@@ -1,0 +1,152 @@
+#!/bin/sh
+# tests/test_gateway.sh - kvtier-gateway end to end with boto3: the real
+# gateway on loopback over a scratch store, driven by tests/gateway/test_s3.py
+# (round trips from 0 B to 100 MiB, listings of thousands of keys, multipart,
+# SigV4 in all its forms, the KV extensions, bad input, a full hot tier).
+# Runs the suite once with every python3 on PATH (and /usr/bin/python3) that
+# has boto3, so both Debian's boto3 and a newer one are covered when present.
+set -eu
+
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+kvt_setup
+# shellcheck source=tests/gateway/lib.sh
+. "$top_srcdir/tests/gateway/lib.sh"
+T=$KVT_TMP
+
+step "startup refuses what it must: open credentials, bad lines, bad flags"
+gw_config "$T/c.conf" "$T/c" 8M 1M
+cp "$GW_CREDS" "$T/open-creds"
+chmod 644 "$T/open-creds"
+kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$T/open-creds" --listen 127.0.0.1:0
+kvt_grep err "must not be accessible by group or others \(chmod 600"
+kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$T/no-such-file" --listen 127.0.0.1:0
+kvt_grep err "no-such-file: cannot open"
+(umask 077 && printf 'AKIDONLY\n' >"$T/bad-creds")
+kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$T/bad-creds" --listen 127.0.0.1:0
+kvt_grep err "bad-creds:1: expected ACCESS_KEY SECRET_KEY"
+(umask 077 && printf 'AK SK Not_A_Bucket\n' >"$T/bad-creds")
+kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$T/bad-creds" --listen 127.0.0.1:0
+kvt_grep err "'Not_A_Bucket' is not a bucket name"
+kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --listen nowhere:port
+kvt_grep err "listen 'nowhere:port'"
+kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --threads 0
+kvt_expect 2 "$GATEWAY" -c "$T/no-such.conf" --credentials "$GW_CREDS"
+kvt_expect 2 "$GATEWAY" --no-such-flag
+kvt_expect 0 "$GATEWAY" --help
+kvt_grep out "^usage: kvtier-gateway"
+kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --listen 127.0.0.1:0
+kvt_grep err "no users: set \[gateway\] credentials"
+
+step "the [gateway] section of kvtier.conf configures it; flags win over it"
+gw_config "$T/g.conf" "$T/g" 8M 1M
+cat >>"$T/g.conf" <<EOC
+[gateway]
+listen = 127.0.0.1:1
+threads = 2
+credentials = $GW_CREDS
+region = eu-north-1
+EOC
+"$GATEWAY" -c "$T/g.conf" --listen 127.0.0.1:0 --access-log off 2>"$T/g.err" &
+g_pid=$!
+gw_pids="$gw_pids $g_pid"
+i=0
+until grep -q "serving S3" "$T/g.err"; do
+	kill -0 "$g_pid" 2>/dev/null || fail "gateway from [gateway] died: $(cat "$T/g.err")"
+	i=$((i + 1))
+	[ "$i" -lt 600 ] || fail "gateway from [gateway] did not start: $(cat "$T/g.err")"
+	sleep 0.1
+done
+grep -q "serving S3 on 127.0.0.1:0 (port [0-9]*), 2 threads" "$T/g.err" ||
+	fail "listen or threads not taken: $(cat "$T/g.err")"
+gport=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$T/g.err" | head -n 1)
+if command -v curl >/dev/null 2>&1; then
+	kvt_expect 0 curl -s --aws-sigv4 "aws:amz:us-east-1:s3" --user "$GW_ACCESS:$GW_SECRET" \
+		"http://127.0.0.1:$gport/"
+	kvt_grep out "expecting 'eu-north-1'"
+	kvt_expect 0 curl -sf --aws-sigv4 "aws:amz:eu-north-1:s3" --user "$GW_ACCESS:$GW_SECRET" \
+		"http://127.0.0.1:$gport/"
+	kvt_grep out "<ListAllMyBucketsResult"
+fi
+gw_stop "$g_pid"
+
+pythons=""
+for py in python3 /usr/bin/python3; do
+	p=$(command -v "$py" 2>/dev/null) || continue
+	case " $pythons " in *" $p "*) continue ;; esac
+	"$p" -c 'import boto3' 2>/dev/null && pythons="$pythons $p"
+done
+[ -n "$pythons" ] ||
+	skip "no python3 with boto3 (Debian: apt-get install python3-boto3); startup checks passed"
+
+step "a tiny store (8 MiB) to fill up with pinned objects"
+gw_start small 8M 1M --timeout 3
+GW_SMALL_ENDPOINT=$GW_ENDPOINT
+small_pid=$GW_PID
+
+step "the main store (384 MiB)"
+gw_start main 384M 8M --timeout 3 --threads 4
+main_pid=$GW_PID
+main_log=$GW_LOG
+export GW_ENDPOINT GW_SMALL_ENDPOINT
+GW_TIMEOUT=3
+export GW_TIMEOUT
+
+for py in $pythons; do
+	step "boto3 suite with $py"
+	"$py" "$top_srcdir/tests/gateway/test_s3.py" || fail "test_s3.py failed with $py (gateway log: $main_log)"
+done
+
+step "every request has one access-log line with its request id"
+n=$(wc -l <"$KVT_TMP/main.access")
+[ "$n" -gt 1000 ] || fail "only $n access-log lines"
+grep -Eq '^[0-9T:.-]+Z 127\.0\.0\.1 [0-9A-F]{16} AKIDKVTIERTEST PUT /' "$KVT_TMP/main.access" ||
+	fail "no PUT line in the access log: $(head -3 "$KVT_TMP/main.access")"
+
+step "TLS (boto3 streams aws-chunked with a CRC32 trailer over HTTPS), --metrics-listen"
+if command -v openssl >/dev/null 2>&1 && command -v curl >/dev/null 2>&1; then
+	openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/key.pem" -out "$T/cert.pem" \
+		-days 2 -subj /CN=localhost >/dev/null 2>&1 || fail "openssl could not make a certificate"
+	chmod 600 "$T/key.pem"
+	first_py=$(echo $pythons | cut -d" " -f1)
+	mport=$("$first_py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	gw_start tls 64M 4M --tls-cert "$T/cert.pem" --tls-key "$T/key.pem" \
+		--metrics-listen "127.0.0.1:$mport"
+	tls_pid=$GW_PID
+	for py in $pythons; do
+		"$py" - "https://127.0.0.1:$GW_PORT" <<'EOP' || fail "boto3 over TLS failed with $py"
+import io, os, sys, warnings
+import boto3
+from botocore.config import Config
+warnings.simplefilter("ignore")
+s3 = boto3.client("s3", endpoint_url=sys.argv[1], verify=False, region_name="us-east-1",
+                  aws_access_key_id=os.environ["GW_ACCESS"],
+                  aws_secret_access_key=os.environ["GW_SECRET"],
+                  config=Config(s3={"addressing_style": "path"}))
+try:
+    s3.create_bucket(Bucket="tls")
+except s3.exceptions.BucketAlreadyOwnedByYou:
+    pass
+data = os.urandom(12 << 20)
+s3.upload_fileobj(io.BytesIO(data), "tls", "mp")
+s3.put_object(Bucket="tls", Key="one", Body=data[:3 << 20])
+assert s3.get_object(Bucket="tls", Key="mp")["Body"].read() == data
+assert s3.get_object(Bucket="tls", Key="one")["Body"].read() == data[:3 << 20]
+print("    boto3 %s over TLS ok" % boto3.__version__)
+EOP
+	done
+	kvt_expect 0 curl -s "http://127.0.0.1:$mport/metrics"
+	kvt_grep out 'kvtier_gateway_requests_total\{op="PutObject",status="200"\}'
+	kvt_expect 0 curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:$GW_PORT/metrics"
+	kvt_grep out '^403$'
+	gw_stop "$tls_pid"
+else
+	echo "    skipped: no openssl or curl"
+fi
+
+step "SIGTERM stops the gateways cleanly"
+gw_stop "$main_pid"
+gw_stop "$small_pid"
+grep -q "SIGTERM: shutting down" "$main_log" || fail "no shutdown line: $(cat "$main_log")"
+echo "ok"
