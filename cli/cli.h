@@ -21,4 +21,12 @@ enum {
  */
 int bench_engine_main(const struct kvt_config *cfg, int argc, char **argv);
 
+/*
+ * `kvtier bench gateway [options]`: kvtier-gateway against nginx (static GET,
+ * WebDAV PUT) and redis-server (SET/GET) on loopback. argv[0] is "gateway".
+ * cfg is the loaded configuration (its [store] dir holds the scratch
+ * directory of the three servers).
+ */
+int bench_gateway_main(const struct kvt_config *cfg, int argc, char **argv);
+
 #endif /* KVT_CLI_H */

@@ -1129,13 +1129,14 @@ static int cmd_bench(struct cli *c, int argc, char **argv)
 		return cli_help_cmd(c);
 	if (argc < 2)
 		return cli_usage(c);
-	if (strcmp(argv[1], "engine") != 0) {
-		cli_error(c, "unknown benchmark '%s' (known: engine)", argv[1]);
-		return CLI_USAGE;
-	}
-	/* The benchmark opens its own scratch store under [store] dir. */
+	/* The benchmarks open their own scratch store under [store] dir. */
 	optind = 0;
-	return bench_engine_main(&c->cfg, argc - 1, argv + 1);
+	if (strcmp(argv[1], "engine") == 0)
+		return bench_engine_main(&c->cfg, argc - 1, argv + 1);
+	if (strcmp(argv[1], "gateway") == 0)
+		return bench_gateway_main(&c->cfg, argc - 1, argv + 1);
+	cli_error(c, "unknown benchmark '%s' (known: engine, gateway)", argv[1]);
+	return CLI_USAGE;
 }
 
 static int cmd_help(struct cli *c, int argc, char **argv);
@@ -1157,7 +1158,8 @@ static const struct cli_cmd cli_cmds[] = {
 	{ "stat", cmd_stat, "[--json]", "show the store's space, objects and counters" },
 	{ "fsck", cmd_fsck, "[--repair]", "check the catalog and every checksum" },
 	{ "reclaim", cmd_reclaim, "", "free segments down to the low watermark now" },
-	{ "bench", cmd_bench, "engine [OPTIONS]", "measure the engine against fio" },
+	{ "bench", cmd_bench, "engine|gateway [OPTIONS]",
+	  "measure the engine against fio, the gateway against nginx and redis" },
 	{ "help", cmd_help, "", "show this help" },
 };
 

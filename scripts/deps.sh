@@ -10,6 +10,7 @@ packages="
 	libfuse3-dev fuse3 libmicrohttpd-dev libcurl4-openssl-dev libs3-dev libxml2-dev
 	fio python3 curl attr openssl
 	awscli python3-boto3 s3cmd
+	nginx-light redis-server
 "
 
 if [ "$(id -u)" -ne 0 ]; then
