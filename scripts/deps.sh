@@ -1,6 +1,8 @@
 #!/bin/sh
-# Installs the Debian packages kvtier needs to build, test and benchmark.
-# Run as root (or through sudo). Safe to run again: apt-get skips what is there.
+# Installs the Debian packages kvtier needs to build and test; with the
+# argument "bench", also the baselines the benchmarks compare against (nginx,
+# Redis), without starting their system services: the benchmarks start their
+# own on loopback. Run as root (or through sudo). Safe to run again.
 set -eu
 
 packages="
@@ -10,8 +12,8 @@ packages="
 	libfuse3-dev fuse3 libmicrohttpd-dev libcurl4-openssl-dev libs3-dev libxml2-dev
 	fio python3 curl attr openssl
 	awscli python3-boto3 s3cmd
-	nginx-light redis-server
 "
+bench_packages="nginx-light redis-server"
 
 if [ "$(id -u)" -ne 0 ]; then
 	exec sudo "$0" "$@"
@@ -23,3 +25,14 @@ if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -1440 2>
 fi
 # shellcheck disable=SC2086
 apt-get install -y -q --no-install-recommends $packages
+if [ "${1:-}" = bench ]; then
+	# policy-rc.d answering 101 keeps the packages from starting daemons.
+	policy=/usr/sbin/policy-rc.d
+	had_policy=0
+	[ -e "$policy" ] && had_policy=1
+	[ "$had_policy" = 1 ] || printf '#!/bin/sh\nexit 101\n' > "$policy"
+	chmod +x "$policy"
+	# shellcheck disable=SC2086
+	apt-get install -y -q --no-install-recommends $bench_packages
+	[ "$had_policy" = 1 ] || rm -f "$policy"
+fi

@@ -1,0 +1,305 @@
+/*
+ * dir.c - directory handles: listings fetched a page at a time.
+ *
+ * A directory "a/b" lists the keys under "a/b/" with delimiter "/": objects
+ * are its files and symbolic links, common prefixes its subdirectories. The
+ * handle fetches pages of DH_PAGE entries as the kernel reads on and keeps
+ * what it fetched, so a readdir offset (an index into that list, after "."
+ * and "..") stays valid for seekdir and rewinddir while the handle lives.
+ *
+ * Names a file system cannot show are left out: the directory's own marker
+ * ("a/b/" itself), empty or "."/".." components (S3 keys such as "a//b"),
+ * names over 255 bytes, and a prefix that has the name of a file (attr.c:
+ * the file wins).
+ *
+ * readdirplus hands the kernel an inode per entry: its lookup count is
+ * raised only for entries that fit in the reply.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvfs.h"
+#include "log.h"
+
+#define DH_PAGE 1000
+
+struct dent {
+	char *name;
+	enum node_type type;
+	int full;		/* st is complete (files); directories get a getattr */
+	struct stat st;
+};
+
+struct dh {
+	pthread_mutex_t lock;
+	struct node *node;
+	char *bucket;
+	char *prefix;		/* "a/b/", or "" for a bucket */
+	size_t plen;
+	struct dent *ents;
+	size_t n, cap;
+	char *cont;		/* continuation token of the next page */
+	int done;
+};
+
+static int dh_push(struct dh *d, const char *name, size_t len, enum node_type type, int full,
+		   const struct stat *st)
+{
+	struct dent *e;
+
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? 2 * d->cap : 64;
+		struct dent *v = realloc(d->ents, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		d->ents = v;
+		d->cap = cap;
+	}
+	e = &d->ents[d->n];
+	e->name = strndup(name, len);
+	if (!e->name)
+		return -ENOMEM;
+	e->type = type;
+	e->full = full;
+	e->st = *st;
+	d->n++;
+	return 0;
+}
+
+static int name_ok(const char *name, size_t len)
+{
+	if (len == 0 || len > KVFS_NAME_MAX)
+		return 0;
+	if (name[0] == '.' && (len == 1 || (len == 2 && name[1] == '.')))
+		return 0;
+	return 1;
+}
+
+/*
+ * Was a file called name (len bytes) already listed? Entries are in key
+ * order and a file "x" sorts before the prefix "x/", with only names
+ * starting "x" and a byte below '/' in between: walk back over those.
+ */
+static int file_listed(const struct dh *d, const char *name, size_t len)
+{
+	for (size_t i = d->n; i-- > 0;) {
+		const struct dent *e = &d->ents[i];
+		int c = strncmp(e->name, name, len);
+
+		if (c < 0)
+			return 0;
+		if (c == 0 && e->name[len] == '\0' && e->type != NODE_DIR)
+			return 1;
+	}
+	return 0;
+}
+
+struct bucket_walk {
+	struct kvfs *kv;
+	struct dh *d;
+};
+
+static int bucket_cb(void *arg, const char *name, int64_t ctime_ns)
+{
+	struct bucket_walk *bw = arg;
+	struct kvt_object o = { .mtime_ns = ctime_ns };
+	struct stat st;
+
+	kvfs_attr_dir(bw->kv, &o, &st);
+	return dh_push(bw->d, name, strlen(name), NODE_BUCKET, 1, &st);
+}
+
+/* Appends the next page of the listing. */
+static int dh_fetch(struct kvfs *kv, struct dh *d)
+{
+	struct kvt_list_opts lo = {
+		.prefix = d->prefix,
+		.delimiter = "/",
+		.continuation = d->cont,
+		.limit = DH_PAGE,
+	};
+	struct kvt_list *l = NULL;
+	size_t i = 0, j = 0;
+	int rc;
+
+	if (d->node->type == NODE_ROOT) {
+		struct bucket_walk bw = { kv, d };
+
+		d->done = 1;
+		return kvt_bucket_list(kv->st, bucket_cb, &bw);
+	}
+	rc = kvt_object_list(kv->st, d->bucket, &lo, &l);
+	if (rc < 0)
+		return rc;
+	/* Objects and prefixes, merged back into key order. */
+	while (rc == 0 && (i < l->nobjects || j < l->nprefixes)) {
+		struct stat st;
+
+		if (j == l->nprefixes ||
+		    (i < l->nobjects && strcmp(l->objects[i]->key, l->prefixes[j]) < 0)) {
+			const struct kvt_object *o = l->objects[i++];
+			const char *name = o->key + d->plen;
+			size_t len = strlen(name);
+
+			if (!name_ok(name, len))
+				continue;
+			kvfs_attr_object(kv, o, &st);
+			rc = dh_push(d, name, len,
+				     o->posix.kind == KVT_KIND_SYMLINK ? NODE_SYMLINK : NODE_FILE, 1,
+				     &st);
+		} else {
+			const char *name = l->prefixes[j++] + d->plen;
+			size_t len = strlen(name) - 1;	/* without the '/' */
+
+			if (!name_ok(name, len) || file_listed(d, name, len))
+				continue;
+			kvfs_attr_dir(kv, NULL, &st);
+			rc = dh_push(d, name, len, NODE_DIR, 0, &st);
+		}
+	}
+	if (rc == 0) {
+		free(d->cont);
+		d->cont = NULL;
+		d->done = !l->truncated;
+		if (l->truncated && !(d->cont = strdup(l->next_continuation)))
+			rc = -ENOMEM;
+	}
+	kvt_list_free(l);
+	return rc;
+}
+
+int dh_open(struct kvfs *kv, struct node *n, struct dh **out)
+{
+	struct dh *d = calloc(1, sizeof(*d));
+	char *key = NULL;
+	int rc = 0;
+
+	if (!d)
+		return -ENOMEM;
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_mutex_lock(&kv->lock);
+	n->refs++;
+	d->node = n;
+	pthread_mutex_unlock(&kv->lock);
+	if (n->type != NODE_ROOT) {
+		rc = node_path(kv, n, &d->bucket, &key);
+		if (rc == 0) {
+			d->prefix = *key ? kvfs_join(key, "") : strdup("");
+			if (!d->prefix)
+				rc = -ENOMEM;
+			else
+				d->plen = strlen(d->prefix);
+		}
+	}
+	free(key);
+	if (rc < 0) {
+		dh_release(kv, d);
+		return rc;
+	}
+	*out = d;
+	return 0;
+}
+
+void dh_release(struct kvfs *kv, struct dh *d)
+{
+	if (!d)
+		return;
+	for (size_t i = 0; i < d->n; i++)
+		free(d->ents[i].name);
+	free(d->ents);
+	free(d->cont);
+	free(d->bucket);
+	free(d->prefix);
+	node_put(kv, d->node);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}
+
+void dh_readdir(struct kvfs *kv, fuse_req_t req, struct dh *d, size_t size, off_t off, int plus)
+{
+	char *buf = malloc(size);
+	size_t pos = 0;
+	int rc = 0;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&d->lock);
+	if (off == 0 && d->n > 0 && d->done) {
+		/* rewinddir: list again, so new entries show up. */
+		for (size_t i = 0; i < d->n; i++)
+			free(d->ents[i].name);
+		d->n = 0;
+		d->done = 0;
+		free(d->cont);
+		d->cont = NULL;
+	}
+	for (;; off++) {
+		struct fuse_entry_param e;
+		const char *name;
+		struct node *n = NULL;
+		size_t need;
+
+		memset(&e, 0, sizeof(e));
+		if (off < 2) {
+			name = off == 0 ? "." : "..";
+			e.attr.st_mode = S_IFDIR;
+			pthread_mutex_lock(&kv->lock);
+			e.attr.st_ino = off == 0 || !d->node->parent ? d->node->ino
+								    : d->node->parent->ino;
+			pthread_mutex_unlock(&kv->lock);
+		} else {
+			size_t i = (size_t)off - 2;
+			const struct dent *de;
+
+			while (i >= d->n && !d->done && rc == 0)
+				rc = dh_fetch(kv, d);
+			if (rc < 0 || i >= d->n)
+				break;
+			de = &d->ents[i];
+			name = de->name;
+			e.attr = de->st;
+			if (plus) {
+				need = fuse_add_direntry_plus(req, NULL, 0, name, NULL, 0);
+				if (need > size - pos)
+					break;
+				n = node_link(kv, d->node, name, de->type);
+				if (!n) {
+					rc = -ENOMEM;
+					break;
+				}
+				e.ino = n->ino;
+				e.attr_timeout = de->full ? kv->attr_timeout : 0;
+				e.entry_timeout = kv->entry_timeout;
+			} else {
+				n = node_child(kv, d->node, name);
+			}
+			/* Without an inode yet, any number will do for d_ino. */
+			e.attr.st_ino = n ? n->ino : (fuse_ino_t)0xffffffffu;
+		}
+		if (plus)
+			need = fuse_add_direntry_plus(req, buf + pos, size - pos, name, &e, off + 1);
+		else
+			need = fuse_add_direntry(req, buf + pos, size - pos, name, &e.attr, off + 1);
+		if (need > size - pos) {
+			if (plus && n)
+				node_unlink_lookup(kv, n);
+			node_put(kv, n);
+			break;
+		}
+		pos += need;
+		node_put(kv, n);
+	}
+	pthread_mutex_unlock(&d->lock);
+	/* An error after some entries: send those, the next call reports it. */
+	if (rc < 0 && pos == 0)
+		fuse_reply_err(req, kvfs_errno(rc));
+	else
+		fuse_reply_buf(req, buf, pos);
+	free(buf);
+}

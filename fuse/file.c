@@ -1,0 +1,1267 @@
+/*
+ * file.c - open files: reads through a snapshot, writes staged until close,
+ * then published atomically as a new version of the object.
+ *
+ * Objects are immutable versions, so a file open for writing builds its new
+ * content aside and close(2) publishes it whole: S3 and other mounts see the
+ * old object or the new one, never a mix, and a daemon killed mid-write
+ * leaves nothing (an uncommitted writer is reclaimed by the engine). Each
+ * handle holds its content in one of three states:
+ *
+ *   FH_BASE    the version opened (a kvt_reader snapshot), unchanged; or
+ *              nothing at all after create, O_TRUNC or truncate to 0
+ *   FH_BUF     small content (up to KVFS_BUF_MAX) in memory: any write,
+ *              read or truncate is a memcpy, and close publishes it with
+ *              one writer and one catalog transaction
+ *   FH_STREAM  bytes written sequentially from offset 0, streamed straight
+ *              into a part object in the internal bucket (the fast path of
+ *              cp, dd and NIXL for files too big to buffer: no copy, no
+ *              temp file)
+ *   FH_STAGE   a temp file in the staging directory (O_TMPFILE: nothing is
+ *              left after a crash), for big files a stream cannot do
+ *
+ *   FH_BASE --write or truncate within KVFS_BUF_MAX (fh_buf_begin)--> FH_BUF
+ *   FH_BASE, FH_BUF --write at EOF past it (fh_stream_begin)--> FH_STREAM
+ *   FH_BASE, FH_BUF --other write, truncate past it (fh_stage)--> FH_STAGE
+ *   FH_STREAM --write elsewhere, read, truncate (fh_stage)--> FH_STAGE
+ *   FH_STREAM --flush/fsync (fh_publish: commit part, compose)--> FH_BASE
+ *   FH_BUF, FH_STAGE --flush/fsync (fh_publish: write it out)--> same, clean
+ *   any --truncate to 0--> FH_BASE, empty
+ *
+ * A write at EOF on a non-empty FH_BASE (O_APPEND) copies the old bytes into
+ * the stream first: objects cannot grow in place, so an append costs a copy
+ * of the object. Publishing a stream moves the part's extents under the
+ * file's key with kvt_object_compose(), so close never copies either.
+ *
+ * The page cache. The kernel caches pages per inode, not per handle, so
+ * bytes written through it would reach readers in other processes before
+ * close, a mix of two versions. Handles open for writing therefore use
+ * direct I/O (every write comes straight here, nothing enters the cache),
+ * and the cache only ever holds published versions, read through read-only
+ * handles. An open keeps the cached pages (keep_cache) when the version
+ * opened is the one the node last saw, and drops them otherwise. While a
+ * file is open for writing here the kernel's i_size follows the writer, so
+ * a reader opened meanwhile reads its snapshot with direct I/O too (one
+ * opened before the writer still goes through the cache and may see the
+ * writer's size: a known limit). Shared writable mmap is the price: the
+ * kernel refuses it on direct-I/O files.
+ *
+ * flush (every close(2)) publishes, so close returns the error; release
+ * publishes what a flush could not and frees. fsync publishes, then makes
+ * the store durable. A handle is locked while it works: the kernel may send
+ * requests for one handle from several threads at once.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "kvfs.h"
+#include "log.h"
+
+enum fh_state { FH_BASE, FH_BUF, FH_STREAM, FH_STAGE };
+
+/* Files up to this size stay in memory while open, within a budget for
+ * all of them (thousands of small files may be open at once). */
+#define KVFS_BUF_MAX KVFS_IO_SIZE
+#define KVFS_BUF_BUDGET (256u * 1024 * 1024)
+
+struct fh {
+	pthread_mutex_t lock;
+	struct node *node;
+	int flags;		/* open(2) flags */
+	int writable;
+	enum fh_state state;
+	uint64_t size;		/* of the content, whatever its state */
+	int dirty;		/* content differs from what was published */
+	int excl;		/* O_EXCL and never published: publish only if absent */
+	int err;		/* sticky: a stream failed and lost bytes */
+
+	/* FH_BASE */
+	struct kvt_reader *r;	/* NULL: no bytes (or base_lazy) */
+	int base_lazy;		/* the base is the key's current version: open on use */
+	char rtag[KVT_ETAG_MAX];
+	char *win;		/* one extent's worth of r, at win_off */
+	uint64_t win_off;
+	size_t win_len;
+
+	/* FH_BUF */
+	char *mem;
+	size_t memcap;		/* counted in kvfs.buffered */
+
+	/* FH_STREAM */
+	struct kvt_writer *w;
+	char part[64];
+
+	/* FH_STAGE */
+	int tfd;
+
+	/* carried into each version published */
+	struct kvt_posix posix;
+	char *session;
+	char *content_type;
+	struct kvt_meta *meta;
+	size_t nmeta;
+};
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+
+/* ---- the parts bucket and staging ------------------------------------------ */
+
+/* Removes every part under prefix; returns how many went. */
+static unsigned parts_remove(struct kvfs *kv, const char *prefix)
+{
+	struct kvt_list_opts lo = { .prefix = prefix, .limit = 1000 };
+	unsigned removed = 0;
+
+	for (;;) {
+		struct kvt_list *l = NULL;
+		int rc = kvt_object_list(kv->st, KVFS_PARTS_BUCKET, &lo, &l);
+
+		if (rc < 0) {
+			log_warn(rc, "cannot list the parts under '%s'", prefix);
+			return removed;
+		}
+		for (size_t i = 0; i < l->nobjects; i++)
+			if (kvt_object_delete(kv->st, KVFS_PARTS_BUCKET, l->objects[i]->key) == 0)
+				removed++;
+		rc = l->truncated && l->nobjects > 0;
+		kvt_list_free(l);
+		if (!rc)
+			return removed;
+	}
+}
+
+/*
+ * Parts left by daemons that died between committing a part and publishing
+ * it. Each daemon holds a lock on "<owner>.lock" in the staging directory;
+ * a lock file nobody holds (or none at all) means a dead owner.
+ */
+static void parts_sweep(struct kvfs *kv)
+{
+	struct kvt_list_opts lo = { .delimiter = "/", .limit = 1000 };
+	struct kvt_list *l = NULL;
+	int rc = kvt_object_list(kv->st, KVFS_PARTS_BUCKET, &lo, &l);
+
+	if (rc < 0) {
+		log_warn(rc, "cannot list the parts of earlier mounts");
+		return;
+	}
+	for (size_t i = 0; i < l->nprefixes; i++) {
+		char lock[64];
+		size_t len = strlen(l->prefixes[i]);
+		int fd;
+
+		if (len < 2 || len > 40 || strncmp(l->prefixes[i], kv->owner, len - 1) == 0)
+			continue;
+		snprintf(lock, sizeof(lock), "%.*s.lock", (int)(len - 1), l->prefixes[i]);
+		fd = openat(kv->staging_fd, lock, O_RDWR | O_CLOEXEC);
+		if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			close(fd);
+			continue;	/* a live mount */
+		}
+		log_info("removed %u parts left by the mount '%.*s'",
+			 parts_remove(kv, l->prefixes[i]), (int)(len - 1), l->prefixes[i]);
+		if (fd >= 0) {
+			unlinkat(kv->staging_fd, lock, 0);
+			close(fd);
+		}
+	}
+	kvt_list_free(l);
+}
+
+int kvfs_parts_init(struct kvfs *kv)
+{
+	unsigned char id[8];
+	char lock[64];
+	int rc;
+
+	if (mkdir(kv->staging, 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		log_err(rc, "cannot make the staging directory '%s'", kv->staging);
+		return rc;
+	}
+	kv->staging_fd = open(kv->staging, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (kv->staging_fd < 0) {
+		rc = -errno;
+		log_err(rc, "cannot open the staging directory '%s'", kv->staging);
+		return rc;
+	}
+	rc = kvt_bucket_create_internal(kv->st, KVFS_PARTS_BUCKET);
+	if (rc < 0) {
+		log_err(rc, "cannot create the internal bucket '%s'", KVFS_PARTS_BUCKET);
+		return rc;
+	}
+	if (getrandom(id, sizeof(id), 0) != (ssize_t)sizeof(id)) {
+		rc = -errno;
+		log_err(rc, "cannot draw a mount id");
+		return rc;
+	}
+	for (size_t i = 0; i < sizeof(id); i++)
+		snprintf(kv->owner + 2 * i, 3, "%02x", id[i]);
+	snprintf(lock, sizeof(lock), "%s.lock", kv->owner);
+	kv->owner_fd = openat(kv->staging_fd, lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (kv->owner_fd < 0 || flock(kv->owner_fd, LOCK_EX | LOCK_NB) < 0) {
+		rc = -errno;
+		log_err(rc, "cannot lock '%s/%s'", kv->staging, lock);
+		return rc;
+	}
+	parts_sweep(kv);
+	return 0;
+}
+
+void kvfs_parts_release(struct kvfs *kv)
+{
+	char prefix[32], lock[64];
+
+	if (kv->owner_fd < 0)
+		return;
+	snprintf(prefix, sizeof(prefix), "%s/", kv->owner);
+	parts_remove(kv, prefix);
+	snprintf(lock, sizeof(lock), "%s.lock", kv->owner);
+	unlinkat(kv->staging_fd, lock, 0);
+	close(kv->owner_fd);
+	kv->owner_fd = -1;
+}
+
+/* An anonymous temp file in the staging directory. */
+static int staging_file(struct kvfs *kv)
+{
+	char path[64];
+	int fd = openat(kv->staging_fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+
+	if (fd >= 0)
+		return fd;
+	if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+		return -errno;
+	/* No O_TMPFILE here: a named file, unlinked at once. */
+	for (int tries = 0; tries < 16; tries++) {
+		snprintf(path, sizeof(path), "tmp-%s-%llu", kv->owner,
+			 (unsigned long long)atomic_fetch_add(&kv->part_seq, 1));
+		fd = openat(kv->staging_fd, path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd >= 0) {
+			unlinkat(kv->staging_fd, path, 0);
+			return fd;
+		}
+		if (errno != EEXIST)
+			break;
+	}
+	return -errno;
+}
+
+static int pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
+{
+	while (len > 0) {
+		ssize_t n = pwrite(fd, buf, len, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		buf += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* ---- the handle ------------------------------------------------------------ */
+
+static int fh_copy_base_info(struct fh *h, const struct kvt_object *o)
+{
+	free(h->session);
+	free(h->content_type);
+	h->session = o->session ? strdup(o->session) : NULL;
+	h->content_type = o->content_type ? strdup(o->content_type) : NULL;
+	if ((o->session && !h->session) || (o->content_type && !h->content_type))
+		return -ENOMEM;
+	if (o->nmeta) {
+		h->meta = calloc(o->nmeta, sizeof(*h->meta));
+		if (!h->meta)
+			return -ENOMEM;
+		for (size_t i = 0; i < o->nmeta; i++) {
+			h->meta[i].name = strdup(o->meta[i].name);
+			h->meta[i].value = strdup(o->meta[i].value);
+			h->nmeta++;
+			if (!h->meta[i].name || !h->meta[i].value)
+				return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+/* The POSIX metadata the kernel was shown for o, to store with new versions. */
+static void fh_visible_posix(struct kvfs *kv, const struct kvt_object *o, struct kvt_posix *p)
+{
+	struct stat st;
+
+	kvfs_attr_object(kv, o, &st);
+	*p = o->posix;
+	p->mode = st.st_mode;
+	p->uid = st.st_uid;
+	p->gid = st.st_gid;
+	p->atime_ns = 0;
+	p->ctime_ns = 0;
+}
+
+static void fh_free(struct fh *h)
+{
+	if (!h)
+		return;
+	kvt_reader_close(h->r);
+	kvt_writer_abort(h->w);
+	if (h->tfd >= 0)
+		close(h->tfd);
+	for (size_t i = 0; i < h->nmeta; i++) {
+		free(h->meta[i].name);
+		free(h->meta[i].value);
+	}
+	free(h->meta);
+	free(h->session);
+	free(h->content_type);
+	free(h->win);
+	free(h->mem);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+}
+
+static struct fh *fh_new(struct kvfs *kv, struct node *n, int flags)
+{
+	struct fh *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return NULL;
+	pthread_mutex_init(&h->lock, NULL);
+	h->tfd = -1;
+	h->flags = flags;
+	h->writable = (flags & O_ACCMODE) != O_RDONLY;
+	pthread_mutex_lock(&kv->lock);
+	n->refs++;
+	h->node = n;
+	pthread_mutex_unlock(&kv->lock);
+	return h;
+}
+
+int fh_writable(const struct fh *h)
+{
+	return h->writable;
+}
+
+/* Records a change of content: size for getattr, dirty accounting. */
+static void fh_touch(struct kvfs *kv, struct fh *h)
+{
+	struct node *n = h->node;
+
+	pthread_mutex_lock(&kv->lock);
+	if (!h->dirty) {
+		h->dirty = 1;
+		n->ndirty++;
+	}
+	n->wsize = h->size;
+	n->wmtime = kvfs_now_ns();
+	/* A write after utimens sets mtime again, as on any file system. */
+	n->pend.mask &= ~(unsigned)KVT_ATTR_MTIME;
+	pthread_mutex_unlock(&kv->lock);
+}
+
+static void fh_clean(struct kvfs *kv, struct fh *h)
+{
+	pthread_mutex_lock(&kv->lock);
+	if (h->dirty) {
+		h->dirty = 0;
+		h->node->ndirty--;
+	}
+	pthread_mutex_unlock(&kv->lock);
+}
+
+static void fh_drop_base(struct fh *h)
+{
+	kvt_reader_close(h->r);
+	h->r = NULL;
+	h->base_lazy = 0;
+	free(h->win);
+	h->win = NULL;
+	h->win_len = 0;
+}
+
+static void fh_stream_end(struct kvfs *kv, struct fh *h)
+{
+	if (h->w)
+		kvt_writer_abort(h->w);
+	h->w = NULL;
+	if (h->state == FH_STREAM)
+		atomic_fetch_sub(&kv->active_streams, 1);
+}
+
+/* Drops the in-memory content and gives its room back to the budget. */
+static void fh_mem_free(struct kvfs *kv, struct fh *h)
+{
+	if (h->memcap)
+		atomic_fetch_sub(&kv->buffered, h->memcap);
+	free(h->mem);
+	h->mem = NULL;
+	h->memcap = 0;
+}
+
+/* Room for need bytes in memory, within KVFS_BUF_MAX and the budget. */
+static int fh_mem_reserve(struct kvfs *kv, struct fh *h, uint64_t need)
+{
+	size_t cap, more;
+	char *m;
+
+	if (need <= h->memcap)
+		return 0;
+	if (need > KVFS_BUF_MAX)
+		return -EFBIG;
+	cap = h->memcap ? h->memcap : 4096;
+	while (cap < need)
+		cap *= 2;
+	if (cap > KVFS_BUF_MAX)
+		cap = KVFS_BUF_MAX;
+	more = cap - h->memcap;
+	if (atomic_fetch_add(&kv->buffered, more) + more > KVFS_BUF_BUDGET) {
+		atomic_fetch_sub(&kv->buffered, more);
+		return -ENOMEM;
+	}
+	m = realloc(h->mem, cap);
+	if (!m) {
+		atomic_fetch_sub(&kv->buffered, more);
+		return -ENOMEM;
+	}
+	h->mem = m;
+	h->memcap = cap;
+	return 0;
+}
+
+/* Opens the base reader of a handle whose base is the key's current version. */
+static int fh_base_ensure(struct kvfs *kv, struct fh *h)
+{
+	char *bucket = NULL, *key = NULL;
+	int rc;
+
+	if (!h->base_lazy)
+		return 0;
+	rc = node_path(kv, h->node, &bucket, &key);
+	if (rc == 0)
+		rc = kvt_reader_open(kv->st, bucket, key, &h->r);
+	if (rc == 0) {
+		snprintf(h->rtag, sizeof(h->rtag), "%s", kvt_reader_object(h->r)->etag);
+		h->base_lazy = 0;
+	} else {
+		log_err(rc, "cannot reopen '%s/%s' after publishing it", bucket ? bucket : "?",
+			key ? key : "?");
+	}
+	free(bucket);
+	free(key);
+	return rc;
+}
+
+/*
+ * Reads the base version. -ESTALE means reclaim dropped it under us: a
+ * reopen that finds the same version goes on, anything else would mix two
+ * versions in one file and is an error.
+ */
+static ssize_t fh_base_pread(struct kvfs *kv, struct fh *h, char *buf, size_t len, uint64_t off)
+{
+	const struct kvt_object *o = kvt_reader_object(h->r);
+	ssize_t n = kvt_reader_pread(h->r, buf, len, off);
+
+	if (n == -ESTALE) {
+		struct kvt_reader *r = NULL;
+		int rc = kvt_reader_open(kv->st, o->bucket, o->key, &r);
+
+		if (rc == 0 && strcmp(kvt_reader_object(r)->etag, h->rtag) == 0) {
+			kvt_reader_close(h->r);
+			h->r = r;
+			n = kvt_reader_pread(h->r, buf, len, off);
+		} else {
+			kvt_reader_close(r);
+			log_err(-ESTALE, "'%s/%s' was evicted while open", o->bucket, o->key);
+			return -EIO;
+		}
+	}
+	if (n < 0)
+		log_err((int)n, "cannot read '%s/%s' at %llu", o->bucket, o->key,
+			(unsigned long long)off);
+	return n;
+}
+
+/*
+ * Reads [off, off + size) of the base through a one-extent window: the
+ * engine verifies whole extents, so a 128 KiB kernel readahead must not
+ * cost a 1 MiB extent read every time.
+ */
+static ssize_t fh_base_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, uint64_t off)
+{
+	uint64_t end, done = 0;
+	int rc = fh_base_ensure(kv, h);
+
+	if (rc < 0)
+		return rc;
+	if (!h->r || off >= h->size)
+		return 0;
+	end = MIN(off + size, h->size);
+	while (off < end) {
+		uint64_t w = off / KVFS_EXTENT_PAYLOAD * KVFS_EXTENT_PAYLOAD;
+		uint64_t wend = MIN(w + KVFS_EXTENT_PAYLOAD, h->size);
+		ssize_t n;
+
+		if (h->win && h->win_off == w && off < w + h->win_len) {
+			size_t len = (size_t)MIN(end, w + h->win_len) - off;
+
+			memcpy(buf + done, h->win + (off - w), len);
+			done += len;
+			off += len;
+			continue;
+		}
+		if (off == w && end >= wend) {
+			/* A whole window: straight into the reply. */
+			n = fh_base_pread(kv, h, buf + done, wend - w, w);
+			if (n < 0)
+				return done ? (ssize_t)done : n;
+			if (n == 0)
+				break;
+			done += (uint64_t)n;
+			off += (uint64_t)n;
+			continue;
+		}
+		if (!h->win && !(h->win = malloc(KVFS_EXTENT_PAYLOAD)))
+			return -ENOMEM;
+		h->win_len = 0;
+		n = fh_base_pread(kv, h, h->win, wend - w, w);
+		if (n < 0)
+			return done ? (ssize_t)done : n;
+		if (n == 0)
+			break;
+		h->win_off = w;
+		h->win_len = (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+/* Copies [0, size) of the base into dst: a writer or a file descriptor. */
+static int fh_base_copy(struct kvfs *kv, struct fh *h, struct kvt_writer *w, int fd)
+{
+	char *buf;
+	uint64_t off = 0;
+	int rc = fh_base_ensure(kv, h);
+
+	if (rc < 0)
+		return rc;
+	if (!h->r || h->size == 0)
+		return 0;
+	buf = malloc(KVFS_IO_SIZE);
+	if (!buf)
+		return -ENOMEM;
+	while (off < h->size) {
+		ssize_t n = fh_base_pread(kv, h, buf, (size_t)MIN(KVFS_IO_SIZE, h->size - off), off);
+
+		if (n <= 0) {
+			rc = n < 0 ? (int)n : -EIO;	/* shorter than it said */
+			break;
+		}
+		rc = w ? kvt_writer_write(w, buf, (size_t)n) : pwrite_all(fd, buf, (size_t)n, off);
+		if (rc < 0)
+			break;
+		off += (uint64_t)n;
+	}
+	free(buf);
+	return rc;
+}
+
+/* FH_BASE -> FH_BUF: the base's bytes into memory, with room for need. */
+static int fh_buf_begin(struct kvfs *kv, struct fh *h, uint64_t need)
+{
+	uint64_t off = 0;
+	int rc = fh_base_ensure(kv, h);
+
+	if (rc == 0)
+		rc = fh_mem_reserve(kv, h, need > h->size ? need : h->size);
+	while (rc == 0 && h->r && off < h->size) {
+		ssize_t n = fh_base_pread(kv, h, h->mem + off, (size_t)(h->size - off), off);
+
+		if (n <= 0)
+			rc = n < 0 ? (int)n : -EIO;
+		else
+			off += (uint64_t)n;
+	}
+	if (rc < 0) {
+		fh_mem_free(kv, h);
+		return rc;
+	}
+	fh_drop_base(h);
+	h->state = FH_BUF;
+	return 0;
+}
+
+/* FH_BASE or FH_BUF -> FH_STREAM: a part writer, primed with the bytes so far. */
+static int fh_stream_begin(struct kvfs *kv, struct fh *h)
+{
+	/*
+	 * Not pinned: a plain file must be able to push cache objects out, not
+	 * fail for want of pinned room. Reclaim takes the coldest segment, not
+	 * the one just written, so a part lives the moment until it is published.
+	 */
+	struct kvt_put_opts opts = { .session = "fuse-parts" };
+	int rc;
+
+	snprintf(h->part, sizeof(h->part), "%s/%llu", kv->owner,
+		 (unsigned long long)atomic_fetch_add(&kv->part_seq, 1));
+	rc = kvt_writer_open(kv->st, KVFS_PARTS_BUCKET, h->part, &opts, &h->w);
+	if (rc < 0)
+		return rc;
+	if (h->state == FH_BUF)
+		rc = kvt_writer_write(h->w, h->mem, (size_t)h->size);
+	else
+		rc = fh_base_copy(kv, h, h->w, -1);
+	if (rc < 0) {
+		kvt_writer_abort(h->w);
+		h->w = NULL;
+		return rc;
+	}
+	fh_drop_base(h);
+	fh_mem_free(kv, h);
+	atomic_fetch_add(&kv->active_streams, 1);
+	h->state = FH_STREAM;
+	return 0;
+}
+
+/* Commits the stream into its part; the handle keeps FH_STREAM, without w. */
+static int fh_stream_commit(struct fh *h)
+{
+	int rc = kvt_writer_commit(h->w, NULL);
+
+	h->w = NULL;
+	if (rc < 0)
+		log_err(rc, "cannot commit the part '%s'", h->part);
+	return rc;
+}
+
+/* Anything -> FH_STAGE: the content into a temp file. */
+static int fh_stage(struct kvfs *kv, struct fh *h)
+{
+	int fd, rc = 0;
+
+	if (h->state == FH_STAGE)
+		return 0;
+	fd = staging_file(kv);
+	if (fd < 0) {
+		log_err(fd, "cannot make a staging file in '%s'", kv->staging);
+		return fd;
+	}
+	if (h->state == FH_BASE) {
+		rc = fh_base_copy(kv, h, NULL, fd);
+	} else if (h->state == FH_BUF) {
+		rc = pwrite_all(fd, h->mem, (size_t)h->size, 0);
+		if (rc == 0)
+			fh_mem_free(kv, h);
+	} else {
+		/* A part cannot be read before it is committed. */
+		rc = fh_stream_commit(h);
+		if (rc == 0) {
+			rc = kvt_reader_open(kv->st, KVFS_PARTS_BUCKET, h->part, &h->r);
+			if (rc == 0) {
+				snprintf(h->rtag, sizeof(h->rtag), "%s",
+					 kvt_reader_object(h->r)->etag);
+				rc = fh_base_copy(kv, h, NULL, fd);
+			}
+			kvt_object_delete(kv->st, KVFS_PARTS_BUCKET, h->part);
+		}
+		fh_stream_end(kv, h);
+		if (rc < 0)
+			h->err = rc;	/* the streamed bytes are gone */
+	}
+	if (rc == 0 && ftruncate(fd, (off_t)h->size) < 0)
+		rc = -errno;
+	fh_drop_base(h);
+	if (rc < 0) {
+		close(fd);
+		if (h->state == FH_STREAM)
+			h->state = FH_BASE;
+		return rc;
+	}
+	h->tfd = fd;
+	h->state = FH_STAGE;
+	return 0;
+}
+
+/* ---- publishing -------------------------------------------------------------- */
+
+/* Writes the in-memory content out as a new version of bucket/key. */
+static int fh_publish_buf(struct kvfs *kv, struct fh *h, const char *bucket, const char *key,
+			  const struct kvt_put_opts *opts)
+{
+	struct kvt_writer *w = NULL;
+	int rc = kvt_writer_open(kv->st, bucket, key, opts, &w);
+
+	if (rc < 0)
+		return rc;
+	rc = kvt_writer_write(w, h->mem, (size_t)h->size);
+	if (rc == 0)
+		return kvt_writer_commit(w, NULL);
+	kvt_writer_abort(w);
+	return rc;
+}
+
+/* Writes the staging file out as a new version of bucket/key. */
+static int fh_publish_stage(struct kvfs *kv, struct fh *h, const char *bucket, const char *key,
+			    const struct kvt_put_opts *opts)
+{
+	struct kvt_writer *w = NULL;
+	char *buf = malloc(KVFS_IO_SIZE);
+	uint64_t off = 0;
+	int rc;
+
+	if (!buf)
+		return -ENOMEM;
+	rc = kvt_writer_open(kv->st, bucket, key, opts, &w);
+	while (rc == 0 && off < h->size) {
+		ssize_t n = pread(h->tfd, buf, (size_t)MIN(KVFS_IO_SIZE, h->size - off), (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rc = n < 0 ? -errno : -EIO;
+			break;
+		}
+		rc = kvt_writer_write(w, buf, (size_t)n);
+		off += (uint64_t)n;
+	}
+	if (rc == 0)
+		rc = kvt_writer_commit(w, NULL);
+	else
+		kvt_writer_abort(w);
+	free(buf);
+	return rc;
+}
+
+/*
+ * Publishes the handle's content under the node's current name, atomically.
+ * A file removed meanwhile (unlink, rename over it) publishes nothing.
+ */
+static int fh_publish(struct kvfs *kv, struct fh *h)
+{
+	struct node *n = h->node;
+	struct kvt_put_opts opts;
+	struct kvt_posix posix;
+	char *bucket = NULL, *key = NULL, *session = NULL;
+	int rc;
+
+	if (!h->dirty)
+		return 0;
+	if (h->err)
+		return h->err;
+	pthread_mutex_lock(&kv->lock);
+	if (n->psession && !(session = strdup(n->psession))) {
+		pthread_mutex_unlock(&kv->lock);
+		return -ENOMEM;
+	}
+	posix = h->posix;
+	opts = (struct kvt_put_opts){
+		.flags = h->excl ? KVT_PUT_IF_NONE_MATCH : 0,
+		.content_type = h->content_type,
+		.session = session ? session : h->session,
+		.meta = h->meta,
+		.nmeta = h->nmeta,
+		.posix = &posix,
+	};
+	if (n->pending)
+		posix = n->cposix;
+	if (n->pend.mask & KVT_ATTR_MODE)
+		posix.mode = (posix.mode & S_IFMT) | (n->pend.posix.mode & 07777);
+	if (n->pend.mask & KVT_ATTR_UID)
+		posix.uid = n->pend.posix.uid;
+	if (n->pend.mask & KVT_ATTR_GID)
+		posix.gid = n->pend.posix.gid;
+	if (n->pend.mask & KVT_ATTR_ATIME)
+		posix.atime_ns = n->pend.posix.atime_ns;
+	if (n->pend.mask & KVT_ATTR_MTIME)
+		opts.mtime_ns = n->pend.mtime_ns;
+	rc = n->unlinked ? -ENOENT : 0;
+	pthread_mutex_unlock(&kv->lock);
+	if (rc == 0)
+		rc = node_path(kv, n, &bucket, &key);
+	if (rc == -ENOENT) {
+		/* Unlinked or renamed over while open: its bytes go nowhere. */
+		if (h->state == FH_STREAM)
+			fh_stream_end(kv, h);
+		fh_drop_base(h);
+		if (h->state == FH_STREAM)
+			h->state = FH_BASE;
+		fh_clean(kv, h);
+		free(session);
+		return 0;
+	}
+	if (rc < 0) {
+		free(session);
+		return rc;
+	}
+
+	switch (h->state) {
+	case FH_BASE:
+		if (h->r || h->base_lazy) {
+			/* Unchanged bytes under new metadata: rare (truncate to the same
+			 * size after create); write them out like a staged file. */
+			rc = fh_stage(kv, h);
+			if (rc == 0)
+				rc = fh_publish_stage(kv, h, bucket, key, &opts);
+		} else {
+			rc = kvfs_put_empty(kv, bucket, key, &opts);
+		}
+		break;
+	case FH_STREAM: {
+		const char *parts[1] = { h->part };
+
+		rc = fh_stream_commit(h);
+		if (rc == 0) {
+			rc = kvt_object_compose(kv->st, bucket, key, KVFS_PARTS_BUCKET, parts, 1,
+						&opts, NULL);
+			if (rc < 0)
+				kvt_object_delete(kv->st, KVFS_PARTS_BUCKET, h->part);
+		}
+		fh_stream_end(kv, h);
+		h->state = FH_BASE;
+		if (rc < 0) {
+			h->err = rc;	/* the bytes went with the part */
+		} else {
+			/* Further reads or appends start from what was published. */
+			h->base_lazy = 1;
+		}
+		break;
+	}
+	case FH_BUF:
+		rc = fh_publish_buf(kv, h, bucket, key, &opts);
+		break;
+	case FH_STAGE:
+		rc = fh_publish_stage(kv, h, bucket, key, &opts);
+		break;
+	}
+	if (rc == 0) {
+		pthread_mutex_lock(&kv->lock);
+		h->excl = 0;
+		if (n->pending) {
+			n->pending = 0;
+			h->posix = posix;
+		}
+		if (n->nwriters <= 1 && n->ndirty <= 1)
+			n->pend.mask = 0;
+		/* The kernel's pages were written through; to be safe, the next
+		 * open rereads what the store now holds. */
+		n->etag[0] = '\0';
+		pthread_mutex_unlock(&kv->lock);
+		fh_clean(kv, h);
+	} else {
+		log_err(rc, "cannot publish '%s/%s'", bucket, key);
+	}
+	free(bucket);
+	free(key);
+	free(session);
+	return rc;
+}
+
+/* ---- open, create, release ------------------------------------------------- */
+
+int fh_open(struct kvfs *kv, struct node *n, int flags, struct fuse_file_info *fi)
+{
+	struct fh *h = fh_new(kv, n, flags);
+	char *bucket = NULL, *key = NULL;
+	struct kvt_object *o = NULL;
+	int pending, rc;
+
+	if (!h)
+		return -ENOMEM;
+	pthread_mutex_lock(&kv->lock);
+	pending = n->pending;
+	if (pending)
+		h->posix = n->cposix;
+	pthread_mutex_unlock(&kv->lock);
+	fi->keep_cache = 0;
+	if (pending) {
+		/* Its bytes are in another handle, unpublished: this one starts
+		 * empty, as if it had been opened just before the first write. */
+		rc = 0;
+		goto done;
+	}
+	rc = node_path(kv, n, &bucket, &key);
+	if (rc < 0)
+		goto fail;
+	if (h->writable && (flags & O_TRUNC)) {
+		rc = kvt_object_head(kv->st, bucket, key, &o);
+		if (rc < 0)
+			goto fail;
+		h->size = 0;
+		fh_visible_posix(kv, o, &h->posix);
+		rc = fh_copy_base_info(h, o);
+		if (rc < 0)
+			goto fail;
+		fh_touch(kv, h);
+		goto done;
+	}
+	rc = kvt_reader_open(kv->st, bucket, key, &h->r);
+	if (rc == -ENODATA) {
+		log_err(rc, "cannot open '%s/%s': it is in the cold tier and was not recalled",
+			bucket, key);
+		goto fail;
+	}
+	if (rc < 0)
+		goto fail;
+	{
+		const struct kvt_object *ro = kvt_reader_object(h->r);
+
+		h->size = ro->size;
+		snprintf(h->rtag, sizeof(h->rtag), "%s", ro->etag);
+		if (h->writable) {
+			fh_visible_posix(kv, ro, &h->posix);
+			rc = fh_copy_base_info(h, ro);
+			if (rc < 0)
+				goto fail;
+		}
+		pthread_mutex_lock(&kv->lock);
+		if (n->nwriters > 0) {
+			/* Being rewritten here: the kernel's idea of the size is the
+			 * writer's, so this snapshot is read past the page cache. */
+			fi->direct_io = 1;
+		} else {
+			/* Unchanged since the kernel last cached it: keep its pages. */
+			fi->keep_cache = n->etag[0] && strcmp(n->etag, ro->etag) == 0;
+			snprintf(n->etag, sizeof(n->etag), "%s", ro->etag);
+		}
+		pthread_mutex_unlock(&kv->lock);
+		/*
+		 * Another version than the kernel may know (S3, another mount):
+		 * without keep_cache it drops the pages, and this makes it ask
+		 * for the size again before reading, instead of trusting the old
+		 * size for attr_timeout seconds. Safe here: a read-only open
+		 * holds no lock the invalidation needs.
+		 */
+		if (!fi->keep_cache && !fi->direct_io && kv->se)
+			fuse_lowlevel_notify_inval_inode(kv->se, n->ino, -1, 0);
+	}
+done:
+	if (h->writable) {
+		pthread_mutex_lock(&kv->lock);
+		n->nwriters++;
+		pthread_mutex_unlock(&kv->lock);
+		fi->direct_io = 1;	/* see "The page cache" above */
+		fi->keep_cache = 0;
+	}
+	fi->fh = (uint64_t)(uintptr_t)h;
+	kvt_object_free(o);
+	free(bucket);
+	free(key);
+	return 0;
+fail:
+	kvt_object_free(o);
+	free(bucket);
+	free(key);
+	if (h->dirty)
+		fh_clean(kv, h);
+	node_put(kv, h->node);
+	fh_free(h);
+	return rc;
+}
+
+int fh_create(struct kvfs *kv, struct node *n, int flags, const struct kvt_posix *posix,
+	      struct fuse_file_info *fi)
+{
+	struct fh *h = fh_new(kv, n, flags);
+
+	if (!h)
+		return -ENOMEM;
+	h->posix = *posix;
+	h->excl = !!(flags & O_EXCL);
+	pthread_mutex_lock(&kv->lock);
+	n->pending = 1;
+	n->unlinked = 0;
+	n->cposix = *posix;
+	n->nwriters++;
+	pthread_mutex_unlock(&kv->lock);
+	fh_touch(kv, h);	/* an empty file is published at close */
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->keep_cache = 0;
+	fi->direct_io = 1;
+	return 0;
+}
+
+void fh_release(struct kvfs *kv, struct fh *h)
+{
+	struct node *n = h->node;
+	int rc;
+
+	pthread_mutex_lock(&h->lock);
+	rc = fh_publish(kv, h);
+	if (rc < 0 && rc != h->err)
+		log_err(rc, "a file closed without being published");
+	if (h->state == FH_STREAM)
+		fh_stream_end(kv, h);
+	fh_mem_free(kv, h);
+	fh_clean(kv, h);
+	pthread_mutex_unlock(&h->lock);
+
+	pthread_mutex_lock(&kv->lock);
+	if (h->writable)
+		n->nwriters--;
+	if (n->nwriters == 0) {
+		n->pend.mask = 0;
+		free(n->psession);
+		n->psession = NULL;
+		if (n->pending) {
+			/* Never published: the file never existed. */
+			n->pending = 0;
+			n->has_last = 0;
+			if (n->hashed && n->parent) {
+				struct node *p = n->parent;
+				fuse_ino_t pino = p->ino;
+				char *name = strdup(n->name);
+
+				pthread_mutex_unlock(&kv->lock);
+				node_unhash(kv, p, n->name);
+				/* The kernel still has the name from create(2). */
+				if (name)
+					kvfs_notify_inval_entry(kv, pino, name);
+				free(name);
+				pthread_mutex_lock(&kv->lock);
+			}
+		}
+	}
+	node_put_locked(kv, n);
+	pthread_mutex_unlock(&kv->lock);
+	h->node = NULL;
+	fh_free(h);
+}
+
+/* ---- read, write, truncate, flush ------------------------------------------ */
+
+ssize_t fh_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, off_t off)
+{
+	ssize_t n = 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&h->lock);
+	if (h->err) {
+		rc = h->err;
+		goto out;
+	}
+	if (h->state == FH_STREAM)
+		rc = fh_stage(kv, h);
+	if (rc < 0)
+		goto out;
+	if ((uint64_t)off >= h->size)
+		goto out;
+	if (h->state == FH_BASE) {
+		n = fh_base_read(kv, h, buf, size, (uint64_t)off);
+	} else if (h->state == FH_BUF) {
+		n = (ssize_t)MIN((uint64_t)size, h->size - (uint64_t)off);
+		memcpy(buf, h->mem + off, (size_t)n);
+	} else {
+		size = (size_t)MIN((uint64_t)size, h->size - (uint64_t)off);
+		do
+			n = pread(h->tfd, buf, size, off);
+		while (n < 0 && errno == EINTR);
+		if (n < 0)
+			rc = -errno;
+	}
+out:
+	pthread_mutex_unlock(&h->lock);
+	return rc < 0 ? rc : n;
+}
+
+ssize_t fh_write(struct kvfs *kv, struct fh *h, const char *buf, size_t size, off_t off)
+{
+	uint64_t o = (uint64_t)off;
+	int rc = 0;
+
+	pthread_mutex_lock(&h->lock);
+	if (h->err) {
+		rc = h->err;
+		goto out;
+	}
+	if (h->flags & O_APPEND)
+		o = h->size;
+	if (h->state == FH_BASE) {
+		rc = fh_base_ensure(kv, h);
+		if (rc < 0)
+			goto out;
+		/* Small: in memory, unless the budget is spent. */
+		if (o + size <= KVFS_BUF_MAX && h->size <= KVFS_BUF_MAX &&
+		    fh_buf_begin(kv, h, o + size) == 0)
+			rc = 0;
+		else if (o == h->size && atomic_load(&kv->active_streams) < kv->max_streams)
+			rc = fh_stream_begin(kv, h);	/* at EOF: the fast path */
+		else
+			rc = fh_stage(kv, h);
+		if (rc < 0)
+			goto out;
+	}
+	if (h->state == FH_BUF && fh_mem_reserve(kv, h, o + size) < 0) {
+		/* Outgrew memory: stream if this is the end, else stage. */
+		if (o == h->size && atomic_load(&kv->active_streams) < kv->max_streams)
+			rc = fh_stream_begin(kv, h);
+		else
+			rc = fh_stage(kv, h);
+		if (rc < 0)
+			goto out;
+	}
+	if (h->state == FH_BUF) {
+		if (o > h->size)
+			memset(h->mem + h->size, 0, (size_t)(o - h->size));
+		memcpy(h->mem + o, buf, size);
+		goto written;
+	}
+	if (h->state == FH_STREAM && o != h->size) {
+		rc = fh_stage(kv, h);
+		if (rc < 0)
+			goto out;
+	}
+	if (h->state == FH_STREAM) {
+		rc = kvt_writer_write(h->w, buf, size);
+		if (rc < 0) {
+			/* The writer is dead and its bytes with it. */
+			log_err(rc, "cannot write a stream of %llu bytes",
+				(unsigned long long)h->size);
+			h->err = rc;
+			fh_stream_end(kv, h);
+			h->state = FH_BASE;
+			goto out;
+		}
+	} else {
+		rc = pwrite_all(h->tfd, buf, size, o);
+		if (rc < 0) {
+			log_err(rc, "cannot write to a staging file in '%s'", kv->staging);
+			goto out;
+		}
+	}
+written:
+	if (o + size > h->size)
+		h->size = o + size;
+	fh_touch(kv, h);
+out:
+	pthread_mutex_unlock(&h->lock);
+	return rc < 0 ? rc : (ssize_t)size;
+}
+
+int fh_truncate(struct kvfs *kv, struct fh *h, uint64_t size)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&h->lock);
+	if (size == h->size && !h->err)
+		goto out;
+	if (size == 0) {
+		/* Starts over: even a failed stream is forgotten. */
+		if (h->state == FH_STREAM)
+			fh_stream_end(kv, h);
+		if (h->tfd >= 0)
+			close(h->tfd);
+		h->tfd = -1;
+		fh_drop_base(h);
+		fh_mem_free(kv, h);
+		h->state = FH_BASE;
+		h->err = 0;
+	} else if (h->err) {
+		rc = h->err;
+		goto out;
+	} else if ((h->state == FH_BASE || h->state == FH_BUF) && size <= KVFS_BUF_MAX &&
+		   h->size <= KVFS_BUF_MAX &&
+		   (h->state == FH_BUF || fh_buf_begin(kv, h, size) == 0) &&
+		   fh_mem_reserve(kv, h, size) == 0) {
+		if (size > h->size)
+			memset(h->mem + h->size, 0, (size_t)(size - h->size));
+	} else {
+		rc = fh_stage(kv, h);
+		if (rc == 0 && ftruncate(h->tfd, (off_t)size) < 0)
+			rc = -errno;
+		if (rc < 0)
+			goto out;
+	}
+	h->size = size;
+	fh_touch(kv, h);
+out:
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
+int fh_flush(struct kvfs *kv, struct fh *h)
+{
+	int rc;
+
+	pthread_mutex_lock(&h->lock);
+	rc = fh_publish(kv, h);
+	pthread_mutex_unlock(&h->lock);
+	return rc;
+}
+
+int fh_fsync(struct kvfs *kv, struct fh *h)
+{
+	int rc = fh_flush(kv, h);
+
+	return rc < 0 ? rc : kvt_store_sync(kv->st);
+}
+
+/* ---- truncate(2) by name ----------------------------------------------------- */
+
+int kvfs_truncate_key(struct kvfs *kv, const char *bucket, const char *key, uint64_t size)
+{
+	struct kvt_reader *r = NULL;
+	struct kvt_writer *w = NULL;
+	struct kvt_posix posix;
+	struct kvt_put_opts opts;
+	const struct kvt_object *o;
+	char *buf = NULL;
+	uint64_t off = 0, have;
+	int rc = kvt_reader_open(kv->st, bucket, key, &r);
+
+	if (rc < 0)
+		return rc;
+	o = kvt_reader_object(r);
+	if (o->size == size)
+		goto out;	/* no new version for nothing */
+	fh_visible_posix(kv, o, &posix);
+	opts = (struct kvt_put_opts){
+		.content_type = o->content_type,
+		.session = o->session,
+		.meta = o->meta,
+		.nmeta = o->nmeta,
+		.posix = &posix,
+	};
+	buf = malloc(KVFS_IO_SIZE);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = kvt_writer_open(kv->st, bucket, key, &opts, &w);
+	have = MIN(size, o->size);
+	while (rc == 0 && off < size) {
+		size_t len = (size_t)MIN(KVFS_IO_SIZE, size - off);
+		ssize_t n;
+
+		if (off < have) {
+			n = kvt_reader_pread(r, buf, (size_t)MIN(len, have - off), off);
+			if (n <= 0) {
+				rc = n < 0 ? (int)n : -EIO;
+				break;
+			}
+			len = (size_t)n;
+		} else {
+			memset(buf, 0, len);	/* zero-extend */
+		}
+		rc = kvt_writer_write(w, buf, len);
+		off += len;
+	}
+	if (rc == 0) {
+		rc = kvt_writer_commit(w, NULL);
+		w = NULL;
+	}
+out:
+	kvt_writer_abort(w);
+	kvt_reader_close(r);
+	free(buf);
+	return rc;
+}

@@ -1,0 +1,227 @@
+/*
+ * kvfs.h - kvtier-fuse's private interface, shared by its modules:
+ *
+ *   kvtier_fuse.c  command line, mount, the session loop, signals
+ *   node.c         node_: the inode table, fuse_ino_t <-> (bucket, key)
+ *   attr.c         kvfs_attr_: what the store says about a name, as struct stat
+ *   file.c         fh_: open files, staging of writes, atomic publish on close
+ *   dir.c          dh_: directory handles and paged listings
+ *   ops.c          op_: the FUSE low-level operations table
+ *   notify.c       kvfs_notify_: kernel cache invalidations, from a thread
+ *
+ * The mount shows /<bucket>/<key>: the root lists buckets, '/' in a key makes
+ * directories. A directory is a key prefix; an empty one made by mkdir is a
+ * zero-byte object "dir/" of kind KVT_KIND_DIR (S3 lists it as a prefix).
+ *
+ * Only src/kvtier.h and src/log.h are used from the engine.
+ */
+#ifndef KVFS_H
+#define KVFS_H
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "kvtier.h"
+
+#define KVFS_NAME_MAX 255		/* bytes of one path component */
+#define KVFS_IO_SIZE (1024 * 1024)	/* max_write, max_readahead, copy chunk */
+#define KVFS_LINK_MAX 4095		/* bytes of a symbolic link's target */
+
+/*
+ * The payload of one hot-tier extent (SEG_PAYLOAD_MAX in src/segment.h,
+ * which front ends may not include). The engine reads and verifies whole
+ * extents, so a read handle caches one extent-sized window and small or
+ * unaligned reads do not each cost a full extent. Were the engine to change
+ * it, only efficiency would suffer, never correctness.
+ */
+#define KVFS_EXTENT_PAYLOAD (1024 * 1024 - 64)
+
+/*
+ * The internal bucket holding this mount's stream parts: a file written
+ * sequentially streams into a part there, and close publishes it under its
+ * name with kvt_object_compose(), which moves extents without copying.
+ * Parts are keyed "<owner>/<n>"; the owner id is locked in the staging
+ * directory while the daemon lives, so the next daemon can remove the parts
+ * of a dead one (kvfs_parts_sweep).
+ */
+#define KVFS_PARTS_BUCKET ".fuse"
+
+enum node_type { NODE_ROOT, NODE_BUCKET, NODE_DIR, NODE_FILE, NODE_SYMLINK };
+
+/* Attribute changes (chmod, chown, utimens) made while a file is open for
+ * writing, carried into the versions its handles publish. */
+struct node_pend {
+	unsigned mask;		/* KVT_ATTR_* */
+	struct kvt_posix posix;
+	int64_t mtime_ns;
+};
+
+/*
+ * One inode. Names are a tree: a node holds its parent and its name, so a
+ * directory rename moves every descendant at once. All fields are guarded by
+ * kvfs.lock. A node lives while the kernel remembers it (nlookup) or
+ * anything in the daemon holds it (refs: children, handles, callers).
+ */
+struct node {
+	fuse_ino_t ino;
+	struct node *parent;
+	char *name;
+	enum node_type type;
+	uint64_t nlookup;
+	unsigned refs;
+	int hashed;		/* reachable by (parent, name) */
+	int unlinked;		/* removed: open handles must not publish */
+	int pending;		/* created here and not yet published */
+	unsigned nwriters;	/* handles open for writing */
+	unsigned ndirty;	/* ... holding bytes not yet published */
+	uint64_t wsize;		/* size of the newest dirty content */
+	int64_t wmtime;		/* ... and when it last changed */
+	struct kvt_posix cposix; /* a pending file's POSIX metadata */
+	char *psession;		/* user.kvtier.session set while open for writing */
+	struct node_pend pend;
+	char etag[KVT_ETAG_MAX]; /* version the kernel page cache holds; "" unknown */
+	struct stat last;	/* attributes last reported, for fstat after unlink */
+	int has_last;
+	struct node *ino_next, *name_next;
+};
+
+struct kvfs {
+	struct kvt_config cfg;
+	struct kvt_store *st;
+	struct fuse_session *se;
+	char *staging;			/* directory of staging temp files */
+	int staging_fd;
+	int owner_fd;			/* holds the lock on our parts owner id */
+	char owner[17];			/* hex id of this daemon's parts */
+	atomic_uint_fast64_t part_seq;
+	unsigned max_streams;		/* writers streaming at once */
+	atomic_uint active_streams;
+	atomic_size_t buffered;		/* bytes of small files held in memory */
+	double attr_timeout, entry_timeout;
+	int64_t start_ns;
+
+	pthread_mutex_t notify_lock;	/* notify.c */
+	pthread_cond_t notify_cond;
+	struct notice *notices;
+	pthread_t notifier;
+	int notify_running, notify_stop;
+
+	pthread_mutex_t lock;		/* the node table */
+	struct node **by_ino, **by_name;
+	size_t nbuckets, count;
+	fuse_ino_t next_ino;
+	struct node root;
+};
+
+/* ---- node.c --------------------------------------------------------------- */
+
+int node_table_init(struct kvfs *kv);
+void node_table_release(struct kvfs *kv);
+/* The node of ino with a reference the caller drops with node_put(), or NULL. */
+struct node *node_get(struct kvfs *kv, fuse_ino_t ino);
+void node_put(struct kvfs *kv, struct node *n);
+void node_put_locked(struct kvfs *kv, struct node *n);
+/*
+ * The hashed child `name` of parent of the given type, made if missing (a
+ * child of another type is unhashed and replaced), with its lookup count
+ * raised by one for the entry about to be replied and a reference for the
+ * caller. NULL when out of memory.
+ */
+struct node *node_link(struct kvfs *kv, struct node *parent, const char *name,
+		       enum node_type type);
+/* The hashed child or NULL; with a reference. */
+struct node *node_child(struct kvfs *kv, struct node *parent, const char *name);
+void node_forget(struct kvfs *kv, fuse_ino_t ino, uint64_t nlookup);
+/* Lowers a lookup count raised for an entry that was not sent. */
+void node_unlink_lookup(struct kvfs *kv, struct node *n);
+/* Detaches the child `name` (removed or replaced); marks it unlinked. */
+void node_unhash(struct kvfs *kv, struct node *parent, const char *name);
+/* Moves the child `name` to newparent/newname, detaching what was there. */
+void node_move(struct kvfs *kv, struct node *parent, const char *name,
+	       struct node *newparent, const char *newname);
+/*
+ * The bucket and key of n: key is "" for a bucket, "a/b" for the directory
+ * or file a/b. Caller frees both. -ENOENT for a node that was removed,
+ * -ENAMETOOLONG past KVT_KEY_MAX.
+ */
+int node_path(struct kvfs *kv, struct node *n, char **bucket, char **key);
+
+/* ---- attr.c --------------------------------------------------------------- */
+
+struct kvfs_stat {
+	enum node_type type;
+	struct stat st;
+	char etag[KVT_ETAG_MAX];
+	int has_marker;		/* a directory with its own "dir/" object */
+};
+
+int64_t kvfs_now_ns(void);
+/* "dir" + "/" + "name", or "name" when dir is "". */
+char *kvfs_join(const char *dir, const char *name);
+/* The key of name in directory node parent; checks lengths and encoding. */
+int kvfs_child_key(struct kvfs *kv, struct node *parent, const char *name, char **bucket,
+		   char **key);
+void kvfs_attr_object(struct kvfs *kv, const struct kvt_object *o, struct stat *st);
+void kvfs_attr_dir(struct kvfs *kv, const struct kvt_object *marker, struct stat *st);
+/* What bucket/key is: a file or symlink (an object), a directory (a marker
+ * or keys under "key/"), or -ENOENT. key "" is the bucket itself. */
+int kvfs_stat_key(struct kvfs *kv, const char *bucket, const char *key, struct kvfs_stat *out);
+/* Attributes of a node, including the size of bytes still being written. */
+int kvfs_stat_node(struct kvfs *kv, struct node *n, struct kvfs_stat *out);
+/* Is the directory bucket/key (key "" for the bucket) empty? 1, 0, -errno. */
+int kvfs_dir_empty(struct kvfs *kv, const char *bucket, const char *key);
+/* Publishes the empty object key (a directory marker "dir/", mknod). */
+int kvfs_put_empty(struct kvfs *kv, const char *bucket, const char *key,
+		   const struct kvt_put_opts *opts);
+/* After the last entry left directory key: keep it with a marker. */
+void kvfs_dir_keep(struct kvfs *kv, const char *bucket, const char *key);
+/* The POSIX metadata a new object of this type gets for the caller of req. */
+void kvfs_posix_new(const struct fuse_ctx *ctx, enum kvt_kind kind, mode_t mode,
+		    struct kvt_posix *p);
+/* Engine errno to a FUSE reply errno; the one place they are mapped. */
+int kvfs_errno(int rc);
+
+/* ---- file.c --------------------------------------------------------------- */
+
+struct fh;
+
+int fh_open(struct kvfs *kv, struct node *n, int flags, struct fuse_file_info *fi);
+int fh_create(struct kvfs *kv, struct node *n, int flags, const struct kvt_posix *posix,
+	      struct fuse_file_info *fi);
+ssize_t fh_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, off_t off);
+ssize_t fh_write(struct kvfs *kv, struct fh *h, const char *buf, size_t size, off_t off);
+int fh_flush(struct kvfs *kv, struct fh *h);
+int fh_fsync(struct kvfs *kv, struct fh *h);
+int fh_truncate(struct kvfs *kv, struct fh *h, uint64_t size);
+int fh_writable(const struct fh *h);
+void fh_release(struct kvfs *kv, struct fh *h);
+/* truncate(2) of a file nobody here has open for writing: a new version. */
+int kvfs_truncate_key(struct kvfs *kv, const char *bucket, const char *key, uint64_t size);
+int kvfs_parts_init(struct kvfs *kv);
+void kvfs_parts_release(struct kvfs *kv);
+
+/* ---- dir.c ---------------------------------------------------------------- */
+
+struct dh;
+
+int dh_open(struct kvfs *kv, struct node *n, struct dh **out);
+void dh_readdir(struct kvfs *kv, fuse_req_t req, struct dh *d, size_t size, off_t off, int plus);
+void dh_release(struct kvfs *kv, struct dh *d);
+
+/* ---- notify.c -------------------------------------------------------------- */
+
+int kvfs_notify_start(struct kvfs *kv);
+void kvfs_notify_stop(struct kvfs *kv);
+/* Queues "forget parent/name" for the kernel. */
+void kvfs_notify_inval_entry(struct kvfs *kv, fuse_ino_t parent, const char *name);
+
+/* ---- ops.c ---------------------------------------------------------------- */
+
+extern const struct fuse_lowlevel_ops kvfs_ops;
+
+#endif /* KVFS_H */

@@ -1,0 +1,348 @@
+/*
+ * kvtier_fuse.c - kvtier-fuse: the store as a file system.
+ *
+ *   kvtier-fuse [-c FILE] MOUNTPOINT [-f] [-d] [-s] [-o OPTIONS]
+ *
+ * Reads kvtier.conf (its [store] and [fuse] sections), opens the store,
+ * mounts, and serves requests with libfuse's multithreaded loop until
+ * unmounted (fusermount3 -u, umount) or told to stop (SIGTERM, SIGINT,
+ * SIGHUP), then unmounts cleanly. Without -f it detaches, but only once the
+ * mount is ready, so that `mount -t kvtier` returns a usable mount or an
+ * error, not a promise.
+ *
+ * Options of its own, also accepted inside -o: staging=DIR (temp files of
+ * random writes; default <store dir>/fuse-staging), max_streams=N (files
+ * streaming into the store at once; more are staged; default 32),
+ * log=FILE (where a detached daemon's log lines go; default none).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "kvfs.h"
+#include "log.h"
+
+struct cli_opts {
+	char *config;
+	char *staging;
+	char *log;
+	unsigned max_streams;
+	int verbose;
+	int help;
+	int version;
+};
+
+enum { KEY_HELP, KEY_VERSION, KEY_VERBOSE };
+
+#define OPT(t, m) { t, offsetof(struct cli_opts, m), 1 }
+static const struct fuse_opt cli_spec[] = {
+	OPT("-c %s", config),
+	OPT("--config=%s", config),
+	OPT("staging=%s", staging),
+	OPT("max_streams=%u", max_streams),
+	OPT("log=%s", log),
+	FUSE_OPT_KEY("-h", KEY_HELP),
+	FUSE_OPT_KEY("--help", KEY_HELP),
+	FUSE_OPT_KEY("-V", KEY_VERSION),
+	FUSE_OPT_KEY("--version", KEY_VERSION),
+	FUSE_OPT_KEY("-v", KEY_VERBOSE),
+	FUSE_OPT_KEY("--verbose", KEY_VERBOSE),
+	FUSE_OPT_END
+};
+
+static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	struct cli_opts *o = data;
+
+	(void)arg;
+	(void)outargs;
+	switch (key) {
+	case KEY_HELP:
+		o->help = 1;
+		return 0;
+	case KEY_VERSION:
+		o->version = 1;
+		return 0;
+	case KEY_VERBOSE:
+		o->verbose = 1;
+		return 0;
+	default:
+		return 1;	/* keep it for fuse_parse_cmdline() */
+	}
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvtier-fuse [-c FILE] MOUNTPOINT [-f] [-d] [-s] [-v] [-o OPTION[,OPTION...]]\n"
+		"\n"
+		"Mounts the kvtier store named by FILE (default: $KVTIER_CONF, else\n"
+		SYSCONFDIR "/kvtier.conf) on MOUNTPOINT: /<bucket>/<key> as files.\n"
+		"\n"
+		"  -c, --config=FILE   kvtier.conf to read ([store] and [fuse])\n"
+		"  -f                  stay in the foreground\n"
+		"  -d                  foreground, with FUSE debug output\n"
+		"  -s                  one thread\n"
+		"  -v, --verbose       log debug lines\n"
+		"  -o staging=DIR      temp files of random writes (<store dir>/fuse-staging)\n"
+		"  -o max_streams=N    files streaming into the store at once (32)\n"
+		"  -o log=FILE         log of a detached daemon (none)\n"
+		"  -o allow_other,default_permissions,...   mount options: see mount.fuse3(8)\n"
+		"\n"
+		"See kvtier-fuse(8).\n");
+}
+
+/*
+ * Detaches, keeping a pipe to the parent: it exits with the status the child
+ * writes once the mount is ready or has failed. No store may be open yet:
+ * its threads would not survive the fork.
+ */
+static int detach(int *notify_fd)
+{
+	int p[2], status = 1;
+	pid_t pid;
+
+	if (pipe(p) < 0) {
+		perror("kvtier-fuse: pipe");
+		return -1;
+	}
+	pid = fork();
+	if (pid < 0) {
+		perror("kvtier-fuse: fork");
+		return -1;
+	}
+	if (pid > 0) {
+		unsigned char b;
+
+		close(p[1]);
+		if (read(p[0], &b, 1) == 1)
+			status = b;
+		_exit(status);
+	}
+	close(p[0]);
+	setsid();
+	*notify_fd = p[1];
+	return 0;
+}
+
+static void notify(int *fd, int status)
+{
+	unsigned char b = (unsigned char)status;
+
+	if (*fd < 0)
+		return;
+	if (write(*fd, &b, 1) < 0)
+		b = 0;
+	close(*fd);
+	*fd = -1;
+}
+
+/* A detached daemon's standard streams: /dev/null, or the log for stderr. */
+static int redirect_stdio(const char *log)
+{
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC), err = -1;
+
+	if (null < 0)
+		return -errno;
+	if (log) {
+		err = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+		if (err < 0) {
+			int rc = -errno;
+
+			close(null);
+			return rc;
+		}
+	}
+	dup2(null, STDIN_FILENO);
+	dup2(null, STDOUT_FILENO);
+	dup2(err >= 0 ? err : null, STDERR_FILENO);
+	close(null);
+	if (err >= 0)
+		close(err);
+	return 0;
+}
+
+/*
+ * Every file staged for a random write holds a temp file open here, and
+ * thousands of files may be open through the mount at once.
+ */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			log_warn(-errno, "cannot raise the open file limit");
+	}
+}
+
+/* Was -o NAME=... given anywhere? */
+static int has_opt(const struct fuse_args *args, const char *name)
+{
+	for (int i = 1; i < args->argc; i++)
+		if (strstr(args->argv[i], name))
+			return 1;
+	return 0;
+}
+
+/* The mount table shows "kvtier" and the configuration, not "fuse.kvtier-fuse". */
+static int add_names(struct fuse_args *args)
+{
+	if (!has_opt(args, "subtype=") && fuse_opt_add_arg(args, "-osubtype=kvtier") < 0)
+		return -1;
+	if (!has_opt(args, "fsname=") && fuse_opt_add_arg(args, "-ofsname=kvtier") < 0)
+		return -1;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts fo;
+	struct cli_opts o = { .max_streams = 32 };
+	struct fuse_loop_config *loop = NULL;
+	static struct kvfs kv;
+	char err[512];
+	int status = 1, notify_fd = -1, mounted = 0, signals = 0, rc;
+
+	memset(&fo, 0, sizeof(fo));
+	kv.staging_fd = kv.owner_fd = -1;
+	kvt_config_init(&kv.cfg);
+	kvt_log_set_ident("kvtier-fuse");
+	if (fuse_opt_parse(&args, &o, cli_spec, cli_proc) < 0) {
+		status = 2;
+		goto out;
+	}
+	if (o.help) {
+		usage(stdout);
+		printf("\nFUSE options:\n");
+		fuse_cmdline_help();
+		fuse_lowlevel_help();
+		status = 0;
+		goto out;
+	}
+	if (o.version) {
+		printf("kvtier-fuse %s\n", PACKAGE_VERSION);
+		fuse_lowlevel_version();
+		status = 0;
+		goto out;
+	}
+	if (add_names(&args) < 0)
+		goto out;
+	if (fuse_parse_cmdline(&args, &fo) != 0) {
+		status = 2;
+		goto out;
+	}
+	if (!fo.mountpoint) {
+		usage(stderr);
+		status = 2;
+		goto out;
+	}
+	if (o.max_streams == 0) {
+		fprintf(stderr, "kvtier-fuse: max_streams must be at least 1\n");
+		status = 2;
+		goto out;
+	}
+	rc = kvt_config_load_default(&kv.cfg, o.config, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "kvtier-fuse: %s\n", err);
+		status = 2;
+		goto out;
+	}
+	if (o.verbose || fo.debug)
+		kvt_log_set_level(KVT_LOG_DEBUG);
+	kv.max_streams = o.max_streams;
+	kv.attr_timeout = kv.cfg.fuse.attr_timeout;
+	kv.entry_timeout = kv.cfg.fuse.entry_timeout;
+	kv.start_ns = kvfs_now_ns();
+	kv.staging = o.staging ? strdup(o.staging)
+			       : kvfs_join(kv.cfg.store.dir, "fuse-staging");
+	if (!kv.staging)
+		goto out;
+
+	raise_nofile();
+	/* Options first: a bad one must not cost a store creation. */
+	kv.se = fuse_session_new(&args, &kvfs_ops, sizeof(kvfs_ops), &kv);
+	if (!kv.se) {
+		status = 2;	/* libfuse said which option it did not know */
+		goto out;
+	}
+	if (!fo.foreground && detach(&notify_fd) < 0)
+		goto out;
+	rc = kvt_store_open(&kv.cfg, KVT_OPEN_CREATE, &kv.st);
+	if (rc < 0) {
+		log_err(rc, "cannot open the store in '%s'", kv.cfg.store.dir);
+		goto out;
+	}
+	if (kvfs_parts_init(&kv) < 0 || node_table_init(&kv) < 0)
+		goto out;
+	if (fuse_set_signal_handlers(kv.se) != 0 || kvfs_notify_start(&kv) < 0)
+		goto out;
+	signals = 1;
+	if (fuse_session_mount(kv.se, fo.mountpoint) != 0)
+		goto out;
+	mounted = 1;
+	if (!fo.foreground) {
+		rc = redirect_stdio(o.log);
+		if (rc < 0) {
+			log_err(rc, "cannot open the log '%s'", o.log);
+			goto out;
+		}
+		if (chdir("/") < 0)
+			goto out;
+	}
+	log_info("mounted '%s' on '%s'", kv.cfg.store.dir, fo.mountpoint);
+	notify(&notify_fd, 0);
+
+	if (fo.singlethread) {
+		rc = fuse_session_loop(kv.se);
+	} else {
+		loop = fuse_loop_cfg_create();
+		if (!loop)
+			goto out;
+		fuse_loop_cfg_set_clone_fd(loop, (unsigned)fo.clone_fd);
+		/* UINT_MAX: not given, libfuse's defaults stand. */
+		if (fo.max_idle_threads != UINT_MAX)
+			fuse_loop_cfg_set_idle_threads(loop, fo.max_idle_threads);
+		if (fo.max_threads != UINT_MAX)
+			fuse_loop_cfg_set_max_threads(loop, fo.max_threads);
+		rc = fuse_session_loop_mt(kv.se, loop);
+	}
+	/* A signal ends the loop with its number; that is a clean stop. */
+	status = rc < 0 ? 1 : 0;
+	log_info("unmounting '%s'", fo.mountpoint);
+out:
+	notify(&notify_fd, status ? status : 1);
+	kvfs_notify_stop(&kv);
+	if (mounted)
+		fuse_session_unmount(kv.se);
+	if (signals)
+		fuse_remove_signal_handlers(kv.se);
+	if (kv.se)
+		fuse_session_destroy(kv.se);
+	fuse_loop_cfg_destroy(loop);
+	if (kv.st)
+		kvfs_parts_release(&kv);
+	kvt_store_close(kv.st);
+	if (kv.by_ino)
+		node_table_release(&kv);
+	if (kv.staging_fd >= 0)
+		close(kv.staging_fd);
+	free(kv.staging);
+	kvt_config_release(&kv.cfg);
+	free(fo.mountpoint);
+	fuse_opt_free_args(&args);
+	free(o.config);
+	free(o.staging);
+	free(o.log);
+	return status;
+}

@@ -1,0 +1,1146 @@
+/*
+ * ops.c - the FUSE low-level operations: requests in, library calls out.
+ *
+ * Each operation resolves inode numbers to nodes (node.c), nodes to bucket
+ * and key, calls the engine, and replies. Errors travel as negative errnos
+ * and become a reply in one place, reply_err() (kvfs_errno maps them).
+ *
+ * What a key-value store cannot be asked for fails with a clear errno and
+ * never reaches the engine: hard links and device nodes, FIFOs and sockets
+ * (EPERM), RENAME_EXCHANGE (EINVAL), names over 255 bytes or keys over
+ * 1024 (ENAMETOOLONG), names that are not UTF-8 (EILSEQ), a file at the root
+ * where only buckets live (EPERM), a rename across buckets (EXDEV: mv then
+ * copies).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+#include "kvfs.h"
+#include "log.h"
+
+#define XATTR_TIER "user.kvtier.tier"
+#define XATTR_SESSION "user.kvtier.session"
+#define XATTR_ETAG "user.kvtier.etag"
+#define XATTR_CHECKSUM "user.kvtier.checksum"
+#define XATTR_PRESTAGE "user.kvtier.prestage"
+
+static struct kvfs *req_kv(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static void reply_err(fuse_req_t req, int rc)
+{
+	fuse_reply_err(req, kvfs_errno(rc));
+}
+
+/* Replies an entry for child `name` of parent, as s describes it. */
+static void reply_entry(fuse_req_t req, struct kvfs *kv, struct node *parent, const char *name,
+			const struct kvfs_stat *s)
+{
+	struct fuse_entry_param e;
+	struct node *n = node_link(kv, parent, name, s->type);
+
+	if (!n) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	memset(&e, 0, sizeof(e));
+	e.ino = n->ino;
+	e.attr = s->st;
+	e.attr.st_ino = n->ino;
+	e.attr_timeout = kv->attr_timeout;
+	e.entry_timeout = kv->entry_timeout;
+	if (fuse_reply_entry(req, &e) != 0)
+		node_unlink_lookup(kv, n);
+	node_put(kv, n);
+}
+
+/* ---- the session -------------------------------------------------------------- */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	conn->max_write = KVFS_IO_SIZE;
+	if (conn->max_readahead > KVFS_IO_SIZE)
+		conn->max_readahead = KVFS_IO_SIZE;
+	/* O_TRUNC arrives with open, so truncation joins the new version. */
+	if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+		conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	/*
+	 * Write-through: every write reaches the daemon before close, which is
+	 * when a version is published. No splice: every byte is copied into
+	 * the engine's aligned buffers and checksummed anyway.
+	 */
+	conn->want &= ~(unsigned)(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_SPLICE_READ |
+				  FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+	/* No lock operations here: the kernel keeps locks local to this node. */
+	conn->want &= ~(unsigned)(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
+}
+
+/* ---- names ------------------------------------------------------------------ */
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct kvfs *kv = req_kv(req);
+	struct node *p = node_get(kv, parent), *c;
+	char *bucket = NULL, *key = NULL;
+	struct kvfs_stat s;
+	int rc;
+
+	if (!p) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (strlen(name) > KVFS_NAME_MAX) {
+		rc = -ENAMETOOLONG;
+		goto out;
+	}
+	if (p->type == NODE_ROOT) {
+		rc = kvt_bucket_name_valid(name) ? kvfs_stat_key(kv, name, "", &s) : -ENOENT;
+		if (rc == 0)
+			reply_entry(req, kv, p, name, &s);
+		goto out;
+	}
+	c = node_child(kv, p, name);
+	if (c) {
+		int pending;
+
+		pthread_mutex_lock(&kv->lock);
+		pending = c->pending;
+		pthread_mutex_unlock(&kv->lock);
+		rc = pending ? kvfs_stat_node(kv, c, &s) : 1;
+		node_put(kv, c);
+		if (rc == 0) {
+			reply_entry(req, kv, p, name, &s);
+			goto out;
+		}
+	}
+	rc = kvfs_child_key(kv, p, name, &bucket, &key);
+	if (rc == -EILSEQ)
+		rc = -ENOENT;	/* no key can have that name */
+	if (rc == 0)
+		rc = kvfs_stat_key(kv, bucket, key, &s);
+	if (rc == 0)
+		reply_entry(req, kv, p, name, &s);
+out:
+	if (rc < 0)
+		reply_err(req, rc);
+	node_put(kv, p);
+	free(bucket);
+	free(key);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	node_forget(req_kv(req), ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct kvfs *kv = req_kv(req);
+
+	for (size_t i = 0; i < count; i++)
+		node_forget(kv, forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct kvfs *kv = req_kv(req);
+	struct node *n = node_get(kv, ino);
+	struct kvfs_stat s;
+	int rc;
+
+	(void)fi;
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	rc = kvfs_stat_node(kv, n, &s);
+	if (rc < 0)
+		reply_err(req, rc);
+	else
+		fuse_reply_attr(req, &s.st, kv->attr_timeout);
+	node_put(kv, n);
+}
+
+/*
+ * chmod, chown, utimens on a file or directory in the store. Objects that
+ * carry no POSIX metadata (S3) first get the one they were shown with, so a
+ * chmod does not also turn the owner into root.
+ */
+static int setattr_store(struct kvfs *kv, struct node *n, unsigned mask,
+			 const struct kvt_posix *want, int64_t mtime_ns)
+{
+	char *bucket = NULL, *key = NULL, *okey = NULL;
+	struct kvt_object *o = NULL;
+	struct kvt_posix p;
+	int rc = node_path(kv, n, &bucket, &key);
+
+	if (rc < 0)
+		return rc;
+	if (n->type == NODE_DIR) {
+		okey = kvfs_join(key, "");
+		if (!okey) {
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
+	rc = kvt_object_head(kv->st, bucket, okey ? okey : key, &o);
+	if (rc == -ENOENT && n->type == NODE_DIR) {
+		/* A directory that is only a prefix: give it a marker to hold them. */
+		struct kvt_put_opts opts = { .flags = KVT_PUT_IF_NONE_MATCH, .posix = &p };
+		struct stat st;
+
+		kvfs_attr_dir(kv, NULL, &st);
+		memset(&p, 0, sizeof(p));
+		p.mode = st.st_mode;
+		p.uid = st.st_uid;
+		p.gid = st.st_gid;
+		p.kind = KVT_KIND_DIR;
+		rc = kvfs_put_empty(kv, bucket, okey, &opts);
+		if (rc == 0 || rc == -EEXIST)
+			rc = kvt_object_head(kv->st, bucket, okey, &o);
+	}
+	if (rc < 0)
+		goto out;
+	if (mask & (KVT_ATTR_MODE | KVT_ATTR_UID | KVT_ATTR_GID)) {
+		struct stat st;
+
+		if (n->type == NODE_DIR)
+			kvfs_attr_dir(kv, o, &st);
+		else
+			kvfs_attr_object(kv, o, &st);
+		p = *want;
+		if (!(mask & KVT_ATTR_MODE))
+			p.mode = st.st_mode;
+		else
+			p.mode = (st.st_mode & S_IFMT) | (want->mode & 07777);
+		if (!(mask & KVT_ATTR_UID))
+			p.uid = st.st_uid;
+		if (!(mask & KVT_ATTR_GID))
+			p.gid = st.st_gid;
+		mask |= KVT_ATTR_MODE | KVT_ATTR_UID | KVT_ATTR_GID;
+	} else {
+		p = *want;
+	}
+	rc = kvt_object_setattr(kv->st, bucket, okey ? okey : key, mask, &p, mtime_ns);
+out:
+	kvt_object_free(o);
+	free(bucket);
+	free(key);
+	free(okey);
+	return rc;
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct kvfs *kv = req_kv(req);
+	struct node *n = node_get(kv, ino);
+	struct kvt_posix p;
+	struct kvfs_stat s;
+	int64_t now = kvfs_now_ns(), mtime = 0;
+	unsigned mask = 0;
+	int rc = 0, pending;
+
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	memset(&p, 0, sizeof(p));
+	if (to_set & FUSE_SET_ATTR_MODE) {
+		mask |= KVT_ATTR_MODE;
+		p.mode = attr->st_mode & 07777;
+	}
+	if (to_set & FUSE_SET_ATTR_UID) {
+		mask |= KVT_ATTR_UID;
+		p.uid = attr->st_uid;
+	}
+	if (to_set & FUSE_SET_ATTR_GID) {
+		mask |= KVT_ATTR_GID;
+		p.gid = attr->st_gid;
+	}
+	if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_ATIME_NOW)) {
+		mask |= KVT_ATTR_ATIME;
+		p.atime_ns = to_set & FUSE_SET_ATTR_ATIME_NOW
+			     ? now
+			     : (int64_t)attr->st_atim.tv_sec * 1000000000 + attr->st_atim.tv_nsec;
+	}
+	if (to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW)) {
+		mask |= KVT_ATTR_MTIME;
+		mtime = to_set & FUSE_SET_ATTR_MTIME_NOW
+			? now
+			: (int64_t)attr->st_mtim.tv_sec * 1000000000 + attr->st_mtim.tv_nsec;
+	}
+
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		if (n->type != NODE_FILE) {
+			rc = n->type == NODE_SYMLINK ? -EINVAL : -EISDIR;
+			goto out;
+		}
+		if (fi && fi->fh && fh_writable((struct fh *)(uintptr_t)fi->fh)) {
+			rc = fh_truncate(kv, (struct fh *)(uintptr_t)fi->fh, (uint64_t)attr->st_size);
+		} else {
+			char *bucket = NULL, *key = NULL;
+
+			pthread_mutex_lock(&kv->lock);
+			pending = n->pending;
+			pthread_mutex_unlock(&kv->lock);
+			/* Bytes another process is still writing here cannot be cut by name. */
+			rc = pending ? -EBUSY : node_path(kv, n, &bucket, &key);
+			if (rc == 0)
+				rc = kvfs_truncate_key(kv, bucket, key, (uint64_t)attr->st_size);
+			if (rc == -ENODATA)
+				log_err(rc, "cannot truncate '%s/%s': it is in the cold tier", bucket,
+					key);
+			free(bucket);
+			free(key);
+		}
+		if (rc < 0)
+			goto out;
+	}
+
+	if (mask) {
+		if (n->type == NODE_ROOT || n->type == NODE_BUCKET) {
+			/* Buckets have no metadata to keep: times are ignored. */
+			if (mask & (KVT_ATTR_MODE | KVT_ATTR_UID | KVT_ATTR_GID))
+				rc = -EPERM;
+			goto out;
+		}
+		pthread_mutex_lock(&kv->lock);
+		pending = n->pending;
+		if (pending) {
+			/* Not in the store yet: kept for the publish. */
+			if (mask & KVT_ATTR_MODE)
+				n->cposix.mode = (n->cposix.mode & S_IFMT) | p.mode;
+			if (mask & KVT_ATTR_UID)
+				n->cposix.uid = p.uid;
+			if (mask & KVT_ATTR_GID)
+				n->cposix.gid = p.gid;
+			if (mask & KVT_ATTR_ATIME)
+				n->cposix.atime_ns = p.atime_ns;
+		}
+		if (n->nwriters > 0) {
+			/* Versions published by open handles carry the change too. */
+			struct node_pend *pd = &n->pend;
+
+			pd->mask |= mask;
+			if (mask & KVT_ATTR_MODE)
+				pd->posix.mode = p.mode;
+			if (mask & KVT_ATTR_UID)
+				pd->posix.uid = p.uid;
+			if (mask & KVT_ATTR_GID)
+				pd->posix.gid = p.gid;
+			if (mask & KVT_ATTR_ATIME)
+				pd->posix.atime_ns = p.atime_ns;
+			if (mask & KVT_ATTR_MTIME)
+				pd->mtime_ns = mtime;
+		}
+		pthread_mutex_unlock(&kv->lock);
+		if (!pending)
+			rc = setattr_store(kv, n, mask, &p, mtime);
+		if (rc < 0)
+			goto out;
+	}
+out:
+	if (rc == 0)
+		rc = kvfs_stat_node(kv, n, &s);
+	if (rc < 0)
+		reply_err(req, rc);
+	else
+		fuse_reply_attr(req, &s.st, kv->attr_timeout);
+	node_put(kv, n);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct kvfs *kv = req_kv(req);
+	struct node *n = node_get(kv, ino);
+	char *bucket = NULL, *key = NULL, buf[KVFS_LINK_MAX + 1];
+	struct kvt_reader *r = NULL;
+	ssize_t len = 0;
+	int rc;
+
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	rc = n->type == NODE_SYMLINK ? node_path(kv, n, &bucket, &key) : -EINVAL;
+	if (rc == 0)
+		rc = kvt_reader_open(kv->st, bucket, key, &r);
+	if (rc == 0) {
+		len = kvt_reader_pread(r, buf, KVFS_LINK_MAX, 0);
+		if (len < 0)
+			rc = (int)len;
+	}
+	if (rc < 0) {
+		reply_err(req, rc);
+	} else {
+		buf[len] = '\0';
+		fuse_reply_readlink(req, buf);
+	}
+	kvt_reader_close(r);
+	free(bucket);
+	free(key);
+	node_put(kv, n);
+}
+
+/* Creates child name of parent as a file (mknod), symlink or directory. */
+static void make_child(fuse_req_t req, fuse_ino_t parent, const char *name, enum kvt_kind kind,
+		       mode_t mode, const char *target)
+{
+	static const struct kvt_meta symlink_meta = { (char *)"kvtier-symlink", (char *)"1" };
+	struct kvfs *kv = req_kv(req);
+	struct node *p = node_get(kv, parent), *c = NULL;
+	char *bucket = NULL, *key = NULL, *okey = NULL;
+	struct kvt_put_opts opts = { .flags = KVT_PUT_IF_NONE_MATCH };
+	struct kvt_writer *w = NULL;
+	struct kvt_posix posix;
+	struct kvfs_stat s;
+	int rc;
+
+	if (!p) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (p->type == NODE_ROOT && kind == KVT_KIND_DIR) {
+		/* mkdir at the root makes a bucket. */
+		rc = strlen(name) > KVFS_NAME_MAX ? -ENAMETOOLONG
+		     : kvt_bucket_name_valid(name) ? kvt_bucket_create(kv->st, name) : -EINVAL;
+		if (rc == 0)
+			rc = kvfs_stat_key(kv, name, "", &s);
+		goto out;
+	}
+	rc = kvfs_child_key(kv, p, name, &bucket, &key);
+	if (rc < 0)
+		goto out;
+	c = node_child(kv, p, name);
+	if (c) {
+		pthread_mutex_lock(&kv->lock);
+		rc = c->pending ? -EEXIST : 0;
+		pthread_mutex_unlock(&kv->lock);
+		if (rc < 0)
+			goto out;
+	}
+	rc = kvfs_stat_key(kv, bucket, key, &s);
+	if (rc == 0)
+		rc = -EEXIST;
+	if (rc != -ENOENT)
+		goto out;
+	kvfs_posix_new(fuse_req_ctx(req), kind, kind == KVT_KIND_SYMLINK ? 0777 : mode, &posix);
+	opts.posix = &posix;
+	if (kind == KVT_KIND_DIR) {
+		okey = kvfs_join(key, "");
+		rc = !okey ? -ENOMEM : strlen(okey) > KVT_KEY_MAX ? -ENAMETOOLONG : 0;
+		if (rc == 0)
+			rc = kvfs_put_empty(kv, bucket, okey, &opts);
+	} else if (kind == KVT_KIND_SYMLINK) {
+		/* S3 sees the link as an object whose bytes are the target. */
+		opts.meta = &symlink_meta;
+		opts.nmeta = 1;
+		rc = kvt_writer_open(kv->st, bucket, key, &opts, &w);
+		if (rc == 0)
+			rc = kvt_writer_write(w, target, strlen(target));
+		if (rc == 0)
+			rc = kvt_writer_commit(w, NULL);
+		else
+			kvt_writer_abort(w);
+	} else {
+		rc = kvfs_put_empty(kv, bucket, key, &opts);
+	}
+	if (rc == 0)
+		rc = kvfs_stat_key(kv, bucket, key, &s);
+out:
+	if (rc == 0)
+		reply_entry(req, kv, p, name, &s);
+	else
+		reply_err(req, rc);
+	node_put(kv, c);
+	node_put(kv, p);
+	free(bucket);
+	free(key);
+	free(okey);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		     dev_t rdev)
+{
+	(void)rdev;
+	/* Device nodes, FIFOs and sockets have no place in an object store. */
+	if (!S_ISREG(mode)) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	make_child(req, parent, name, KVT_KIND_FILE, mode, NULL);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	make_child(req, parent, name, KVT_KIND_DIR, mode, NULL);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	if (strlen(link) > KVFS_LINK_MAX) {
+		fuse_reply_err(req, ENAMETOOLONG);
+		return;
+	}
+	make_child(req, parent, name, KVT_KIND_SYMLINK, 0777, link);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	(void)ino;
+	(void)newparent;
+	(void)newname;
+	fuse_reply_err(req, EPERM);	/* an object has exactly one key */
+}
+
+/* Key of parent's directory (for kvfs_dir_keep), or NULL. */
+static char *dir_key_of(struct kvfs *kv, struct node *parent)
+{
+	char *bucket = NULL, *key = NULL;
+
+	if (node_path(kv, parent, &bucket, &key) < 0)
+		return NULL;
+	free(bucket);
+	return key;
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct kvfs *kv = req_kv(req);
+	struct node *p = node_get(kv, parent), *c = NULL;
+	char *bucket = NULL, *key = NULL, *dkey = NULL;
+	struct kvfs_stat s;
+	int rc, pending = 0;
+
+	if (!p) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	rc = p->type == NODE_ROOT ? -EISDIR : kvfs_child_key(kv, p, name, &bucket, &key);
+	if (rc < 0)
+		goto out;
+	c = node_child(kv, p, name);
+	if (c) {
+		pthread_mutex_lock(&kv->lock);
+		pending = c->pending;
+		pthread_mutex_unlock(&kv->lock);
+	}
+	rc = kvt_object_delete(kv->st, bucket, key);
+	if (rc == -ENOENT) {
+		if (kvfs_stat_key(kv, bucket, key, &s) == 0 && s.type == NODE_DIR)
+			rc = -EISDIR;
+		else if (pending)
+			rc = 0;	/* never published: forgetting the name is all */
+	}
+	if (rc < 0)
+		goto out;
+	node_unhash(kv, p, name);
+	dkey = dir_key_of(kv, p);
+	if (dkey)
+		kvfs_dir_keep(kv, bucket, dkey);
+out:
+	reply_err(req, rc);
+	node_put(kv, c);
+	node_put(kv, p);
+	free(bucket);
+	free(key);
+	free(dkey);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct kvfs *kv = req_kv(req);
+	struct node *p = node_get(kv, parent);
+	char *bucket = NULL, *key = NULL, *okey = NULL, *dkey = NULL;
+	struct kvfs_stat s;
+	int rc;
+
+	if (!p) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (p->type == NODE_ROOT) {
+		rc = kvt_bucket_name_valid(name) ? kvt_bucket_delete(kv->st, name) : -ENOENT;
+		if (rc == 0)
+			node_unhash(kv, p, name);
+		goto out;
+	}
+	rc = kvfs_child_key(kv, p, name, &bucket, &key);
+	if (rc == 0)
+		rc = kvfs_stat_key(kv, bucket, key, &s);
+	if (rc == 0 && s.type != NODE_DIR)
+		rc = -ENOTDIR;
+	if (rc == 0) {
+		rc = kvfs_dir_empty(kv, bucket, key);
+		rc = rc < 0 ? rc : rc ? 0 : -ENOTEMPTY;
+	}
+	if (rc < 0)
+		goto out;
+	okey = kvfs_join(key, "");
+	rc = okey ? kvt_object_delete(kv->st, bucket, okey) : -ENOMEM;
+	if (rc == -ENOENT)
+		rc = 0;	/* a directory without a marker goes with its last key */
+	if (rc < 0)
+		goto out;
+	node_unhash(kv, p, name);
+	dkey = dir_key_of(kv, p);
+	if (dkey)
+		kvfs_dir_keep(kv, bucket, dkey);
+out:
+	reply_err(req, rc);
+	node_put(kv, p);
+	free(bucket);
+	free(key);
+	free(okey);
+	free(dkey);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+		      const char *newname, unsigned int flags)
+{
+	struct kvfs *kv = req_kv(req);
+	struct node *p = node_get(kv, parent), *np = node_get(kv, newparent), *c = NULL;
+	char *fb = NULL, *fk = NULL, *tb = NULL, *tk = NULL, *fdir = NULL, *tdir = NULL;
+	char *dkey = NULL;
+	struct kvfs_stat src, dst;
+	int rc, pending = 0, dst_exists;
+
+	if (!p || !np) {
+		rc = -ENOENT;
+		goto out;
+	}
+	if (flags & ~(unsigned)RENAME_NOREPLACE) {
+		rc = -EINVAL;	/* RENAME_EXCHANGE, RENAME_WHITEOUT */
+		goto out;
+	}
+	if (p->type == NODE_ROOT || np->type == NODE_ROOT) {
+		rc = -EXDEV;	/* buckets are not renamed; mv copies */
+		goto out;
+	}
+	rc = kvfs_child_key(kv, p, name, &fb, &fk);
+	if (rc == 0)
+		rc = kvfs_child_key(kv, np, newname, &tb, &tk);
+	if (rc < 0)
+		goto out;
+	if (strcmp(fb, tb) != 0) {
+		rc = -EXDEV;
+		goto out;
+	}
+	if (strcmp(fk, tk) == 0)
+		goto out;
+	c = node_child(kv, p, name);
+	if (c) {
+		pthread_mutex_lock(&kv->lock);
+		pending = c->pending;
+		pthread_mutex_unlock(&kv->lock);
+	}
+	rc = kvfs_stat_key(kv, tb, tk, &dst);
+	if (rc < 0 && rc != -ENOENT)
+		goto out;
+	dst_exists = rc == 0;
+	if (pending) {
+		/* Not in the store yet: the name moves here; the file published at
+		 * close replaces whatever the new name holds then. */
+		src.type = NODE_FILE;
+		rc = 0;
+	} else {
+		rc = kvfs_stat_key(kv, fb, fk, &src);
+		if (rc < 0)
+			goto out;
+	}
+	if (dst_exists && (flags & RENAME_NOREPLACE)) {
+		rc = -EEXIST;
+		goto out;
+	}
+	if (dst_exists && src.type != NODE_DIR && dst.type == NODE_DIR) {
+		rc = -EISDIR;
+		goto out;
+	}
+	if (dst_exists && src.type == NODE_DIR && dst.type != NODE_DIR) {
+		rc = -ENOTDIR;
+		goto out;
+	}
+	if (pending) {
+		if (dst_exists)
+			rc = kvt_object_delete(kv->st, tb, tk);
+	} else if (src.type != NODE_DIR) {
+		rc = kvt_object_rename(kv->st, fb, fk, tk,
+				       flags & RENAME_NOREPLACE ? KVT_RENAME_NOREPLACE : 0);
+	} else {
+		fdir = kvfs_join(fk, "");
+		tdir = kvfs_join(tk, "");
+		if (!fdir || !tdir)
+			rc = -ENOMEM;
+		else if (strlen(tdir) > KVT_KEY_MAX)
+			rc = -ENAMETOOLONG;
+		else if (strncmp(tdir, fdir, strlen(fdir)) == 0)
+			rc = -EINVAL;	/* into itself */
+		else
+			rc = kvt_object_rename(kv->st, fb, fdir, tdir, KVT_RENAME_PREFIX);
+	}
+	if (rc < 0)
+		goto out;
+	node_move(kv, p, name, np, newname);
+	dkey = dir_key_of(kv, p);
+	if (dkey)
+		kvfs_dir_keep(kv, fb, dkey);
+out:
+	reply_err(req, rc);
+	node_put(kv, c);
+	node_put(kv, p);
+	node_put(kv, np);
+	free(fb);
+	free(fk);
+	free(tb);
+	free(tk);
+	free(fdir);
+	free(tdir);
+	free(dkey);
+}
+
+/* ---- files ------------------------------------------------------------------ */
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct kvfs *kv = req_kv(req);
+	struct node *n = node_get(kv, ino);
+	int rc;
+
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	rc = n->type == NODE_FILE ? fh_open(kv, n, fi->flags, fi)
+	     : n->type == NODE_SYMLINK ? -ELOOP : -EISDIR;
+	if (rc < 0)
+		reply_err(req, rc);
+	else if (fuse_reply_open(req, fi) != 0)
+		fh_release(kv, (struct fh *)(uintptr_t)fi->fh);	/* interrupted */
+	node_put(kv, n);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct kvfs *kv = req_kv(req);
+	struct node *p = node_get(kv, parent), *n = NULL, *c = NULL;
+	char *bucket = NULL, *key = NULL;
+	struct fuse_entry_param e;
+	struct kvt_posix posix;
+	struct kvfs_stat s;
+	int rc, pending = 0;
+
+	if (!p) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	rc = kvfs_child_key(kv, p, name, &bucket, &key);
+	if (rc < 0)
+		goto out;
+	c = node_child(kv, p, name);
+	if (c) {
+		pthread_mutex_lock(&kv->lock);
+		pending = c->pending;
+		pthread_mutex_unlock(&kv->lock);
+	}
+	if (pending) {
+		rc = kvfs_stat_node(kv, c, &s);
+	} else {
+		rc = kvfs_stat_key(kv, bucket, key, &s);
+		if (rc < 0 && rc != -ENOENT)
+			goto out;
+	}
+	if (rc == 0) {
+		/* It exists after all (made elsewhere since the kernel looked). */
+		if (fi->flags & O_EXCL)
+			rc = -EEXIST;
+		else if (s.type == NODE_DIR)
+			rc = -EISDIR;
+		else if (s.type == NODE_SYMLINK)
+			rc = -EEXIST;
+		if (rc < 0)
+			goto out;
+		n = node_link(kv, p, name, NODE_FILE);
+		rc = n ? fh_open(kv, n, fi->flags, fi) : -ENOMEM;
+		if (rc == 0)
+			rc = kvfs_stat_node(kv, n, &s);
+	} else {
+		kvfs_posix_new(fuse_req_ctx(req), KVT_KIND_FILE, mode, &posix);
+		n = node_link(kv, p, name, NODE_FILE);
+		rc = n ? fh_create(kv, n, fi->flags, &posix, fi) : -ENOMEM;
+		if (rc == 0)
+			rc = kvfs_stat_node(kv, n, &s);
+	}
+	if (rc < 0) {
+		if (n)
+			node_unlink_lookup(kv, n);
+		goto out;
+	}
+	memset(&e, 0, sizeof(e));
+	e.ino = n->ino;
+	e.attr = s.st;
+	e.attr_timeout = kv->attr_timeout;
+	e.entry_timeout = kv->entry_timeout;
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		fh_release(kv, (struct fh *)(uintptr_t)fi->fh);
+		node_unlink_lookup(kv, n);
+	}
+out:
+	if (rc < 0)
+		reply_err(req, rc);
+	node_put(kv, n);
+	node_put(kv, c);
+	node_put(kv, p);
+	free(bucket);
+	free(key);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct kvfs *kv = req_kv(req);
+	char *buf = malloc(size ? size : 1);
+	ssize_t n;
+
+	(void)ino;
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	n = fh_read(kv, (struct fh *)(uintptr_t)fi->fh, buf, size, off);
+	if (n < 0)
+		reply_err(req, (int)n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	ssize_t n = fh_write(req_kv(req), (struct fh *)(uintptr_t)fi->fh, buf, size, off);
+
+	(void)ino;
+	if (n < 0)
+		reply_err(req, (int)n);
+	else
+		fuse_reply_write(req, (size_t)n);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	reply_err(req, fh_flush(req_kv(req), (struct fh *)(uintptr_t)fi->fh));
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	fh_release(req_kv(req), (struct fh *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)datasync;
+	reply_err(req, fh_fsync(req_kv(req), (struct fh *)(uintptr_t)fi->fh));
+}
+
+/* ---- directories -------------------------------------------------------------- */
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct kvfs *kv = req_kv(req);
+	struct node *n = node_get(kv, ino);
+	struct dh *d = NULL;
+	int rc;
+
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	rc = n->type == NODE_FILE || n->type == NODE_SYMLINK ? -ENOTDIR : dh_open(kv, n, &d);
+	node_put(kv, n);
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)d;
+	if (fuse_reply_open(req, fi) != 0)
+		dh_release(kv, d);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	(void)ino;
+	dh_readdir(req_kv(req), req, (struct dh *)(uintptr_t)fi->fh, size, off, 0);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	(void)ino;
+	dh_readdir(req_kv(req), req, (struct dh *)(uintptr_t)fi->fh, size, off, 1);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	dh_release(req_kv(req), (struct dh *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)datasync;
+	(void)fi;
+	reply_err(req, kvt_store_sync(req_kv(req)->st));
+}
+
+/* The hot tier: its capacity, and room not taken by live extents. */
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct kvfs *kv = req_kv(req);
+	struct kvt_store_stat ss;
+	struct statvfs sv;
+	const uint64_t bsize = 4096;
+	int rc = kvt_store_stat(kv->st, &ss);
+
+	(void)ino;
+	if (rc < 0) {
+		reply_err(req, rc);
+		return;
+	}
+	memset(&sv, 0, sizeof(sv));
+	sv.f_bsize = KVFS_IO_SIZE;
+	sv.f_frsize = bsize;
+	sv.f_blocks = ss.capacity / bsize;
+	sv.f_bfree = ss.capacity > ss.live_bytes ? (ss.capacity - ss.live_bytes) / bsize : 0;
+	sv.f_bavail = sv.f_bfree;
+	/* Objects are rows, not preallocated inodes: there is always room. */
+	sv.f_files = ss.objects + (1u << 30);
+	sv.f_ffree = 1u << 30;
+	sv.f_favail = sv.f_ffree;
+	sv.f_namemax = KVFS_NAME_MAX;
+	fuse_reply_statfs(req, &sv);
+}
+
+/* ---- extended attributes ---------------------------------------------------------- */
+
+static int xattr_object(struct kvfs *kv, struct node *n, struct kvt_object **o)
+{
+	char *bucket = NULL, *key = NULL;
+	int rc = node_path(kv, n, &bucket, &key);
+
+	if (rc == 0)
+		rc = kvt_object_head(kv->st, bucket, key, o);
+	free(bucket);
+	free(key);
+	return rc;
+}
+
+static void reply_xattr_value(fuse_req_t req, const char *value, size_t size)
+{
+	size_t len = strlen(value);
+
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, value, len);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct kvfs *kv = req_kv(req);
+	struct node *n = node_get(kv, ino);
+	struct kvt_object *o = NULL;
+	char value[KVT_KEY_MAX + 64];
+	int rc, pending;
+
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	pthread_mutex_lock(&kv->lock);
+	pending = n->pending;
+	pthread_mutex_unlock(&kv->lock);
+	if (strncmp(name, "user.kvtier.", 12) != 0 || pending ||
+	    (n->type != NODE_FILE && n->type != NODE_SYMLINK)) {
+		rc = -ENODATA;
+		goto out;
+	}
+	rc = xattr_object(kv, n, &o);
+	if (rc < 0)
+		goto out;
+	if (strcmp(name, XATTR_TIER) == 0) {
+		snprintf(value, sizeof(value), "%s", kvt_tier_name(o->tier));
+	} else if (strcmp(name, XATTR_SESSION) == 0) {
+		snprintf(value, sizeof(value), "%s", o->session ? o->session : "");
+	} else if (strcmp(name, XATTR_ETAG) == 0) {
+		/* Without S3's quotes. */
+		size_t len = strlen(o->etag);
+
+		if (len >= 2 && o->etag[0] == '"' && o->etag[len - 1] == '"')
+			snprintf(value, sizeof(value), "%.*s", (int)(len - 2), o->etag + 1);
+		else
+			snprintf(value, sizeof(value), "%s", o->etag);
+	} else if (strcmp(name, XATTR_CHECKSUM) == 0) {
+		snprintf(value, sizeof(value), "%08x", o->crc32c);
+	} else {
+		rc = -ENODATA;
+		goto out;
+	}
+	reply_xattr_value(req, value, size);
+out:
+	if (rc < 0)
+		reply_err(req, rc);
+	kvt_object_free(o);
+	node_put(kv, n);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	static const char names[] = XATTR_TIER "\0" XATTR_SESSION "\0" XATTR_ETAG "\0"
+				    XATTR_CHECKSUM "\0";
+	struct kvfs *kv = req_kv(req);
+	struct node *n = node_get(kv, ino);
+	size_t len = 0;
+	int pending;
+
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	pthread_mutex_lock(&kv->lock);
+	pending = n->pending;
+	pthread_mutex_unlock(&kv->lock);
+	if ((n->type == NODE_FILE || n->type == NODE_SYMLINK) && !pending)
+		len = sizeof(names) - 1;
+	node_put(kv, n);
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, names, len);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	struct kvfs *kv = req_kv(req);
+	struct node *n = node_get(kv, ino);
+	char *bucket = NULL, *key = NULL, *v = NULL;
+	int rc;
+
+	(void)flags;
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	v = strndup(value, size);
+	rc = v ? node_path(kv, n, &bucket, &key) : -ENOMEM;
+	if (rc < 0)
+		goto out;
+	if (strcmp(name, XATTR_SESSION) == 0) {
+		int pending = 0;
+
+		if (n->type != NODE_FILE && n->type != NODE_SYMLINK) {
+			rc = -EISDIR;
+			goto out;
+		}
+		if (strlen(v) != size || size == 0 || size > KVT_KEY_MAX) {
+			rc = -EINVAL;
+			goto out;
+		}
+		pthread_mutex_lock(&kv->lock);
+		if (n->nwriters > 0) {
+			/* Versions published by open handles go to this session too. */
+			free(n->psession);
+			n->psession = strdup(v);
+			rc = n->psession ? 0 : -ENOMEM;
+		}
+		pending = n->pending;
+		pthread_mutex_unlock(&kv->lock);
+		if (rc == 0 && !pending)
+			rc = kvt_object_set_session(kv->st, bucket, key, v);
+	} else if (strcmp(name, XATTR_PRESTAGE) == 0) {
+		/* Accepted now so that callers can be written; recall comes
+		 * with the migrator (the cold tier). */
+		log_info("prestage of '%s/%s' requested; recall is not available yet", bucket,
+			 key);
+		rc = 0;
+	} else if (strncmp(name, "user.kvtier.", 12) == 0) {
+		/* Read-only. ENOTSUP, not EPERM: cp -a and mv copy xattrs and
+		 * stay quiet about the ones a file system does not take. */
+		rc = -ENOTSUP;
+	} else {
+		rc = -ENOTSUP;
+	}
+out:
+	reply_err(req, rc);
+	free(bucket);
+	free(key);
+	free(v);
+	node_put(kv, n);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	(void)ino;
+	(void)name;
+	fuse_reply_err(req, ENOTSUP);
+}
+
+const struct fuse_lowlevel_ops kvfs_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.open = op_open,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
+	.releasedir = op_releasedir,
+	.fsyncdir = op_fsyncdir,
+	.statfs = op_statfs,
+	.setxattr = op_setxattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.removexattr = op_removexattr,
+	.create = op_create,
+};

@@ -1,0 +1,688 @@
+#!/bin/sh
+# tests/test_fuse.sh - kvtier-fuse mounted for real on a scratch store.
+#
+# Plain tools (cp, cat, mv, rm, ls -R, dd, cmp, truncate, ln, chmod, touch),
+# Python file I/O and a random-operation exerciser (tests/fuse/fsx.py) work
+# through the mount; the CLI (and, with boto3, the gateway) must read back
+# the very same bytes. Then the faults: what a KV store cannot do fails with
+# a clear errno, the daemon killed with SIGKILL mid-write leaves no half
+# object and every closed file intact, a full hot tier answers ENOSPC and
+# corrupts nothing, SIGTERM and fusermount3 -u unmount cleanly.
+#
+# Skips (77) where this machine cannot mount: no /dev/fuse, no fusermount3,
+# no python3, or a mount refused (an unprivileged container). Every mount is
+# undone when the script exits, however it exits.
+#
+# KVT_FSX_OPS (3000) and KVT_FSX_SECONDS (240) bound the exerciser.
+set -eu
+
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+[ -c /dev/fuse ] || skip "no /dev/fuse on this machine"
+command -v fusermount3 >/dev/null || skip "no fusermount3 (Debian: apt-get install fuse3)"
+command -v python3 >/dev/null || skip "no python3"
+FUSE=$top_builddir/kvtier-fuse
+HELPER=$top_builddir/fuse/mount.kvtier
+FSX=$top_srcdir/tests/fuse/fsx.py
+[ -x "$FUSE" ] || fail "no kvtier-fuse binary at '$FUSE' (build it first)"
+
+kvt_setup
+T=$KVT_TMP
+K=$KVTIER
+M=$T/mnt
+mkdir "$M"
+
+# Mounts made here, as "pid:dir" pairs, undone on exit.
+mounts=""
+
+fuse_cleanup()
+{
+	for m in $mounts; do
+		fusermount3 -u -z "${m#*:}" 2>/dev/null || :
+		kill -KILL "${m%%:*}" 2>/dev/null || :
+	done
+	for m in $mounts; do
+		wait "${m%%:*}" 2>/dev/null || :
+	done
+	[ -z "${GW_PID:-}" ] || { kill -TERM "$GW_PID" 2>/dev/null; wait "$GW_PID" 2>/dev/null; } || :
+	kvt_cleanup
+}
+trap fuse_cleanup EXIT
+
+# A bigger store than lib.sh's: everything below writes some 600 MiB, and
+# past the high watermark reclaim would rightly drop plain cache objects
+# that later steps read back.
+cat >"$KVTIER_CONF" <<EOF
+[store]
+dir = $KVT_DIR
+capacity = 1G
+segment_size = 32M
+
+[fuse]
+attr_timeout = 1
+entry_timeout = 1
+EOF
+kvt_expect 0 "$K" init
+
+is_mounted()
+{
+	grep -q " $1 fuse" /proc/mounts
+}
+
+# fuse_mount CONF DIR [ARGS...]: kvtier-fuse in the foreground, in the
+# background of this script; sets FUSE_PID. Skips if this machine refuses.
+fuse_mount()
+{
+	fm_conf=$1 fm_dir=$2
+	shift 2
+	"$FUSE" -c "$fm_conf" "$fm_dir" -f "$@" 2>>"$T/fuse.log" &
+	FUSE_PID=$!
+	mounts="$mounts $FUSE_PID:$fm_dir"
+	fm_i=0
+	until is_mounted "$fm_dir"; do
+		if ! kill -0 "$FUSE_PID" 2>/dev/null; then
+			if grep -q "fuse: device not found\|Operation not permitted\|Permission denied" "$T/fuse.log"; then
+				skip "this machine refuses FUSE mounts: $(tail -1 "$T/fuse.log")"
+			fi
+			fail "kvtier-fuse exited before mounting: $(cat "$T/fuse.log")"
+		fi
+		fm_i=$((fm_i + 1))
+		[ "$fm_i" -lt 300 ] || fail "kvtier-fuse did not mount in 30 s: $(cat "$T/fuse.log")"
+		sleep 0.1
+	done
+}
+
+# fuse_umount DIR: fusermount3 -u; the daemon must exit 0.
+fuse_umount()
+{
+	fusermount3 -u "$1" || fail "fusermount3 -u '$1' failed"
+	fu_rc=0
+	wait "$FUSE_PID" || fu_rc=$?
+	[ "$fu_rc" -eq 0 ] || fail "kvtier-fuse exited $fu_rc after fusermount3 -u: $(tail -5 "$T/fuse.log")"
+	mounts=$(echo "$mounts" | sed "s| $FUSE_PID:[^ ]*||")
+}
+
+# expect_err ERRNO-TEXT CMD...: CMD must fail and say ERRNO-TEXT.
+expect_err()
+{
+	ee_want=$1
+	shift
+	kvt_run "$@"
+	[ "$rc" -ne 0 ] || fail "'$*' succeeded, expected '$ee_want'"
+	grep -q "$ee_want" "$T/err" || fail "'$*' failed with '$(cat "$T/err")', expected '$ee_want'"
+}
+
+# gone PATH: PATH does not exist within 3 s.
+gone()
+{
+	g_i=0
+	while [ -e "$1" ]; do
+		g_i=$((g_i + 1))
+		[ "$g_i" -lt 30 ] || return 1
+		sleep 0.1
+	done
+}
+
+# same FILE BUCKET KEY: the store holds exactly FILE's bytes under KEY.
+same()
+{
+	"$K" get "$2" "$3" "$T/back" >/dev/null 2>&1 || fail "CLI get '$2/$3' failed"
+	cmp -s "$1" "$T/back" || fail "'$2/$3' in the store differs from '$1'"
+}
+
+step "mount; the root lists buckets, mkdir makes one, rmdir removes it"
+fuse_mount "$KVTIER_CONF" "$M"
+[ -z "$(ls -A "$M")" ] || fail "a new store's root is not empty: $(ls -A "$M")"
+mkdir "$M/models"
+"$K" buckets | grep -q " models$" || fail "mkdir at the root made no bucket"
+"$K" mb fromcli >/dev/null
+[ -d "$M/fromcli" ] || fail "a bucket made by the CLI is not a directory"
+expect_err "Invalid argument" mkdir "$M/Not_A_Bucket"
+expect_err "File exists" mkdir "$M/models"
+expect_err "Operation not permitted" touch "$M/file-at-root"
+rmdir "$M/fromcli"
+"$K" buckets | grep -q " fromcli$" && fail "rmdir at the root left the bucket"
+B=$M/models
+
+step "cp, cat, cmp, dd of sizes around the 1 MiB extent, byte-exact in the store"
+for size in 0 1 4095 4096 1048511 1048512 1048513 1048576 5242883; do
+	head -c "$size" /dev/urandom >"$T/in.$size"
+	cp "$T/in.$size" "$B/f.$size"
+	cmp "$T/in.$size" "$B/f.$size" || fail "cp of $size bytes reads back different"
+	[ "$(stat -c %s "$B/f.$size")" -eq "$size" ] || fail "stat of f.$size: wrong size"
+	same "$T/in.$size" models "f.$size"
+done
+cat "$B/f.4095" "$B/f.1" >"$T/cat.out"
+cat "$T/in.4095" "$T/in.1" | cmp - "$T/cat.out" || fail "cat through the mount differs"
+dd if="$T/in.5242883" of="$B/dd.1m" bs=1M status=none
+dd if="$T/in.5242883" of="$B/dd.4k" bs=4k status=none
+dd if="$T/in.5242883" of="$B/dd.odd" bs=65521 status=none
+for f in dd.1m dd.4k dd.odd; do
+	same "$T/in.5242883" models "$f"
+done
+dd if="$B/dd.1m" of="$T/dd.back" bs=3000 status=none
+cmp "$T/in.5242883" "$T/dd.back" || fail "dd read with odd block size differs"
+# A write in the middle of an existing file (staged, then republished whole).
+head -c 100000 /dev/urandom >"$T/patch"
+dd if="$T/patch" of="$B/dd.1m" bs=1 seek=1048000 conv=notrunc status=none
+python3 - "$T/in.5242883" "$T/patch" "$T/expect" <<'EOF'
+import sys
+a = bytearray(open(sys.argv[1], "rb").read())
+p = open(sys.argv[2], "rb").read()
+a[1048000:1048000 + len(p)] = p
+open(sys.argv[3], "wb").write(a)
+EOF
+cmp "$T/expect" "$B/dd.1m" || fail "dd conv=notrunc in the middle reads back wrong"
+same "$T/expect" models dd.1m
+
+step "directories: mkdir -p, ls -R, an empty directory is an S3 prefix, rmdir"
+mkdir -p "$B/conv1/turn1" "$B/conv1/turn2" "$B/empty"
+cp "$T/in.4096" "$B/conv1/turn1/blk0"
+cp "$T/in.1" "$B/conv1/turn2/blk0"
+ls -R "$B/conv1" >"$T/lsr"
+printf '%s\n' "$B/conv1:" turn1 turn2 "" "$B/conv1/turn1:" blk0 "" "$B/conv1/turn2:" blk0 |
+	diff - "$T/lsr" || fail "ls -R shows the wrong tree"
+"$K" ls models >"$T/ls"
+grep -q "PRE empty/$" "$T/ls" || fail "S3 listing does not show the empty directory: $(cat "$T/ls")"
+expect_err "Directory not empty" rmdir "$B/conv1"
+expect_err "Not a directory" rmdir "$B/f.1"
+expect_err "Is a directory" rm "$B/conv1"
+rmdir "$B/empty"
+[ ! -e "$B/empty" ] || fail "rmdir left the directory"
+# A directory whose last file goes stays, as on any file system.
+rm "$B/conv1/turn2/blk0"
+[ -d "$B/conv1/turn2" ] || fail "removing the last file removed its directory"
+rmdir "$B/conv1/turn2"
+
+step "mv: rename, over an existing file, directories, across buckets"
+cp "$T/in.4095" "$B/a"
+cp "$T/in.1" "$B/b"
+mv "$B/a" "$B/renamed"
+[ ! -e "$B/a" ] || fail "mv left the source"
+same "$T/in.4095" models renamed
+mv -f "$B/renamed" "$B/b"
+same "$T/in.4095" models b
+"$K" get models renamed /dev/null 2>/dev/null && fail "the renamed key is still in the store"
+mkdir -p "$B/dir1/sub"
+cp "$T/in.4096" "$B/dir1/sub/x"
+mv "$B/dir1" "$B/dir2"
+same "$T/in.4096" models dir2/sub/x
+[ ! -e "$B/dir1" ] || fail "mv of a directory left the source"
+cmp "$T/in.4096" "$B/dir2/sub/x" || fail "file under a renamed directory differs"
+mkdir "$B/dir3" "$B/dir3/keep"
+expect_err "Directory not empty\|File exists" mv -T "$B/dir2" "$B/dir3"
+mkdir "$M/other"
+mv "$B/b" "$M/other/b"	# EXDEV: mv copies and removes
+same "$T/in.4095" other b
+[ ! -e "$B/b" ] || fail "mv across buckets left the source"
+python3 - "$B" <<'EOF'
+import ctypes, errno, os, sys
+d = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, NOREPLACE, EXCHANGE = -100, 1, 2
+open(os.path.join(d, "n1"), "w").write("1")
+open(os.path.join(d, "n2"), "w").write("2")
+def renameat2(a, b, flags):
+    r = libc.renameat2(AT_FDCWD, os.path.join(d, a).encode(), AT_FDCWD,
+                       os.path.join(d, b).encode(), flags)
+    return 0 if r == 0 else ctypes.get_errno()
+assert renameat2("n1", "n2", NOREPLACE) == errno.EEXIST, "RENAME_NOREPLACE replaced"
+assert renameat2("n1", "n2", EXCHANGE) == errno.EINVAL, "RENAME_EXCHANGE did not fail EINVAL"
+assert renameat2("n1", "n3", NOREPLACE) == 0, "RENAME_NOREPLACE to a free name failed"
+os.replace(os.path.join(d, "n3"), os.path.join(d, "n2"))
+assert open(os.path.join(d, "n2")).read() == "1"
+assert not os.path.exists(os.path.join(d, "n1"))
+EOF
+
+step "Python file I/O: O_EXCL, O_APPEND, seek and overwrite, truncate, fsync"
+python3 - "$B" <<'EOF'
+import os, sys
+d = sys.argv[1]
+p = os.path.join(d, "py")
+with open(p, "xb") as f:
+    f.write(b"hello world")
+try:
+    open(p, "xb")
+    raise SystemExit("O_EXCL opened an existing file")
+except FileExistsError:
+    pass
+with open(p, "ab") as f:
+    f.write(b"!!")
+assert open(p, "rb").read() == b"hello world!!"
+with open(p, "r+b") as f:
+    f.seek(6)
+    f.write(b"WORLD")
+    f.seek(0)
+    assert f.read() == b"hello WORLD!!"
+    f.truncate(5)
+    f.flush()
+    os.fsync(f.fileno())
+    # fsync published: another open sees it before close.
+    assert open(p, "rb").read() == b"hello"
+    f.seek(0, 2)
+    f.write(b" again")
+assert open(p, "rb").read() == b"hello again"
+os.truncate(p, 20)
+assert open(p, "rb").read() == b"hello again" + b"\0" * 9
+os.truncate(p, 3)
+assert open(p, "rb").read() == b"hel"
+with open(p, "w") as f:
+    pass
+assert os.path.getsize(p) == 0
+# A file written, unlinked while open, is never published.
+f = open(os.path.join(d, "gone"), "wb")
+f.write(b"x" * 1000)
+os.unlink(os.path.join(d, "gone"))
+f.close()
+assert not os.path.exists(os.path.join(d, "gone"))
+# Shell append, line by line.
+for i in range(5):
+    with open(os.path.join(d, "log"), "a") as f:
+        f.write("line %d\n" % i)
+assert open(os.path.join(d, "log")).read() == "".join("line %d\n" % i for i in range(5))
+EOF
+echo appended >>"$B/log"
+tail -1 "$B/log" | grep -qx appended || fail "shell >> did not append"
+truncate -s 2000000 "$B/f.1"
+[ "$(stat -c %s "$B/f.1")" -eq 2000000 ] || fail "truncate -s did not grow the file"
+head -c 1 "$T/in.1" >"$T/grown"
+truncate -s 2000000 "$T/grown"
+cmp "$T/grown" "$B/f.1" || fail "truncate did not zero-extend"
+
+step "an object replaced by another process is read anew on the next open"
+cat "$B/f.4096" >/dev/null	# the kernel caches its size and pages
+"$K" put models f.4096 "$T/in.1048576" >/dev/null
+cmp "$T/in.1048576" "$B/f.4096" || fail "the mount read the old size or pages after a put"
+"$K" put models f.4096 "$T/in.4095" >/dev/null
+cmp "$T/in.4095" "$B/f.4096" || fail "the mount read the old size after a smaller put"
+"$K" put models f.4096 "$T/in.4096" >/dev/null
+
+step "symbolic links: stored as objects of their own kind, marked for S3"
+ln -s conv1/turn1/blk0 "$B/link"
+[ "$(readlink "$B/link")" = conv1/turn1/blk0 ] || fail "readlink gives '$(readlink "$B/link")'"
+cmp "$T/in.4096" "$B/link" || fail "reading through a symlink differs"
+[ -L "$B/link" ] || fail "the link is not a symlink"
+"$K" head models link >"$T/head"
+grep -q "kvtier-symlink=1" "$T/head" || fail "the S3 side has no symlink marker: $(cat "$T/head")"
+expect_err "File exists" ln -s x "$B/link"
+
+step "xattrs: tier, session, etag, checksum; a session and a prestage can be set"
+python3 - "$B" "$K" <<'EOF'
+import os, subprocess, sys
+d, kvtier = sys.argv[1], sys.argv[2]
+p = os.path.join(d, "conv1/turn1/blk0")
+names = set(os.listxattr(p))
+want = {"user.kvtier.tier", "user.kvtier.session", "user.kvtier.etag", "user.kvtier.checksum"}
+assert names == want, names
+assert os.getxattr(p, "user.kvtier.tier") == b"hot"
+assert os.getxattr(p, "user.kvtier.session") == b"conv1"
+head = subprocess.run([kvtier, "head", "models", "conv1/turn1/blk0"], capture_output=True,
+                      text=True, check=True).stdout
+etag = os.getxattr(p, "user.kvtier.etag").decode()
+crc = os.getxattr(p, "user.kvtier.checksum").decode()
+assert '"%s"' % etag in head, (etag, head)
+assert "crc32c:        %s" % crc in head, (crc, head)
+os.setxattr(p, "user.kvtier.session", b"conv-moved")
+assert os.getxattr(p, "user.kvtier.session") == b"conv-moved"
+head = subprocess.run([kvtier, "head", "models", "conv1/turn1/blk0"], capture_output=True,
+                      text=True, check=True).stdout
+assert "session:       conv-moved" in head, head
+os.setxattr(os.path.join(d, "conv1"), "user.kvtier.prestage", b"1")
+for bad, err in (("user.kvtier.tier", 95), ("user.other", 95)):
+    try:
+        os.setxattr(p, bad, b"x")
+        raise SystemExit("setxattr %s succeeded" % bad)
+    except OSError as e:
+        assert e.errno == err, (bad, e)
+try:
+    os.getxattr(p, "user.nothing")
+    raise SystemExit("getxattr of a missing name succeeded")
+except OSError as e:
+    assert e.errno == 61, e   # ENODATA
+EOF
+if command -v getfattr >/dev/null; then
+	getfattr --absolute-names -n user.kvtier.tier --only-values "$B/conv1/turn1/blk0" |
+		grep -qx hot ||
+		fail "getfattr does not show the tier"
+fi
+
+step "chmod, chown, touch -d: kept in the catalog"
+# As root any owner can be given; otherwise only one's own.
+if [ "$(id -u)" -eq 0 ]; then
+	owner="1234 5678"
+else
+	owner="$(id -u) $(id -g)"
+fi
+cp "$T/in.1" "$B/meta"
+chmod 640 "$B/meta"
+chown "$(echo "$owner" | tr ' ' :)" "$B/meta"
+touch -d "2021-02-03 04:05:06 UTC" "$B/meta"
+[ "$(stat -c '%a %u %g %Y' "$B/meta")" = "640 $owner 1612325106" ] ||
+	fail "stat after chmod/chown/touch: $(stat -c '%a %u %g %Y' "$B/meta")"
+mkdir "$B/mdir"
+chmod 700 "$B/mdir"
+[ "$(stat -c %a "$B/mdir")" = 700 ] || fail "chmod of a directory: $(stat -c %a "$B/mdir")"
+# cp -p sets times and modes on a file still being written.
+cp -p "$B/meta" "$B/meta.copy"
+[ "$(stat -c '%a %u %g %Y' "$B/meta.copy")" = "640 $owner 1612325106" ] ||
+	fail "cp -p did not keep metadata: $(stat -c '%a %u %g %Y' "$B/meta.copy")"
+
+step "what a KV store cannot hold fails cleanly"
+long=$(python3 -c 'print("n" * 256)')
+expect_err "File name too long" touch "$B/$long"
+expect_err "File name too long" mkdir "$B/$long"
+name250=$(python3 -c 'print("d" * 250)')
+kvt_run mkdir -p "$B/$name250/$name250/$name250/$name250/$name250"
+grep -q "File name too long" "$T/err" || fail "a key over 1024 bytes: '$(cat "$T/err")'"
+expect_err "Invalid or incomplete multibyte" touch "$B/$(printf 'bad\377name')"
+expect_err "Operation not permitted" mknod "$B/dev" c 1 3
+expect_err "Operation not permitted" mkfifo "$B/fifo"
+expect_err "Operation not permitted" ln "$B/meta" "$B/hardlink"
+python3 - "$B" <<'EOF'
+import errno, os, socket, sys
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.bind(os.path.join(sys.argv[1], "sock"))
+    raise SystemExit("bind of a unix socket succeeded")
+except OSError as e:
+    assert e.errno == errno.EPERM, e
+EOF
+
+step "statfs reports the hot tier"
+[ "$(stat -f -c '%b %S' "$M" | awk '{print $1 * $2}')" -eq $((1024 * 1024 * 1024)) ] ||
+	fail "statfs: $(stat -f -c '%b blocks of %S' "$M")"
+
+step "many writers and readers at once (16 writers x 20 files, 8 readers)"
+head -c 3000000 /dev/urandom >"$T/src"
+mkdir "$B/par"
+pids=""
+for w in $(seq 1 16); do
+	(
+		for i in $(seq 1 20); do
+			n=$(( (w * 7919 + i * 104729) % 600000 ))
+			head -c "$n" "$T/src" >"$B/par/w$w.$i" || exit 1
+		done
+	) &
+	pids="$pids $!"
+done
+for r in $(seq 1 8); do
+	(for i in $(seq 1 20); do cat "$B/f.5242883" >/dev/null || exit 1; done) &
+	pids="$pids $!"
+done
+for p in $pids; do
+	wait "$p" || fail "a parallel writer or reader failed"
+done
+for w in $(seq 1 16); do
+	for i in $(seq 1 20); do
+		n=$(( (w * 7919 + i * 104729) % 600000 ))
+		head -c "$n" "$T/src" | cmp -s - "$B/par/w$w.$i" || fail "par/w$w.$i differs"
+	done
+done
+head -c $(( (16 * 7919 + 20 * 104729) % 600000 )) "$T/src" >"$T/src.part"
+same "$T/src.part" models par/w16.20
+[ "$(ls "$B/par" | wc -l)" -eq 320 ] || fail "par/ lists $(ls "$B/par" | wc -l) files, not 320"
+
+step "thousands of files open at once"
+python3 - "$B" <<'EOF'
+import os, resource, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
+d = os.path.join(sys.argv[1], "many")
+os.mkdir(d)
+n = 2500
+fds = [os.open(os.path.join(d, "f%d" % i), os.O_WRONLY | os.O_CREAT, 0o644) for i in range(n)]
+for i, fd in enumerate(fds):
+    os.write(fd, b"%d:" % i + b"x" * (i % 5000))
+    if i % 3 == 0:
+        os.pwrite(fd, b"R", 1)       # a random write: staged
+for fd in fds:
+    os.close(fd)
+fds = [os.open(os.path.join(d, "f%d" % i), os.O_RDONLY) for i in range(n)]
+for i, fd in enumerate(fds):
+    want = bytearray(b"%d:" % i + b"x" * (i % 5000))
+    if i % 3 == 0:
+        want[1:2] = b"R"
+    got = os.pread(fd, 10000, 0)
+    assert got == want, (i, got[:20], want[:20])
+    os.close(fd)
+assert len(os.listdir(d)) == n
+EOF
+
+step "threads writing one open file at once, out of order"
+python3 - "$B" <<'EOF2'
+import os, random, sys, threading
+p = os.path.join(sys.argv[1], "threaded")
+chunk, n = 1 << 20, 24
+data = [os.urandom(chunk) for _ in range(n)]
+fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+order = list(range(n))
+random.shuffle(order)
+def work(part):
+    for i in part:
+        os.pwrite(fd, data[i], i * chunk)
+        assert os.pread(fd, 100, i * chunk) == data[i][:100]
+ts = [threading.Thread(target=work, args=(order[k::6],)) for k in range(6)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+os.close(fd)
+assert open(p, "rb").read() == b"".join(data), "threaded writes read back wrong"
+EOF2
+
+step "random operations against a model (fsx)"
+mkdir "$B/fsx"
+python3 "$FSX" "$B/fsx" --ops "${KVT_FSX_OPS:-3000}" --seconds "${KVT_FSX_SECONDS:-240}" \
+	--max-size 1600000 ||
+	fail "fsx found a difference (see above)"
+
+if [ -x "$top_builddir/kvtier-gateway" ] && python3 -c 'import boto3' 2>/dev/null; then
+	step "the gateway on the same store: mount -> S3 GET and S3 PUT -> mount, byte-exact"
+	(umask 077 && printf 'AKIDFUSETEST %s\n' "secret$$" >"$T/creds")
+	"$top_builddir/kvtier-gateway" -c "$KVTIER_CONF" --listen 127.0.0.1:0 \
+		--credentials "$T/creds" --access-log off 2>"$T/gw.log" &
+	GW_PID=$!
+	i=0
+	while :; do
+		port=$(sed -n 's/.*serving S3 on .* (port \([0-9]*\)).*/\1/p' "$T/gw.log")
+		[ -n "$port" ] && break
+		kill -0 "$GW_PID" 2>/dev/null || fail "the gateway died: $(cat "$T/gw.log")"
+		i=$((i + 1))
+		[ "$i" -lt 600 ] || fail "the gateway did not start: $(cat "$T/gw.log")"
+		sleep 0.1
+	done
+	python3 - "http://127.0.0.1:$port" "secret$$" "$B" "$T/in.5242883" <<'EOF'
+import os, sys, boto3
+from botocore.config import Config
+ep, secret, d, src = sys.argv[1:5]
+s3 = boto3.client("s3", endpoint_url=ep, aws_access_key_id="AKIDFUSETEST",
+                  aws_secret_access_key=secret, region_name="us-east-1",
+                  config=Config(s3={"addressing_style": "path"}))
+want = open(src, "rb").read()
+assert s3.get_object(Bucket="models", Key="f.5242883")["Body"].read() == want
+data = os.urandom(3 * 1024 * 1024 + 17)
+s3.put_object(Bucket="models", Key="from-s3/blk", Body=data)
+assert open(os.path.join(d, "from-s3/blk"), "rb").read() == data
+# Overwritten through S3: the next open sees the new bytes.
+data2 = os.urandom(1000)
+s3.put_object(Bucket="models", Key="from-s3/blk", Body=data2)
+assert open(os.path.join(d, "from-s3/blk"), "rb").read() == data2
+prefixes = [p["Prefix"] for p in
+            s3.list_objects_v2(Bucket="models", Delimiter="/").get("CommonPrefixes", [])]
+assert "mdir/" in prefixes, prefixes
+h = s3.head_object(Bucket="models", Key="link")
+assert h["Metadata"].get("kvtier-symlink") == "1", h["Metadata"]
+EOF
+	kill -TERM "$GW_PID"
+	wait "$GW_PID" || :
+	GW_PID=
+fi
+
+# allow_other needs root (or user_allow_other in /etc/fuse.conf), setpriv root.
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
+	step "a second daemon on the same store, allow_other,default_permissions"
+	M2=$T/mnt2
+	mkdir "$M2"
+	chmod 755 "$T"	# mktemp -d made it 0700: let another user reach the mount
+	m1_pid=$FUSE_PID
+	fuse_mount "$KVTIER_CONF" "$M2" -o allow_other,default_permissions
+	m2_pid=$FUSE_PID
+	B2=$M2/models
+	cmp "$T/in.5242883" "$B2/f.5242883" || fail "the second mount reads other bytes"
+	head -c 70000 /dev/urandom >"$T/secret"
+	cp "$T/secret" "$B2/secret"
+	chmod 600 "$B2/secret"
+	cmp "$T/secret" "$B/secret" || fail "a file written on one mount differs on the other"
+	as_nobody()
+	{
+		setpriv --reuid=65534 --regid=65534 --clear-groups "$@"
+	}
+	expect_err "Permission denied" as_nobody cat "$B2/secret"
+	expect_err "Permission denied" as_nobody touch "$B2/by-nobody"
+	chmod 644 "$B2/secret"
+	sleep 1.1	# attr_timeout: the kernel may keep the old mode that long
+	as_nobody cat "$B2/secret" | cmp - "$T/secret" || fail "nobody cannot read a 644 file"
+	mkdir "$B2/open"
+	chmod 777 "$B2/open"
+	as_nobody sh -c "echo mine >'$B2/open/by-nobody'" || fail "nobody cannot write in a 777 directory"
+	[ "$(stat -c %u "$B/open/by-nobody")" = 65534 ] || fail "a file by nobody is not owned by nobody"
+	FUSE_PID=$m2_pid
+	fuse_umount "$M2"
+	FUSE_PID=$m1_pid
+	chmod 700 "$T"
+fi
+
+step "remount: data and metadata survive"
+find "$B" -type f | sort >"$T/files.before"
+fuse_umount "$M"
+fuse_mount "$KVTIER_CONF" "$M"
+find "$B" -type f | sort | diff "$T/files.before" - || fail "remount lost or added files"
+same "$T/in.5242883" models f.5242883
+cmp "$T/in.5242883" "$B/f.5242883" || fail "f.5242883 differs after remount"
+[ "$(stat -c '%a %u %g %Y' "$B/meta")" = "640 $owner 1612325106" ] ||
+	fail "metadata after remount: $(stat -c '%a %u %g %Y' "$B/meta")"
+
+step "SIGKILL of the daemon mid-write: no half object, closed files intact"
+head -c 3000000 /dev/urandom >"$T/old"
+cp "$T/old" "$B/rewritten"
+cp "$T/in.1048576" "$B/closed"
+python3 - "$B" "$T/ready" <<'EOF' &
+import os, sys, time
+d, ready = sys.argv[1:3]
+new = open(os.path.join(d, "half"), "wb")
+new.write(os.urandom(2 * 1024 * 1024 + 5))
+rw = open(os.path.join(d, "rewritten"), "r+b")
+rw.seek(1000)
+rw.write(os.urandom(500000))      # staged rewrite in progress
+open(ready, "w").close()
+time.sleep(60)
+EOF
+writer=$!
+i=0
+until [ -e "$T/ready" ]; do
+	i=$((i + 1))
+	[ "$i" -lt 300 ] || fail "the writer never got going"
+	sleep 0.1
+done
+kill -KILL "$FUSE_PID"
+wait "$FUSE_PID" 2>/dev/null || :
+kill -KILL "$writer" 2>/dev/null || :
+wait "$writer" 2>/dev/null || :
+fusermount3 -u -z "$M"
+mounts=$(echo "$mounts" | sed "s| $FUSE_PID:[^ ]*||")
+"$K" get models half /dev/null 2>/dev/null && fail "a half-written file was published"
+same "$T/old" models rewritten
+same "$T/in.1048576" models closed
+kvt_expect 0 "$K" fsck
+fuse_mount "$KVTIER_CONF" "$M"
+[ ! -e "$B/half" ] || fail "the half-written file shows after remount"
+cmp "$T/old" "$B/rewritten" || fail "the file being rewritten changed"
+cmp "$T/in.1048576" "$B/closed" || fail "a closed file changed"
+
+step "SIGTERM unmounts cleanly"
+kill -TERM "$FUSE_PID"
+rc=0
+wait "$FUSE_PID" || rc=$?
+[ "$rc" -eq 0 ] || fail "kvtier-fuse exited $rc on SIGTERM"
+mounts=$(echo "$mounts" | sed "s| $FUSE_PID:[^ ]*||")
+is_mounted "$M" && fail "still mounted after SIGTERM"
+
+step "mount.kvtier, as mount(8) runs it: detaches once mounted, fstab options dropped"
+[ -x "$HELPER" ] || fail "no mount helper at '$HELPER'"
+KVTIER_FUSE=$FUSE "$HELPER" "$KVTIER_CONF" "$M" -o "defaults,_netdev,noauto,log=$T/daemon.log" ||
+	fail "mount.kvtier failed: $(cat "$T/daemon.log" 2>/dev/null)"
+is_mounted "$M" || fail "mount.kvtier returned before the mount was ready"
+grep " $M fuse.kvtier" /proc/mounts >/dev/null || fail "the mount is not of type fuse.kvtier"
+cmp "$T/in.4096" "$B/conv1/turn1/blk0" || fail "a file differs through the detached daemon"
+dpid=$(pgrep -f "kvtier-fuse -c $KVTIER_CONF $M" | head -1)
+[ -n "$dpid" ] || fail "no detached kvtier-fuse process"
+mounts="$mounts $dpid:$M"
+fusermount3 -u "$M"
+i=0
+while kill -0 "$dpid" 2>/dev/null; do
+	i=$((i + 1))
+	[ "$i" -lt 100 ] || fail "the detached daemon still runs 10 s after fusermount3 -u"
+	sleep 0.1
+done
+mounts=$(echo "$mounts" | sed "s| $dpid:[^ ]*||")
+kvt_expect 2 "$FUSE" -c "$T/no-such.conf" "$M"
+kvt_grep err "no-such.conf"
+printf '[store]\ndir = %s\n' "$T/never" >"$T/never.conf"
+kvt_expect 2 "$FUSE" -c "$T/never.conf" "$M" -o no_such_option
+kvt_grep err "unknown option"
+[ ! -e "$T/never" ] || fail "a refused command line created a store"
+kvt_expect 0 "$FUSE" --help
+kvt_grep out "^usage: kvtier-fuse"
+
+step "a full hot tier (8 MiB): ENOSPC, nothing corrupted"
+S=$T/small
+mkdir "$S" "$S/mnt"
+cat >"$S/kvtier.conf" <<EOF
+[store]
+dir = $S/data
+capacity = 8M
+segment_size = 1M
+EOF
+fuse_mount "$S/kvtier.conf" "$S/mnt"
+mkdir "$S/mnt/bkt"
+# One file bigger than the whole tier cannot fit.
+head -c 12000000 /dev/urandom >"$S/big"
+kvt_run cp "$S/big" "$S/mnt/bkt/big"
+[ "$rc" -ne 0 ] || fail "a 12 MB file fitted in an 8 MiB tier"
+grep -q "No space left on device" "$T/err" || fail "cp of 12 MB said: $(cat "$T/err")"
+# close(2) returned the error; the kernel forgets the name once the release
+# that follows it (asynchronous) is done.
+gone "$S/mnt/bkt/big" || fail "the file that did not fit was published"
+# Plain objects are a cache: reclaim drops them for new ones, no ENOSPC.
+for i in $(seq 1 12); do
+	head -c 1000000 /dev/urandom >"$S/p$i"
+	cp "$S/p$i" "$S/mnt/bkt/p$i" || fail "writing plain object p$i failed: reclaim should make room"
+done
+for i in $(seq 1 12); do
+	if [ -e "$S/mnt/bkt/p$i" ]; then
+		cmp "$S/p$i" "$S/mnt/bkt/p$i" || fail "p$i survived reclaim but differs"
+	fi
+done
+# Pinned objects must never be dropped: fill the tier with them.
+full=0
+for i in $(seq 1 12); do
+	head -c 1000000 /dev/urandom >"$S/k$i"
+	if ! cp "$S/k$i" "$S/mnt/bkt/k$i" 2>"$S/err"; then
+		grep -q "No space left on device" "$S/err" || fail "k$i failed with: $(cat "$S/err")"
+		gone "$S/mnt/bkt/k$i" || fail "k$i failed and was published anyway"
+		full=$i
+		break
+	fi
+	"$K" -c "$S/kvtier.conf" pin bkt "k$i" || fail "pin of k$i failed"
+done
+[ "$full" -gt 0 ] || fail "twelve pinned 1 MB files fitted in 8 MiB"
+echo "    ENOSPC at pinned file $full"
+for i in $(seq 1 $((full - 1))); do
+	cmp "$S/k$i" "$S/mnt/bkt/k$i" || fail "pinned k$i differs after ENOSPC"
+done
+kvt_expect 0 "$K" -c "$S/kvtier.conf" fsck
+
+step "unmount"
+fuse_umount "$S/mnt"
+echo "ok"
