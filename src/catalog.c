@@ -61,6 +61,12 @@ static const char *const migrations[] = {
 	"ALTER TABLE objects ADD COLUMN atime INTEGER NOT NULL DEFAULT 0;"
 	"ALTER TABLE objects ADD COLUMN ctime INTEGER NOT NULL DEFAULT 0;"
 	"ALTER TABLE objects ADD COLUMN kind INTEGER NOT NULL DEFAULT 0;",
+	/* 3: G4. tier is the demotion state (enum kvt_tier); g4_vid the version
+	 * whose bytes G4 holds verified (0: none); g4_attempts failed tries. */
+	"ALTER TABLE objects ADD COLUMN g4_vid INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE objects ADD COLUMN g4_attempts INTEGER NOT NULL DEFAULT 0;"
+	"ALTER TABLE objects ADD COLUMN g4_etag TEXT;"
+	"CREATE INDEX objects_g4 ON objects(bucket, session, tier);",
 };
 
 /* The columns cat_object_from_row() reads, in its order; extents follow. */
@@ -1122,6 +1128,8 @@ fail:
 	return rc;
 }
 
+static int cat_g4_drop_to_cold(struct cat *c, int64_t id, uint64_t vid);
+
 int cat_object_drop(struct cat *c, int64_t id, uint64_t vid)
 {
 	sqlite3_stmt *s;
@@ -1143,6 +1151,16 @@ int cat_object_drop(struct cat *c, int64_t id, uint64_t vid)
 		goto fail;
 	}
 	cat_done(s);
+	/* G4 holds this version verified: it goes cold, not away (migrate.c). */
+	rc = cat_g4_drop_to_cold(c, id, vid);
+	if (rc < 0)
+		goto fail;
+	if (rc == 1) {
+		rc = cat_counter_add(c, "reclaimed_to_cold", 1);
+		if (rc < 0)
+			goto fail;
+		return cat_commit(c);
+	}
 	rc = cat_delete_id(c, id);
 	if (rc < 0)
 		goto fail;
@@ -1885,4 +1903,376 @@ int cat_object_rename_prefix(struct cat *c, int64_t bucket_id, const char *from,
 fail:
 	cat_rollback(c);
 	return rc;
+}
+
+/* ---- G4: demotion state, recall and import (migrate.c) --------------------
+ *
+ * An object's tier column is its demotion state (enum kvt_tier):
+ *
+ *        cat_g4_demote_begin()      cat_g4_mark_cold()
+ *   HOT ---------------------> DEMOTING ------------------> COLD
+ *    ^        (uploaded and verified: cat_g4_set_uploaded)    |
+ *    +--------------------------------------------------------+
+ *                          cat_g4_recalled()
+ *
+ * g4_vid names the version G4 holds verified: DEMOTING with g4_vid = vid
+ * needs no new upload after a crash, only the manifest and the mark. A
+ * recalled object keeps g4_vid, so demoting it again uploads nothing.
+ * These statements are prepared per call: none of them is on the data path
+ * except the recall's, which follows a fetch from the partner.
+ */
+
+static sqlite3_stmt *cat_g4_prep(struct cat *c, const char *sql)
+{
+	sqlite3_stmt *s = NULL;
+
+	if (sqlite3_prepare_v2(c->db, sql, -1, &s, NULL) != SQLITE_OK) {
+		log_err(0, "cannot prepare '%s': %s", sql, sqlite3_errmsg(c->db));
+		sqlite3_finalize(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* Runs a prepared one-shot statement, finalizes it; *changes if not NULL. */
+static int cat_g4_run(struct cat *c, sqlite3_stmt *s, const char *what, int *changes)
+{
+	int rc = sqlite3_step(s);
+
+	while (rc == SQLITE_ROW)
+		rc = sqlite3_step(s);
+	sqlite3_finalize(s);
+	rc = cat_errno(c, rc, what);
+	if (rc == 0 && changes)
+		*changes = sqlite3_changes(c->db);
+	return rc;
+}
+
+int cat_g4_sessions(struct cat *c, int64_t idle_before_ns,
+		    int (*fn)(void *arg, int64_t bucket_id, const char *bucket,
+			      const char *session),
+		    void *arg)
+{
+	sqlite3_stmt *s = cat_g4_prep(c,
+		"SELECT s.bucket, b.name, s.name FROM sessions s JOIN buckets b ON b.id = s.bucket"
+		" WHERE substr(b.name, 1, 1) <> '.' AND ((s.last_access < ?1 AND EXISTS("
+		"  SELECT 1 FROM objects o WHERE o.bucket = s.bucket AND o.session = s.name"
+		"  AND o.tier = 0 AND o.pinned = 0)) OR EXISTS("
+		"  SELECT 1 FROM objects o WHERE o.bucket = s.bucket AND o.session = s.name"
+		"  AND o.tier = 1)) ORDER BY b.name, s.name");
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, idle_before_ns);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		int r = fn(arg, sqlite3_column_int64(s, 0), (const char *)sqlite3_column_text(s, 1),
+			   (const char *)sqlite3_column_text(s, 2));
+
+		if (r != 0) {
+			sqlite3_finalize(s);
+			return r < 0 ? r : 0;
+		}
+	}
+	sqlite3_finalize(s);
+	return cat_errno(c, rc, "g4 sessions");
+}
+
+int cat_g4_demote_begin(struct cat *c, int64_t bucket_id, const char *session, int *count)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET tier = 1 WHERE bucket = ?1"
+				      " AND session = ?2 AND tier = 0 AND pinned = 0");
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, session, -1, SQLITE_TRANSIENT);
+	return cat_g4_run(c, s, "demote begin", count);
+}
+
+void cat_g4_objs_free(struct cat_g4_obj *v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		cat_object_free(v[i].co);
+	free(v);
+}
+
+int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session, unsigned tiers,
+			   struct cat_g4_obj **out, size_t *nout)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT " OBJ_COLS ", o.g4_vid, o.g4_attempts, o.g4_etag"
+				      " FROM objects o WHERE o.bucket = ?1 AND o.session = ?2"
+				      " AND ((?3 >> o.tier) & 1) ORDER BY o.key");
+	struct cat_g4_obj *v = NULL;
+	size_t n = 0, cap = 0;
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, session, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(s, 3, tiers);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		struct cat_object *co = NULL;
+
+		if (n == cap) {
+			struct cat_g4_obj *nv = realloc(v, (cap = cap ? 2 * cap : 16) * sizeof(*nv));
+
+			if (!nv) {
+				rc = SQLITE_NOMEM;
+				break;
+			}
+			v = nv;
+		}
+		if (cat_object_from_row(s, &co) < 0) {
+			rc = SQLITE_NOMEM;
+			break;
+		}
+		v[n].co = co;
+		v[n].g4_vid = (uint64_t)sqlite3_column_int64(s, OBJ_NCOLS);
+		v[n].attempts = (unsigned)sqlite3_column_int64(s, OBJ_NCOLS + 1);
+		snprintf(v[n].g4_etag, sizeof(v[n].g4_etag), "%s",
+			 sqlite3_column_text(s, OBJ_NCOLS + 2) ?
+			 (const char *)sqlite3_column_text(s, OBJ_NCOLS + 2) : "");
+		n++;
+	}
+	sqlite3_finalize(s);
+	rc = cat_errno(c, rc, "g4 session objects");
+	if (rc < 0) {
+		cat_g4_objs_free(v, n);
+		return rc;
+	}
+	*out = v;
+	*nout = n;
+	return 0;
+}
+
+int cat_g4_set_uploaded(struct cat *c, int64_t id, uint64_t vid, const char *g4_etag)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET g4_vid = ?2, g4_etag = ?3"
+				      " WHERE id = ?1 AND vid = ?2 AND tier = 1");
+	int changes = 0, rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)vid);
+	sqlite3_bind_text(s, 3, g4_etag, -1, SQLITE_TRANSIENT);
+	rc = cat_g4_run(c, s, "g4 uploaded", &changes);
+	return rc < 0 ? rc : changes == 1 ? 0 : -ENOENT;
+}
+
+int cat_g4_failed(struct cat *c, int64_t id)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET g4_attempts = g4_attempts + 1"
+				      " WHERE id = ?1");
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	return cat_g4_run(c, s, "g4 attempt", NULL);
+}
+
+int cat_g4_mark_cold(struct cat *c, int64_t id, uint64_t vid)
+{
+	sqlite3_stmt *s;
+	int changes = 0, rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	s = cat_g4_prep(c, "UPDATE objects SET tier = 2, g4_attempts = 0"
+			" WHERE id = ?1 AND vid = ?2 AND tier = 1 AND g4_vid = ?2");
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)vid);
+	rc = cat_g4_run(c, s, "mark cold", &changes);
+	if (rc == 0 && changes != 1)
+		rc = -ENOENT;	/* overwritten or deleted meanwhile: stays as it is */
+	if (rc == 0)
+		rc = cat_release_extents(c, id);
+	if (rc < 0)
+		goto fail;
+	return cat_commit(c);
+fail:
+	cat_rollback(c);
+	return rc;
+}
+
+/* Inserts extents of object id and adds their space to their segments. */
+static int cat_g4_insert_extents(struct cat *c, int64_t id, const struct cat_extent *ext,
+				 size_t n, int64_t when_ns)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct cat_extent *e = &ext[i];
+		uint64_t space = ALIGN_UP((uint64_t)SEG_HEADER_SIZE + e->length, SEG_ALIGN);
+		sqlite3_stmt *s = cat_stmt(c, S_EXT_INSERT);
+		int rc;
+
+		if (!s)
+			return -EIO;
+		sqlite3_bind_int64(s, 1, id);
+		sqlite3_bind_int64(s, 2, e->seq);
+		sqlite3_bind_int64(s, 3, e->segment);
+		sqlite3_bind_int64(s, 4, (int64_t)e->gen);
+		sqlite3_bind_int64(s, 5, (int64_t)e->offset);
+		sqlite3_bind_int64(s, 6, e->length);
+		sqlite3_bind_int64(s, 7, e->crc);
+		sqlite3_bind_int64(s, 8, (int64_t)e->obj_off);
+		sqlite3_bind_int64(s, 9, (int64_t)e->hvid);
+		sqlite3_bind_int64(s, 10, e->hseq);
+		rc = cat_exec_stmt(c, s, "extent insert");
+		if (rc < 0)
+			return rc;
+		s = cat_stmt(c, S_SEG_LIVE_ADD);
+		if (!s)
+			return -EIO;
+		sqlite3_bind_int64(s, 1, e->segment);
+		sqlite3_bind_int64(s, 2, (int64_t)e->gen);
+		sqlite3_bind_int64(s, 3, (int64_t)space);
+		sqlite3_bind_int64(s, 4, when_ns);
+		rc = cat_exec_stmt(c, s, "segment live");
+		if (rc < 0)
+			return rc;
+		if (sqlite3_changes(c->db) != 1) {
+			log_err(0, "segment %u was reclaimed under a recall", e->segment);
+			return -ESTALE;
+		}
+	}
+	return 0;
+}
+
+int cat_g4_recalled(struct cat *c, int64_t id, uint64_t vid, const struct cat_extent *ext,
+		    size_t n, int64_t now_ns)
+{
+	sqlite3_stmt *s;
+	int changes = 0, rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	s = cat_g4_prep(c, "UPDATE objects SET tier = 0 WHERE id = ?1 AND vid = ?2 AND tier = 2");
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)vid);
+	rc = cat_g4_run(c, s, "recalled", &changes);
+	if (rc == 0 && changes != 1)
+		rc = -ESTALE;	/* recalled by another, overwritten or deleted */
+	if (rc == 0)
+		rc = cat_g4_insert_extents(c, id, ext, n, now_ns);
+	if (rc < 0)
+		goto fail;
+	return cat_commit(c);
+fail:
+	cat_rollback(c);
+	return rc;
+}
+
+int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag)
+{
+	sqlite3_stmt *s;
+	char *meta = NULL;
+	size_t metalen = 0;
+	int64_t id;
+	int rc;
+
+	rc = meta_encode(p->meta, p->nmeta, &meta, &metalen);
+	if (rc < 0)
+		return rc;
+	rc = cat_begin(c);
+	if (rc < 0)
+		goto out;
+	rc = cat_exists(c, S_BUCKET_EXISTS, p->bucket_id);
+	if (rc < 0)
+		goto fail;
+	s = cat_stmt(c, S_OBJ_LOOKUP);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, p->bucket_id);
+	sqlite3_bind_text(s, 2, p->key, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	cat_done(s);
+	if (rc == SQLITE_ROW) {
+		rc = -EEXIST;	/* this node has its own version: it wins */
+		goto fail;
+	}
+	if (rc != SQLITE_DONE) {
+		rc = cat_errno(c, rc, "object lookup");
+		goto fail;
+	}
+	s = cat_stmt(c, S_OBJ_INSERT);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, p->bucket_id);
+	sqlite3_bind_text(s, 2, p->key, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 3, (int64_t)p->vid);
+	sqlite3_bind_int64(s, 4, (int64_t)p->size);
+	sqlite3_bind_text(s, 5, p->etag, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 6, p->crc32c);
+	if (p->content_type)
+		sqlite3_bind_text(s, 7, p->content_type, -1, SQLITE_STATIC);
+	if (metalen)
+		sqlite3_bind_blob(s, 8, meta, (int)metalen, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 9, p->mtime_ns);
+	sqlite3_bind_text(s, 10, p->session, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 11, p->pinned);
+	sqlite3_bind_int64(s, 12, p->posix.mode);
+	sqlite3_bind_int64(s, 13, p->posix.uid);
+	sqlite3_bind_int64(s, 14, p->posix.gid);
+	sqlite3_bind_int64(s, 15, p->posix.atime_ns);
+	sqlite3_bind_int64(s, 16, p->posix.ctime_ns);
+	sqlite3_bind_int(s, 17, p->posix.kind);
+	rc = cat_exec_stmt(c, s, "object insert");
+	if (rc < 0)
+		goto fail;
+	id = sqlite3_last_insert_rowid(c->db);
+	s = cat_g4_prep(c, "UPDATE objects SET tier = 2, g4_vid = vid, g4_etag = ?2 WHERE id = ?1");
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_text(s, 2, g4_etag, -1, SQLITE_TRANSIENT);
+	rc = cat_g4_run(c, s, "import", NULL);
+	if (rc == 0)
+		rc = cat_touch_session(c, p->bucket_id, p->session, p->mtime_ns);
+	if (rc < 0)
+		goto fail;
+	rc = cat_commit(c);
+	goto out;
+fail:
+	cat_rollback(c);
+out:
+	free(meta);
+	return rc;
+}
+
+/*
+ * Reclaim's drop, inside its transaction: if G4 holds version vid verified
+ * (g4_vid = vid), the object becomes COLD and its extents are released;
+ * returns 1. Returns 0 when it must really be dropped.
+ */
+static int cat_g4_drop_to_cold(struct cat *c, int64_t id, uint64_t vid)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET tier = 2"
+				      " WHERE id = ?1 AND vid = ?2 AND g4_vid = ?2 AND tier IN (0, 1)");
+	int changes = 0, rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)vid);
+	rc = cat_g4_run(c, s, "drop to cold", &changes);
+	if (rc < 0 || changes == 0)
+		return rc;
+	rc = cat_release_extents(c, id);
+	return rc < 0 ? rc : 1;
 }

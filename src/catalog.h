@@ -190,4 +190,39 @@ int cat_stat(struct cat *c, struct kvt_store_stat *st);
 int cat_object_walk(struct cat *c, int (*fn)(void *arg, struct cat_object *co), void *arg);
 int cat_object_drop_id(struct cat *c, int64_t id);
 
+/* ---- G4 (migrate.c); the state machine is described in catalog.c ---- */
+
+/* Sessions of public buckets idle since before idle_before_ns with hot
+ * unpinned objects, and sessions with a demotion in progress. fn must not
+ * write to the catalog; a non-zero return stops the walk. */
+int cat_g4_sessions(struct cat *c, int64_t idle_before_ns,
+		    int (*fn)(void *arg, int64_t bucket_id, const char *bucket,
+			      const char *session),
+		    void *arg);
+/* HOT -> DEMOTING for the session's unpinned objects; *count of them. */
+int cat_g4_demote_begin(struct cat *c, int64_t bucket_id, const char *session, int *count);
+
+struct cat_g4_obj {
+	struct cat_object *co;	/* without extents */
+	uint64_t g4_vid;	/* version verified in G4, or 0 */
+	unsigned attempts;
+	char g4_etag[KVT_ETAG_MAX];	/* what G4 called it, or "" */
+};
+
+/* The session's objects whose tier is in the mask (1 << KVT_TIER_...), in
+ * key order. Caller frees with cat_g4_objs_free(). */
+int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session, unsigned tiers,
+			   struct cat_g4_obj **out, size_t *n);
+void cat_g4_objs_free(struct cat_g4_obj *v, size_t n);
+/* G4 holds version vid verified; -ENOENT if it is not DEMOTING at vid. */
+int cat_g4_set_uploaded(struct cat *c, int64_t id, uint64_t vid, const char *g4_etag);
+int cat_g4_failed(struct cat *c, int64_t id);
+/* DEMOTING -> COLD and the extents freed, if still vid and uploaded; else -ENOENT. */
+int cat_g4_mark_cold(struct cat *c, int64_t id, uint64_t vid);
+/* COLD -> HOT with these extents, if still vid and cold; else -ESTALE. */
+int cat_g4_recalled(struct cat *c, int64_t id, uint64_t vid, const struct cat_extent *ext,
+		    size_t n, int64_t now_ns);
+/* A COLD object known from a manifest (no extents); -EEXIST if the key is taken. */
+int cat_g4_import(struct cat *c, const struct cat_put *put, const char *g4_etag);
+
 #endif /* KVT_CATALOG_H */

@@ -141,6 +141,13 @@ static const struct cfg_key cfg_keys[] = {
 	CFG_MODE("fuse", "dir_mode", fuse.dir_mode, "0755"),
 	CFG_UNSIGNED("fuse", "attr_timeout", fuse.attr_timeout, "1", 0, 86400),
 	CFG_UNSIGNED("fuse", "entry_timeout", fuse.entry_timeout, "1", 0, 86400),
+	CFG_STRING("g4", "url", g4.url, NULL),
+	CFG_DURATION("g4", "idle", g4.idle, "24h"),
+	CFG_UNSIGNED("g4", "jobs", g4.jobs, "4", 1, 64),
+	CFG_SIZE("g4", "part_size", g4.part_size, "8M"),
+	CFG_STRING("g4", "endpoint", g4.endpoint, NULL),
+	CFG_STRING("g4", "region", g4.region, "us-east-1"),
+	CFG_PATH("g4", "credentials", g4.credentials, NULL),
 };
 
 /* A kvtier.conf is a few kilobytes; anything this big is not one. */
@@ -624,9 +631,27 @@ static int cfg_check_store(const struct kvt_config *cfg, char *msg, size_t len)
 	return 0;
 }
 
+/* [g4]: a url kvtier can open; S3 parts within S3's limits (5M to 5G). */
+static int cfg_check_g4(const struct kvt_config *cfg, char *msg, size_t len)
+{
+	const char *url = cfg->g4.url;
+
+	if (url && !(strncmp(url, "file:///", 8) == 0 ||
+		     (strncmp(url, "s3://", 5) == 0 && url[5] && url[5] != '/'))) {
+		snprintf(msg, len, "[g4] url must be file:///DIR or s3://BUCKET/PREFIX");
+		return -EINVAL;
+	}
+	if (cfg->g4.part_size < (5u << 20) || cfg->g4.part_size > (5ull << 30)) {
+		snprintf(msg, len, "[g4] part_size must be from 5M to 5G");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* One per section whose keys must agree with each other. */
 static int (*const cfg_checks[])(const struct kvt_config *cfg, char *msg, size_t len) = {
 	cfg_check_store,
+	cfg_check_g4,
 };
 
 /* Keys whose field is a heap string. */

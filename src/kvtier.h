@@ -73,6 +73,15 @@ struct kvt_config {
 		unsigned attr_timeout;	/* seconds the kernel may cache attributes */
 		unsigned entry_timeout;	/* ... and names */
 	} fuse;
+	struct {
+		char *url;		/* file:///DIR or s3://BUCKET/PREFIX; NULL: file://<store.dir>/g4 */
+		uint64_t idle;		/* seconds without access before a session is demoted */
+		unsigned jobs;		/* transfers in parallel */
+		uint64_t part_size;	/* multipart part size */
+		char *endpoint;		/* S3: host[:port]; NULL: AWS */
+		char *region;
+		char *credentials;	/* S3: keys file, owner-only */
+	} g4;
 };
 
 /* Fill cfg with the embedded defaults. Release with kvt_config_release(). */
@@ -356,6 +365,48 @@ int kvt_object_list(struct kvt_store *st, const char *bucket,
 		    const struct kvt_list_opts *opts, struct kvt_list **out);
 /* Accepts NULL. */
 void kvt_list_free(struct kvt_list *list);
+
+/* ---- G4, the cold tier (migrate.c) ------------------------------------ */
+
+/*
+ * Demotion moves idle sessions to G4 ([g4] url): each object is uploaded,
+ * verified (size and CRC32C read back), the session's manifest written,
+ * then the object marked cold and its hot extents freed. Every step is
+ * persisted in the catalog: a process killed at any point loses nothing and
+ * the next kvt_g4_demote() finishes the work without duplicates. Pinned
+ * objects stay hot. Reading a cold object (kvt_reader_open) recalls it.
+ * Sessions are named "BUCKET" + "SESSION" as the catalog keeps them.
+ */
+struct kvt_g4_opts {
+	uint64_t idle;		/* seconds without access; ignored with session */
+	const char *bucket;	/* with session: that one session, idle or not */
+	const char *session;
+	int dry_run;		/* count what would move, move nothing */
+	/* Called for each object moved (or that would be), if not NULL. */
+	void (*progress)(void *arg, const char *bucket, const char *key, uint64_t size, int rc);
+	void *arg;
+};
+
+struct kvt_g4_report {
+	uint64_t sessions;	/* with at least one object moved */
+	uint64_t objects;
+	uint64_t bytes;
+	uint64_t failures;	/* objects left for the next run */
+};
+
+/* Demotes; 0 (see rep->failures) or a negative errno for the whole run. */
+int kvt_g4_demote(struct kvt_store *st, const struct kvt_g4_opts *opts, struct kvt_g4_report *rep);
+/* Recalls every cold object of a session (prestage). */
+int kvt_g4_recall_session(struct kvt_store *st, const char *bucket, const char *session,
+			  const struct kvt_g4_opts *opts, struct kvt_g4_report *rep);
+/* Makes the session of G4's manifest known here, its objects cold; keys
+ * this store already has are left alone. -ENOENT: no such manifest. */
+int kvt_g4_import_session(struct kvt_store *st, const char *bucket, const char *session,
+			  const struct kvt_g4_opts *opts, struct kvt_g4_report *rep);
+/* Brings one cold object back; 0 if it is hot already. */
+int kvt_object_recall(struct kvt_store *st, const char *bucket, const char *key);
+/* Removes what interrupted uploads of this host left in G4. */
+int kvt_g4_cleanup(struct kvt_store *st);
 
 /* ---- checking (fsck.c) ------------------------------------------------ */
 

@@ -48,6 +48,16 @@ int kvt_reader_open(struct kvt_store *st, const char *bucket, const char *key,
 	rc = cat_object_lookup(c, bucket, key, 1, &r->co);
 	if (rc < 0)
 		goto fail;
+	if (r->co->obj->tier == KVT_TIER_COLD) {
+		/* Only in G4: bring it back (migrate.c), then read it as any other. */
+		cat_object_free(r->co);
+		r->co = NULL;
+		rc = recall_object(st, bucket, key);
+		if (rc == 0)
+			rc = cat_object_lookup(c, bucket, key, 1, &r->co);
+		if (rc < 0)
+			goto fail;
+	}
 	if (r->co->obj->tier == KVT_TIER_COLD || r->co->obj->tier == KVT_TIER_RECALLING) {
 		rc = -ENODATA;	/* only in G4: recall brings it back */
 		goto fail;

@@ -652,6 +652,15 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	if (!st)
 		return -ENOMEM;
 	st->lock_fd = -1;
+	pthread_mutex_init(&st->cold_lock, NULL);	/* the cold tier opens on first use */
+	if ((cfg->g4.url && !(st->g4_url = strdup(cfg->g4.url))) ||
+	    (cfg->g4.endpoint && !(st->g4_endpoint = strdup(cfg->g4.endpoint))) ||
+	    (cfg->g4.credentials && !(st->g4_credentials = strdup(cfg->g4.credentials)))) {
+		free(st->g4_url);
+		free(st->g4_endpoint);
+		free(st);
+		return -ENOMEM;
+	}
 	st->dir = strdup(cfg->store.dir);
 	st->seg_size = cfg->store.segment_size;
 	st->nsegs = (uint32_t)(cfg->store.capacity / cfg->store.segment_size);
@@ -797,6 +806,11 @@ void kvt_store_close(struct kvt_store *st)
 	free(st->pool);
 	free(st->access);
 	free(st->seg_access);
+	cold_free(st->cold);
+	free(st->g4_url);
+	free(st->g4_endpoint);
+	free(st->g4_credentials);
+	pthread_mutex_destroy(&st->cold_lock);
 	free(st->dir);
 	free(st);
 }

@@ -9,6 +9,7 @@
 #include <pthread.h>
 
 #include "catalog.h"
+#include "cold.h"
 #include "io.h"
 #include "kvtier.h"
 #include "segment.h"
@@ -68,7 +69,20 @@ struct kvt_store {
 	pthread_t flusher;
 	int flusher_running;
 	int stopping;
+
+	/* G4, the cold tier (migrate.c): opened on first use from g4_url. */
+	pthread_mutex_t cold_lock;
+	char *g4_url;		/* NULL: file://<dir>/g4 */
+	char *g4_endpoint, *g4_credentials;	/* S3 only; may be NULL */
+	struct cold *cold;
 };
+
+/* The store's cold tier, opened on first use; 0 or -errno (migrate.c). */
+int store_cold(struct kvt_store *st, struct cold **out);
+/* Tests: use c (takes ownership; NULL drops the current one). */
+void store_set_cold(struct kvt_store *st, struct cold *c);
+/* COLD -> HOT for bucket/key: fetch, verify, write back (migrate.c). */
+int recall_object(struct kvt_store *st, const char *bucket, const char *key);
 
 /* The calling thread's state for st, made on first use; NULL on failure. */
 struct store_thread *store_thread(struct kvt_store *st);

@@ -1,0 +1,352 @@
+/*
+ * cold_file.c - the cold tier in a local directory (`file:///DIR`): the
+ * embedded default, so a fresh checkout runs end to end with no server, and
+ * the way two nodes share a G4 over a shared file system.
+ *
+ * Layout, readable by an operator: the G4 key "BUCKET/a/b" is the file
+ * DIR/BUCKET/a/b%. Each '/'-separated component is percent-encoded (bytes
+ * outside [A-Za-z0-9._~-], and '%'), "." and ".." are written "%2E" and
+ * "%2E%2E" and an empty component is "%", so no key escapes DIR and the S3
+ * keys "a//b", "a/b" and "a/./b" stay three files. The '%' that ends every
+ * file name (it cannot appear unencoded in a component) keeps "a" and
+ * "a/b" apart: S3 allows both, a file system cannot hold a file "a" and a
+ * directory "a".
+ *
+ * A put writes DIR/.kvtier/tmp/HOST.PID.RANDOM, fsyncs it, renames it into
+ * place and fsyncs the directory: atomic and durable before the hot copy is
+ * freed. A put killed half way leaves only its temporary file, which
+ * cleanup() removes once its process is gone.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cold.h"
+#include "log.h"
+#include "util.h"
+
+#define CF_CHUNK (1u << 20)
+
+struct cold_file {
+	struct cold base;
+	char *dir;
+	char host[256];
+};
+
+static int cf_safe(unsigned char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       ch == '.' || ch == '_' || ch == '~' || ch == '-';
+}
+
+/* DIR/<encoded key>%: caller frees. */
+static char *cf_path(struct cold_file *cf, const char *key)
+{
+	size_t len = strlen(key), cap = strlen(cf->dir) + 3 * len + 16, n;
+	char *p = malloc(cap);
+	const char *comp = key;
+
+	if (!p)
+		return NULL;
+	n = (size_t)snprintf(p, cap, "%s/", cf->dir);
+	for (;;) {
+		const char *slash = strchr(comp, '/');
+		size_t clen = slash ? (size_t)(slash - comp) : strlen(comp);
+
+		if (clen == 0)
+			p[n++] = '%';
+		else if ((clen == 1 && comp[0] == '.') || (clen == 2 && !strncmp(comp, "..", 2)))
+			for (size_t i = 0; i < clen; i++)
+				n += (size_t)sprintf(p + n, "%%2E");
+		else
+			for (size_t i = 0; i < clen; i++) {
+				unsigned char ch = (unsigned char)comp[i];
+
+				if (cf_safe(ch))
+					p[n++] = (char)ch;
+				else
+					n += (size_t)sprintf(p + n, "%%%02X", ch);
+			}
+		if (!slash)
+			break;
+		p[n++] = '/';
+		comp = slash + 1;
+	}
+	p[n++] = '%';
+	p[n] = '\0';
+	return p;
+}
+
+static int cf_mkdirs_for(const char *path)
+{
+	char *d = strdup(path), *slash;
+	int rc;
+
+	if (!d)
+		return -ENOMEM;
+	slash = strrchr(d, '/');
+	if (slash)
+		*slash = '\0';
+	rc = util_mkdir_p(d);
+	free(d);
+	return rc;
+}
+
+static int cf_fsync_dir(const char *path)
+{
+	char *d = strdup(path), *slash;
+	int fd, rc = 0;
+
+	if (!d)
+		return -ENOMEM;
+	slash = strrchr(d, '/');
+	if (slash)
+		*slash = '\0';
+	fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		rc = -errno;
+	if (fd >= 0)
+		close(fd);
+	free(d);
+	return rc;
+}
+
+static int cf_put(struct cold *c, const char *key, uint64_t size, const char *content_type,
+		  cold_source_fn src, void *arg, char *etag)
+{
+	struct cold_file *cf = (struct cold_file *)c;
+	char *path = cf_path(cf, key), tmp[4096], *buf = malloc(CF_CHUNK);
+	uint64_t off = 0;
+	uint32_t crc = 0;
+	int fd = -1, rc;
+
+	(void)content_type;	/* the manifest keeps it; a file has none */
+	if (!path || !buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	snprintf(tmp, sizeof(tmp), "%s/.kvtier/tmp/%s.%ld.%016llx", cf->dir, cf->host,
+		 (long)getpid(), (unsigned long long)util_random64());
+	rc = cf_mkdirs_for(tmp);
+	if (rc == 0)
+		rc = cf_mkdirs_for(path);
+	if (rc < 0) {
+		log_err(rc, "cannot make directories for '%s'", path);
+		goto out;
+	}
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+		log_err(rc, "cannot create '%s'", tmp);
+		goto out;
+	}
+	while (off < size) {
+		size_t n = (size_t)MIN((uint64_t)CF_CHUNK, size - off);
+
+		rc = src(arg, buf, n, off);
+		if (rc < 0)
+			goto out;
+		crc = kvt_crc32c(crc, buf, n);
+		for (size_t done = 0; done < n;) {
+			ssize_t w = write(fd, buf + done, n - done);
+
+			if (w < 0) {
+				if (errno == EINTR)
+					continue;
+				rc = -errno;
+				log_err(rc, "cannot write '%s'", tmp);
+				goto out;
+			}
+			done += (size_t)w;
+		}
+		off += n;
+	}
+	if (fsync(fd) < 0) {
+		rc = -errno;
+		log_err(rc, "cannot sync '%s'", tmp);
+		goto out;
+	}
+	close(fd);
+	fd = -1;
+	if (rename(tmp, path) < 0) {
+		rc = -errno;
+		log_err(rc, "cannot rename '%s' to '%s'", tmp, path);
+		goto out;
+	}
+	tmp[0] = '\0';
+	rc = cf_fsync_dir(path);
+	if (etag)
+		snprintf(etag, KVT_ETAG_MAX, "\"%08x%016llx\"", crc, (unsigned long long)size);
+out:
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0 && tmp[0])
+		unlink(tmp);
+	free(path);
+	free(buf);
+	return rc;
+}
+
+static int cf_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg, uint64_t *size)
+{
+	struct cold_file *cf = (struct cold_file *)c;
+	char *path = cf_path(cf, key), *buf = malloc(CF_CHUNK);
+	struct stat sb;
+	uint64_t total = 0;
+	int fd = -1, rc = 0;
+
+	if (!path || !buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &sb) < 0) {
+		rc = -errno;
+		if (rc != -ENOENT)
+			log_err(rc, "cannot open '%s'", path);
+		goto out;
+	}
+	for (;;) {
+		ssize_t n = read(fd, buf, CF_CHUNK);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			rc = -errno;
+			log_err(rc, "cannot read '%s'", path);
+			goto out;
+		}
+		if (n == 0)
+			break;
+		rc = sink(arg, buf, (size_t)n);
+		if (rc < 0)
+			goto out;
+		total += (uint64_t)n;
+	}
+	if (size)
+		*size = total;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(path);
+	free(buf);
+	return rc;
+}
+
+static int cf_head(struct cold *c, const char *key, uint64_t *size)
+{
+	char *path = cf_path((struct cold_file *)c, key);
+	struct stat sb;
+	int rc = 0;
+
+	if (!path)
+		return -ENOMEM;
+	if (stat(path, &sb) < 0)
+		rc = -errno;
+	else if (size)
+		*size = (uint64_t)sb.st_size;
+	free(path);
+	return rc;
+}
+
+static int cf_del(struct cold *c, const char *key)
+{
+	char *path = cf_path((struct cold_file *)c, key);
+	int rc = 0;
+
+	if (!path)
+		return -ENOMEM;
+	if (unlink(path) < 0)
+		rc = -errno;
+	free(path);
+	return rc;
+}
+
+/* Temporary files of this host whose process is gone. */
+static int cf_cleanup(struct cold *c)
+{
+	struct cold_file *cf = (struct cold_file *)c;
+	char dir[4096], path[8192];
+	size_t hlen = strlen(cf->host);
+	struct dirent *de;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s/.kvtier/tmp", cf->dir);
+	d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while ((de = readdir(d))) {
+		long pid;
+
+		if (strncmp(de->d_name, cf->host, hlen) != 0 || de->d_name[hlen] != '.')
+			continue;
+		pid = strtol(de->d_name + hlen + 1, NULL, 10);
+		if (pid <= 0 || (kill((pid_t)pid, 0) < 0 && errno == ESRCH)) {
+			snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+			if (unlink(path) == 0)
+				log_info("removed '%s', left by an interrupted put", path);
+		}
+	}
+	closedir(d);
+	return 0;
+}
+
+static void cf_free(struct cold *c)
+{
+	struct cold_file *cf = (struct cold_file *)c;
+
+	free(cf->dir);
+	free(c->url);
+	free(cf);
+}
+
+static const struct cold_ops cold_file_ops = {
+	.name = "file",
+	.put = cf_put,
+	.get = cf_get,
+	.head = cf_head,
+	.del = cf_del,
+	.cleanup = cf_cleanup,
+	.free = cf_free,
+};
+
+int cold_file_new(const char *dir, struct cold **out)
+{
+	struct cold_file *cf = calloc(1, sizeof(*cf));
+	size_t len = strlen(dir);
+	int rc;
+
+	if (!cf)
+		return -ENOMEM;
+	while (len > 1 && dir[len - 1] == '/')
+		len--;
+	cf->dir = strndup(dir, len);
+	cf->base.ops = &cold_file_ops;
+	cf->base.url = malloc(len + 8);
+	if (!cf->dir || !cf->base.url) {
+		cf_free(&cf->base);
+		return -ENOMEM;
+	}
+	snprintf(cf->base.url, len + 8, "file://%s", cf->dir);
+	if (gethostname(cf->host, sizeof(cf->host) - 1) < 0 || !cf->host[0])
+		snprintf(cf->host, sizeof(cf->host), "localhost");
+	for (char *p = cf->host; *p; p++)
+		if (*p == '.' || *p == '/')
+			*p = '_';
+	rc = util_mkdir_p(cf->dir);
+	if (rc < 0) {
+		log_err(rc, "cannot create the g4 directory '%s'", cf->dir);
+		cf_free(&cf->base);
+		return rc;
+	}
+	*out = &cf->base;
+	return 0;
+}

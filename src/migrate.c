@@ -1,0 +1,1087 @@
+/*
+ * migrate.c - the library side of G4: demotion of idle sessions, recall of
+ * cold objects, import of sessions another node demoted, and each session's
+ * manifest. kvtier-migrate (migrate/) is a thin front end over it; readers
+ * call recall_object() when they meet a cold object.
+ *
+ * Per object, the state lives in the catalog (objects.tier, g4_vid; see
+ * catalog.c), so a kill -9 at any point is finished by the next run:
+ *
+ *        demote_session():           demote_upload():        demote_session():
+ *        cat_g4_demote_begin()       put, read back, verify  manifest, then
+ *   HOT ----------------------> DEMOTING ----------------> (uploaded) -----> COLD
+ *    ^                              cat_g4_set_uploaded()     cat_g4_mark_cold()
+ *    |                                                                      |
+ *    +----------------------------------------------------------------------+
+ *          recall_object(): get, verify size and CRC32C, write extents,
+ *          cat_g4_recalled() (RECALLING is never persisted: a recall killed
+ *          half way leaves the object cold and its extents garbage)
+ *
+ * Invariants: an object's hot extents are freed only after G4 holds its
+ * bytes verified and the session's manifest lists it; a G4 put is atomic
+ * (cold.h), so running a step twice writes the same object again, never a
+ * second one. The manifest is rewritten whole on every demotion of its
+ * session, from the catalog, and lists every object of it whose current
+ * version G4 holds verified (g4_vid = vid): cold, demoting or recalled.
+ * Reclaim turns such an object cold instead of dropping it (catalog.c,
+ * cat_object_drop).
+ *
+ * Concurrent recalls of one object each fetch it; the first to commit wins,
+ * the others' extents stay uncommitted and reclaim frees them.
+ * TODO(issue 5): coalesce them in-process; parallel jobs; multipart.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "store.h"
+#include "util.h"
+
+#define MANIFEST_MAX (64u << 20)
+
+int store_cold(struct kvt_store *st, struct cold **out)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&st->cold_lock);
+	if (!st->cold)
+		rc = cold_new(st->g4_url, st->g4_endpoint, st->g4_credentials, st->dir, &st->cold);
+	*out = st->cold;
+	pthread_mutex_unlock(&st->cold_lock);
+	return rc;
+}
+
+void store_set_cold(struct kvt_store *st, struct cold *c)
+{
+	pthread_mutex_lock(&st->cold_lock);
+	cold_free(st->cold);
+	st->cold = c;
+	pthread_mutex_unlock(&st->cold_lock);
+}
+
+int kvt_g4_cleanup(struct kvt_store *st)
+{
+	struct cold *cold;
+	int rc = store_cold(st, &cold);
+
+	return rc < 0 ? rc : cold_cleanup(cold);
+}
+
+/* "BUCKET/KEY": caller frees. */
+static char *g4_object_key(const char *bucket, const char *key)
+{
+	size_t len = strlen(bucket) + strlen(key) + 2;
+	char *k = malloc(len);
+
+	if (k)
+		snprintf(k, len, "%s/%s", bucket, key);
+	return k;
+}
+
+static char *g4_manifest_key(const char *bucket, const char *session)
+{
+	size_t len = strlen(COLD_MANIFEST_PREFIX) + strlen(bucket) + strlen(session) + 8;
+	char *k = malloc(len);
+
+	if (k)
+		snprintf(k, len, COLD_MANIFEST_PREFIX "%s/%s.json", bucket, session);
+	return k;
+}
+
+/* ---- streaming an object's hot extents out -------------------------------- */
+
+struct extent_src {
+	struct kvt_store *st;
+	struct io_ctx *io;
+	struct cat_object *co;
+	size_t next;		/* extent to read next */
+	const char *payload;	/* of the extent in the buffer */
+	uint64_t ext_off, ext_len;	/* its place in the object */
+	uint32_t crc;		/* of what was served */
+};
+
+/* Serves [off, off + len) in order; reads and verifies each extent once. */
+static int extent_source(void *arg, void *buf, size_t len, uint64_t off)
+{
+	struct extent_src *es = arg;
+	char *out = buf;
+
+	while (len > 0) {
+		if (!es->payload || off >= es->ext_off + es->ext_len) {
+			const struct cat_extent *e;
+			void *b = io_buf(es->io, 0);
+			int rc;
+
+			if (es->next >= es->co->nextents)
+				return -EIO;	/* the catalog's extents do not cover size */
+			e = &es->co->extents[es->next++];
+			rc = store_read_extent(es->st, es->io, 0, b, es->co->vid, e);
+			if (rc < 0)
+				return rc;
+			es->payload = (const char *)b + SEG_HEADER_SIZE;
+			es->ext_off = e->obj_off;
+			es->ext_len = e->length;
+			continue;
+		}
+		{
+			size_t n = (size_t)MIN((uint64_t)len, es->ext_off + es->ext_len - off);
+
+			memcpy(out, es->payload + (off - es->ext_off), n);
+			es->crc = kvt_crc32c(es->crc, out, n);
+			out += n;
+			off += n;
+			len -= n;
+		}
+	}
+	return 0;
+}
+
+struct crc_sink {
+	uint32_t crc;
+	uint64_t size;
+};
+
+static int crc_sink(void *arg, const void *buf, size_t len)
+{
+	struct crc_sink *cs = arg;
+
+	cs->crc = kvt_crc32c(cs->crc, buf, len);
+	cs->size += len;
+	return 0;
+}
+
+/*
+ * Uploads one DEMOTING object and reads it back: G4 must hold exactly its
+ * size and CRC32C before the catalog says so. -ENOENT: it changed meanwhile.
+ */
+static int demote_upload(struct kvt_store *st, struct cold *cold, const char *bucket,
+			 struct cat_g4_obj *go)
+{
+	struct cat *c = store_cat(st);
+	struct kvt_object *o = go->co->obj;
+	struct extent_src es = { .st = st };
+	struct crc_sink cs = { 0 };
+	char etag[KVT_ETAG_MAX] = "", *gkey = g4_object_key(bucket, o->key);
+	uint64_t got = 0;
+	int rc;
+
+	if (!c || !gkey) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = cat_object_lookup(c, bucket, o->key, 1, &es.co);
+	if (rc < 0)
+		goto out;
+	if (es.co->vid != go->co->vid) {
+		rc = -ENOENT;
+		goto out;
+	}
+	rc = store_io_get(st, &es.io);
+	if (rc < 0)
+		goto out;
+	rc = cold_put(cold, gkey, o->size, o->content_type, extent_source, &es, etag);
+	if (rc < 0) {
+		log_err(rc, "cannot upload '%s' to g4", gkey);
+		goto out;
+	}
+	if (es.crc != o->crc32c) {
+		log_err(0, "'%s/%s' read back from the hot tier with crc32c %08x, not %08x",
+			bucket, o->key, es.crc, o->crc32c);
+		rc = -EIO;
+		goto out;
+	}
+	rc = cold_get(cold, gkey, crc_sink, &cs, &got);
+	if (rc < 0) {
+		log_err(rc, "cannot read back '%s' from g4", gkey);
+		goto out;
+	}
+	if (cs.size != o->size || cs.crc != o->crc32c) {
+		log_err(0, "g4 holds '%s' as %" PRIu64 " bytes with crc32c %08x, not %" PRIu64
+			" with %08x", gkey, cs.size, cs.crc, o->size, o->crc32c);
+		rc = -EIO;
+		goto out;
+	}
+	rc = cat_g4_set_uploaded(c, go->co->id, go->co->vid, etag);
+	if (rc == 0) {
+		go->g4_vid = go->co->vid;
+		snprintf(go->g4_etag, sizeof(go->g4_etag), "%s", etag);
+	}
+out:
+	store_io_put(st, es.io);
+	cat_object_free(es.co);
+	free(gkey);
+	return rc;
+}
+
+/* ---- manifests: JSON, written and read here only ---------------------------- */
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; s && *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
+/* The session's manifest: every object G4 holds verified at its version. */
+static int manifest_write(struct cold *cold, const char *bucket, const char *session,
+			  const struct cat_g4_obj *v, size_t n)
+{
+	char *text = NULL, *key = g4_manifest_key(bucket, session);
+	size_t len = 0, count = 0;
+	FILE *f = open_memstream(&text, &len);
+	int rc;
+
+	if (!f || !key) {
+		if (f)
+			fclose(f);
+		free(text);
+		free(key);
+		return -ENOMEM;
+	}
+	fprintf(f, "{\"kvtier_manifest\": 1, \"bucket\": ");
+	json_str(f, bucket);
+	fprintf(f, ", \"session\": ");
+	json_str(f, session);
+	fprintf(f, ",\n \"objects\": [");
+	for (size_t i = 0; i < n; i++) {
+		const struct kvt_object *o = v[i].co->obj;
+
+		if (v[i].g4_vid != v[i].co->vid)
+			continue;	/* not (yet) in G4 at this version */
+		fprintf(f, "%s\n  {\"key\": ", count++ ? "," : "");
+		json_str(f, o->key);
+		fprintf(f, ", \"g4_key\": ");
+		{
+			char *gk = g4_object_key(bucket, o->key);
+
+			json_str(f, gk ? gk : "");
+			free(gk);
+		}
+		fprintf(f, ", \"size\": %" PRIu64 ", \"crc32c\": \"%08x\", \"etag\": ", o->size,
+			o->crc32c);
+		json_str(f, o->etag);
+		fprintf(f, ", \"g4_etag\": ");
+		json_str(f, v[i].g4_etag);
+		fprintf(f, ", \"content_type\": ");
+		if (o->content_type)
+			json_str(f, o->content_type);
+		else
+			fprintf(f, "null");
+		fprintf(f, ", \"mtime_ns\": %" PRId64 ", \"mode\": %u, \"uid\": %u, \"gid\": %u,"
+			" \"kind\": %d, \"pinned\": %d, \"meta\": {", o->mtime_ns, o->posix.mode,
+			o->posix.uid, o->posix.gid, (int)o->posix.kind, o->pinned);
+		for (size_t m = 0; m < o->nmeta; m++) {
+			fprintf(f, "%s", m ? ", " : "");
+			json_str(f, o->meta[m].name);
+			fprintf(f, ": ");
+			json_str(f, o->meta[m].value);
+		}
+		fprintf(f, "}}");
+	}
+	fprintf(f, "\n]}\n");
+	if (fclose(f) != 0) {
+		free(text);
+		free(key);
+		return -ENOMEM;
+	}
+	rc = cold_put_buf(cold, key, text, len, "application/json");
+	if (rc < 0)
+		log_err(rc, "cannot write the manifest '%s'", key);
+	free(text);
+	free(key);
+	return rc;
+}
+
+/* A small JSON reader: enough for manifests, strict about the rest. */
+enum jtype { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ };
+
+struct jval {
+	enum jtype type;
+	char *str;		/* J_STR text, J_NUM digits; J_OBJ: this value's name */
+	char *name;		/* member name when inside an object */
+	size_t n;
+	struct jval *kids;
+};
+
+static void jval_release(struct jval *v)
+{
+	for (size_t i = 0; i < v->n; i++)
+		jval_release(&v->kids[i]);
+	free(v->kids);
+	free(v->str);
+	free(v->name);
+}
+
+struct jparse {
+	const char *p, *end;
+	int depth;
+};
+
+static void j_ws(struct jparse *jp)
+{
+	while (jp->p < jp->end && (*jp->p == ' ' || *jp->p == '\n' || *jp->p == '\t' ||
+				   *jp->p == '\r'))
+		jp->p++;
+}
+
+static int j_hex4(const char *p, unsigned *out)
+{
+	unsigned v = 0;
+
+	for (int i = 0; i < 4; i++) {
+		char ch = p[i];
+
+		v <<= 4;
+		if (ch >= '0' && ch <= '9')
+			v |= (unsigned)(ch - '0');
+		else if (ch >= 'a' && ch <= 'f')
+			v |= (unsigned)(ch - 'a' + 10);
+		else if (ch >= 'A' && ch <= 'F')
+			v |= (unsigned)(ch - 'A' + 10);
+		else
+			return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static int j_string(struct jparse *jp, char **out)
+{
+	size_t cap = 16, n = 0;
+	char *s = malloc(cap);
+
+	if (!s)
+		return -ENOMEM;
+	jp->p++;	/* the opening quote */
+	while (jp->p < jp->end && *jp->p != '"') {
+		char buf[4];
+		size_t k = 1;
+
+		buf[0] = *jp->p++;
+		if (buf[0] == '\\') {
+			unsigned cp;
+
+			if (jp->p >= jp->end)
+				goto bad;
+			switch (*jp->p++) {
+			case '"': buf[0] = '"'; break;
+			case '\\': buf[0] = '\\'; break;
+			case '/': buf[0] = '/'; break;
+			case 'n': buf[0] = '\n'; break;
+			case 't': buf[0] = '\t'; break;
+			case 'r': buf[0] = '\r'; break;
+			case 'b': buf[0] = '\b'; break;
+			case 'f': buf[0] = '\f'; break;
+			case 'u':
+				/* We write \u only below 0x20; others take one BMP code point. */
+				if (jp->end - jp->p < 4 || j_hex4(jp->p, &cp) < 0 || cp == 0 ||
+				    (cp >= 0xd800 && cp <= 0xdfff))
+					goto bad;
+				jp->p += 4;
+				if (cp < 0x80) {
+					buf[0] = (char)cp;
+				} else if (cp < 0x800) {
+					buf[0] = (char)(0xc0 | cp >> 6);
+					buf[1] = (char)(0x80 | (cp & 0x3f));
+					k = 2;
+				} else {
+					buf[0] = (char)(0xe0 | cp >> 12);
+					buf[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+					buf[2] = (char)(0x80 | (cp & 0x3f));
+					k = 3;
+				}
+				break;
+			default:
+				goto bad;
+			}
+		} else if ((unsigned char)buf[0] < 0x20) {
+			goto bad;
+		}
+		if (n + k + 1 > cap) {
+			char *ns = realloc(s, cap *= 2);
+
+			if (!ns) {
+				free(s);
+				return -ENOMEM;
+			}
+			s = ns;
+		}
+		memcpy(s + n, buf, k);
+		n += k;
+	}
+	if (jp->p >= jp->end)
+		goto bad;
+	jp->p++;
+	s[n] = '\0';
+	*out = s;
+	return 0;
+bad:
+	free(s);
+	return -EINVAL;
+}
+
+static int j_value(struct jparse *jp, struct jval *v);
+
+static int j_push(struct jval *parent, size_t *cap, struct jval **slot)
+{
+	if (parent->n == *cap) {
+		struct jval *k = realloc(parent->kids, (*cap = *cap ? 2 * *cap : 8) * sizeof(*k));
+
+		if (!k)
+			return -ENOMEM;
+		parent->kids = k;
+	}
+	*slot = &parent->kids[parent->n++];
+	memset(*slot, 0, sizeof(**slot));
+	return 0;
+}
+
+static int j_container(struct jparse *jp, struct jval *v, char close)
+{
+	size_t cap = 0;
+	int rc;
+
+	if (++jp->depth > 16)
+		return -EINVAL;
+	jp->p++;
+	j_ws(jp);
+	if (jp->p < jp->end && *jp->p == close) {
+		jp->p++;
+		jp->depth--;
+		return 0;
+	}
+	for (;;) {
+		struct jval *k;
+		char *name = NULL;
+
+		j_ws(jp);
+		if (close == '}') {
+			if (jp->p >= jp->end || *jp->p != '"')
+				return -EINVAL;
+			rc = j_string(jp, &name);
+			if (rc < 0)
+				return rc;
+			j_ws(jp);
+			if (jp->p >= jp->end || *jp->p != ':') {
+				free(name);
+				return -EINVAL;
+			}
+			jp->p++;
+		}
+		rc = j_push(v, &cap, &k);
+		if (rc < 0) {
+			free(name);
+			return rc;
+		}
+		k->name = name;
+		rc = j_value(jp, k);
+		if (rc < 0)
+			return rc;
+		j_ws(jp);
+		if (jp->p < jp->end && *jp->p == ',') {
+			jp->p++;
+			continue;
+		}
+		if (jp->p < jp->end && *jp->p == close) {
+			jp->p++;
+			jp->depth--;
+			return 0;
+		}
+		return -EINVAL;
+	}
+}
+
+static int j_value(struct jparse *jp, struct jval *v)
+{
+	j_ws(jp);
+	if (jp->p >= jp->end)
+		return -EINVAL;
+	switch (*jp->p) {
+	case '{':
+		v->type = J_OBJ;
+		return j_container(jp, v, '}');
+	case '[':
+		v->type = J_ARR;
+		return j_container(jp, v, ']');
+	case '"':
+		v->type = J_STR;
+		return j_string(jp, &v->str);
+	}
+	if (jp->end - jp->p >= 4 && !strncmp(jp->p, "null", 4)) {
+		v->type = J_NULL;
+		jp->p += 4;
+		return 0;
+	}
+	if (jp->end - jp->p >= 4 && !strncmp(jp->p, "true", 4)) {
+		v->type = J_BOOL;
+		v->str = strdup("1");
+		jp->p += 4;
+		return v->str ? 0 : -ENOMEM;
+	}
+	if (jp->end - jp->p >= 5 && !strncmp(jp->p, "false", 5)) {
+		v->type = J_BOOL;
+		v->str = strdup("0");
+		jp->p += 5;
+		return v->str ? 0 : -ENOMEM;
+	}
+	{
+		const char *s = jp->p;
+
+		if (jp->p < jp->end && *jp->p == '-')
+			jp->p++;
+		while (jp->p < jp->end && *jp->p >= '0' && *jp->p <= '9')
+			jp->p++;
+		if (jp->p == s || (jp->p == s + 1 && *s == '-'))
+			return -EINVAL;
+		v->type = J_NUM;
+		v->str = strndup(s, (size_t)(jp->p - s));
+		return v->str ? 0 : -ENOMEM;
+	}
+}
+
+static const struct jval *j_get(const struct jval *obj, const char *name, enum jtype type)
+{
+	for (size_t i = 0; obj->type == J_OBJ && i < obj->n; i++)
+		if (obj->kids[i].name && !strcmp(obj->kids[i].name, name))
+			return obj->kids[i].type == type ? &obj->kids[i] : NULL;
+	return NULL;
+}
+
+static int j_u64(const struct jval *obj, const char *name, uint64_t *out)
+{
+	const struct jval *v = j_get(obj, name, J_NUM);
+	char *end;
+
+	if (!v || v->str[0] == '-')
+		return -EINVAL;
+	errno = 0;
+	*out = strtoull(v->str, &end, 10);
+	return errno || *end ? -EINVAL : 0;
+}
+
+/* ---- demotion ---------------------------------------------------------------- */
+
+struct session_ref {
+	int64_t bucket_id;
+	char *bucket, *session;
+};
+
+struct session_list {
+	struct session_ref *v;
+	size_t n, cap;
+};
+
+static int session_collect(void *arg, int64_t bucket_id, const char *bucket, const char *session)
+{
+	struct session_list *l = arg;
+
+	if (l->n == l->cap) {
+		struct session_ref *v = realloc(l->v, (l->cap = l->cap ? 2 * l->cap : 16) * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+	}
+	l->v[l->n].bucket_id = bucket_id;
+	l->v[l->n].bucket = strdup(bucket);
+	l->v[l->n].session = strdup(session);
+	if (!l->v[l->n].bucket || !l->v[l->n].session) {
+		free(l->v[l->n].bucket);
+		free(l->v[l->n].session);
+		return -ENOMEM;
+	}
+	l->n++;
+	return 0;
+}
+
+static void session_list_release(struct session_list *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		free(l->v[i].bucket);
+		free(l->v[i].session);
+	}
+	free(l->v);
+}
+
+static void g4_progress(const struct kvt_g4_opts *o, const char *bucket, const char *key,
+			uint64_t size, int rc)
+{
+	if (o && o->progress)
+		o->progress(o->arg, bucket, key, size, rc);
+}
+
+/* Counts what a demotion of the session would move. */
+static int demote_dry(struct cat *c, const struct session_ref *s, const struct kvt_g4_opts *o,
+		      struct kvt_g4_report *rep)
+{
+	struct cat_g4_obj *v = NULL;
+	size_t n = 0, moved = 0;
+	int rc = cat_g4_session_objects(c, s->bucket_id, s->session,
+					1u << KVT_TIER_HOT | 1u << KVT_TIER_DEMOTING, &v, &n);
+
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		const struct kvt_object *ob = v[i].co->obj;
+
+		if (ob->tier == KVT_TIER_HOT && ob->pinned)
+			continue;
+		moved++;
+		rep->objects++;
+		rep->bytes += ob->size;
+		g4_progress(o, s->bucket, ob->key, ob->size, 0);
+	}
+	rep->sessions += moved > 0;
+	cat_g4_objs_free(v, n);
+	return 0;
+}
+
+static int demote_session(struct kvt_store *st, struct cold *cold, const struct session_ref *s,
+			  const struct kvt_g4_opts *o, struct kvt_g4_report *rep)
+{
+	struct cat *c = store_cat(st);
+	struct cat_g4_obj *v = NULL;
+	size_t n = 0, moved = 0;
+	int count = 0, rc;
+
+	if (!c)
+		return -ENOMEM;
+	if (o && o->dry_run)
+		return demote_dry(c, s, o, rep);
+	rc = cat_g4_demote_begin(c, s->bucket_id, s->session, &count);
+	if (rc == 0)
+		/* Every tier: a recalled object is still in G4 and in the manifest. */
+		rc = cat_g4_session_objects(c, s->bucket_id, s->session, 0xf, &v, &n);
+	if (rc < 0)
+		return rc;
+	/* 1. Upload and verify what G4 does not hold yet. */
+	for (size_t i = 0; i < n; i++) {
+		struct cat_g4_obj *go = &v[i];
+
+		if (go->co->obj->tier != KVT_TIER_DEMOTING)
+			continue;
+		if (go->g4_vid == go->co->vid) {
+			/* Uploaded before (a crash, or recalled since): still there? */
+			char *gkey = g4_object_key(s->bucket, go->co->obj->key);
+			uint64_t size = 0;
+
+			rc = gkey ? cold_head(cold, gkey, &size) : -ENOMEM;
+			free(gkey);
+			if (rc == 0 && size == go->co->obj->size)
+				continue;
+			go->g4_vid = 0;	/* gone or changed in G4: upload again */
+		}
+		rc = demote_upload(st, cold, s->bucket, go);
+		if (rc == -ENOENT)
+			continue;	/* overwritten or deleted meanwhile: not ours to move */
+		if (rc < 0) {
+			cat_g4_failed(c, go->co->id);
+			rep->failures++;
+			g4_progress(o, s->bucket, go->co->obj->key, go->co->obj->size, rc);
+		}
+	}
+	/* 2. The manifest lists everything G4 holds of the session. */
+	rc = manifest_write(cold, s->bucket, s->session, v, n);
+	if (rc < 0) {
+		for (size_t i = 0; i < n; i++)
+			rep->failures += v[i].co->obj->tier == KVT_TIER_DEMOTING;
+		goto out;
+	}
+	/* 3. Only now may the hot copies go. */
+	for (size_t i = 0; i < n; i++) {
+		struct cat_g4_obj *go = &v[i];
+
+		if (go->co->obj->tier != KVT_TIER_DEMOTING || go->g4_vid != go->co->vid)
+			continue;
+		rc = cat_g4_mark_cold(c, go->co->id, go->co->vid);
+		if (rc == -ENOENT)
+			continue;
+		if (rc < 0) {
+			rep->failures++;
+			g4_progress(o, s->bucket, go->co->obj->key, go->co->obj->size, rc);
+			continue;
+		}
+		moved++;
+		rep->objects++;
+		rep->bytes += go->co->obj->size;
+		g4_progress(o, s->bucket, go->co->obj->key, go->co->obj->size, 0);
+	}
+	rep->sessions += moved > 0;
+	rc = 0;
+out:
+	cat_g4_objs_free(v, n);
+	return rc;
+}
+
+int kvt_g4_demote(struct kvt_store *st, const struct kvt_g4_opts *o, struct kvt_g4_report *rep)
+{
+	struct cat *c = store_cat(st);
+	struct session_list l = { 0 };
+	struct cold *cold;
+	int rc;
+
+	memset(rep, 0, sizeof(*rep));
+	if (!c)
+		return -ENOMEM;
+	rc = store_cold(st, &cold);
+	if (rc < 0)
+		return rc;
+	if (o && o->session) {
+		int64_t bid;
+
+		if (!o->bucket)
+			return -EINVAL;
+		rc = store_bucket_id(st, o->bucket, &bid);
+		if (rc == 0)
+			rc = session_collect(&l, bid, o->bucket, o->session);
+	} else {
+		/* The flusher's batched access times count: write them first. */
+		kvt_store_flush_access(st);
+		rc = cat_g4_sessions(c, util_now_ns() - (int64_t)(o ? o->idle : 0) * 1000000000,
+				     session_collect, &l);
+	}
+	for (size_t i = 0; rc == 0 && i < l.n; i++) {
+		rc = demote_session(st, cold, &l.v[i], o, rep);
+		if (rc < 0 && rc != -ENOMEM) {
+			log_err(rc, "cannot demote session '%s' of bucket '%s'", l.v[i].session,
+				l.v[i].bucket);
+			rc = 0;	/* the next session may fare better */
+		}
+	}
+	session_list_release(&l);
+	return rc;
+}
+
+/* ---- recall ---------------------------------------------------------------- */
+
+struct recall_sink {
+	struct kvt_store *st;
+	struct io_ctx *io;
+	uint64_t vid;
+	char *buf;		/* the extent being filled */
+	size_t fill;
+	uint64_t size;		/* bytes taken so far */
+	uint64_t max;		/* the object's size: more is damage */
+	uint32_t crc;
+	struct cat_extent *ext;
+	size_t n, cap;
+};
+
+static int recall_flush(struct recall_sink *rs)
+{
+	uint32_t len = (uint32_t)rs->fill, crc;
+	uint64_t space = seg_extent_space(len);
+	struct store_alloc a;
+	struct cat_extent *e;
+	int rc;
+
+	if (rs->n == rs->cap) {
+		struct cat_extent *v = realloc(rs->ext, (rs->cap = rs->cap ? 2 * rs->cap : 8) *
+					       sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		rs->ext = v;
+	}
+	rc = store_alloc(rs->st, space, &a);
+	if (rc < 0)
+		return rc;
+	crc = kvt_crc32c(0, rs->buf + SEG_HEADER_SIZE, len);
+	rs->crc = kvt_crc32c_combine(rs->crc, crc, len);
+	e = &rs->ext[rs->n];
+	*e = (struct cat_extent){
+		.seq = (uint32_t)rs->n,
+		.segment = a.segment,
+		.gen = a.gen,
+		.offset = a.offset,
+		.length = len,
+		.crc = crc,
+		.obj_off = rs->size - len,
+		.hvid = rs->vid,
+		.hseq = (uint32_t)rs->n,
+	};
+	seg_header_fill((struct seg_header *)rs->buf, rs->vid, e->seq, e->obj_off, e->gen,
+			e->segment, len, crc);
+	memset(rs->buf + SEG_HEADER_SIZE + len, 0, space - SEG_HEADER_SIZE - len);
+	rc = store_write_extent(rs->st, rs->io, 0, rs->buf, len, &a);
+	if (rc < 0) {
+		store_release(rs->st, a.segment, a.gen);
+		return rc;
+	}
+	rs->n++;	/* released by the caller, committed or not */
+	rs->fill = 0;
+	return 0;
+}
+
+static int recall_take(void *arg, const void *buf, size_t len)
+{
+	struct recall_sink *rs = arg;
+	const char *p = buf;
+
+	if (rs->size + len > rs->max)
+		return -EFBIG;	/* G4 holds more than the object: not ours */
+	while (len > 0) {
+		size_t n = MIN(len, SEG_PAYLOAD_MAX - rs->fill);
+		int rc;
+
+		memcpy(rs->buf + SEG_HEADER_SIZE + rs->fill, p, n);
+		rs->fill += n;
+		rs->size += n;
+		p += n;
+		len -= n;
+		if (rs->fill == SEG_PAYLOAD_MAX) {
+			rc = recall_flush(rs);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+int recall_object(struct kvt_store *st, const char *bucket, const char *key)
+{
+	struct cat *c = store_cat(st);
+	struct cat_object *co = NULL;
+	struct recall_sink rs = { .st = st };
+	struct cold *cold;
+	char *gkey = NULL;
+	uint64_t got = 0;
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	rc = cat_object_lookup(c, bucket, key, 0, &co);
+	if (rc < 0)
+		return rc;
+	if (co->obj->tier != KVT_TIER_COLD)
+		goto out;	/* hot already: nothing to do */
+	rc = store_cold(st, &cold);
+	if (rc < 0)
+		goto out;
+	gkey = g4_object_key(bucket, key);
+	if (!gkey) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = store_io_get(st, &rs.io);
+	if (rc < 0)
+		goto out;
+	rs.buf = io_buf(rs.io, 0);
+	rs.vid = co->vid;
+	rs.max = co->obj->size;
+	rc = cold_get(cold, gkey, recall_take, &rs, &got);
+	if (rc == 0 && rs.fill > 0)
+		rc = recall_flush(&rs);
+	if (rc < 0) {
+		log_err(rc, "cannot recall '%s/%s' from g4 '%s'", bucket, key, cold->url);
+		goto out;
+	}
+	if (rs.size != co->obj->size || rs.crc != co->obj->crc32c) {
+		log_err(0, "g4 copy of '%s/%s' is %" PRIu64 " bytes with crc32c %08x, not %" PRIu64
+			" with %08x", bucket, key, rs.size, rs.crc, co->obj->size, co->obj->crc32c);
+		rc = -EIO;
+		goto out;
+	}
+	rc = cat_g4_recalled(c, co->id, co->vid, rs.ext, rs.n, util_now_ns());
+	if (rc == -ESTALE)
+		rc = 0;	/* another recall won, or it changed: the caller looks again */
+out:
+	for (size_t i = 0; i < rs.n; i++)
+		store_release(st, rs.ext[i].segment, rs.ext[i].gen);
+	free(rs.ext);
+	store_io_put(st, rs.io);
+	cat_object_free(co);
+	free(gkey);
+	return rc;
+}
+
+int kvt_object_recall(struct kvt_store *st, const char *bucket, const char *key)
+{
+	int rc = kvt_key_valid(key);
+
+	return rc < 0 ? rc : recall_object(st, bucket, key);
+}
+
+int kvt_g4_recall_session(struct kvt_store *st, const char *bucket, const char *session,
+			  const struct kvt_g4_opts *o, struct kvt_g4_report *rep)
+{
+	struct cat *c = store_cat(st);
+	struct cat_g4_obj *v = NULL;
+	size_t n = 0;
+	int64_t bid;
+	int rc;
+
+	memset(rep, 0, sizeof(*rep));
+	if (!c)
+		return -ENOMEM;
+	rc = store_bucket_id(st, bucket, &bid);
+	if (rc == 0)
+		rc = cat_g4_session_objects(c, bid, session, 1u << KVT_TIER_COLD, &v, &n);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		const struct kvt_object *ob = v[i].co->obj;
+
+		rc = (o && o->dry_run) ? 0 : recall_object(st, bucket, ob->key);
+		g4_progress(o, bucket, ob->key, ob->size, rc);
+		if (rc < 0) {
+			rep->failures++;
+			continue;
+		}
+		rep->objects++;
+		rep->bytes += ob->size;
+	}
+	rep->sessions += rep->objects > 0;
+	cat_g4_objs_free(v, n);
+	return 0;
+}
+
+/* ---- import ---------------------------------------------------------------- */
+
+/* One manifest entry as a cold object of this store. */
+static int import_one(struct kvt_store *st, struct cat *c, int64_t bid, const char *session,
+		      const struct jval *e)
+{
+	const struct jval *key = j_get(e, "key", J_STR), *etag = j_get(e, "etag", J_STR);
+	const struct jval *crc = j_get(e, "crc32c", J_STR), *ct = j_get(e, "content_type", J_STR);
+	const struct jval *g4e = j_get(e, "g4_etag", J_STR), *meta = j_get(e, "meta", J_OBJ);
+	struct kvt_meta *mv = NULL;
+	uint64_t size, mtime, mode, uid, gid, kind, pinned = 0;
+	struct cat_put put;
+	char *end;
+	int rc;
+
+	if (!key || !etag || !crc || j_u64(e, "size", &size) < 0 ||
+	    j_u64(e, "mtime_ns", &mtime) < 0 || j_u64(e, "mode", &mode) < 0 ||
+	    j_u64(e, "uid", &uid) < 0 || j_u64(e, "gid", &gid) < 0 || j_u64(e, "kind", &kind) < 0 ||
+	    kvt_key_valid(key->str) < 0 || kind > KVT_KIND_DIR)
+		return -EINVAL;
+	j_u64(e, "pinned", &pinned);
+	put = (struct cat_put){
+		.bucket_id = bid,
+		.key = key->str,
+		.vid = store_new_vid(st),
+		.size = size,
+		.etag = etag->str,
+		.crc32c = (uint32_t)strtoul(crc->str, &end, 16),
+		.content_type = ct ? ct->str : NULL,
+		.mtime_ns = (int64_t)mtime,
+		.session = session,
+		.pinned = !!pinned,
+	};
+	if (*end || strlen(crc->str) != 8)
+		return -EINVAL;
+	put.posix = (struct kvt_posix){
+		.mode = (uint32_t)mode, .uid = (uint32_t)uid, .gid = (uint32_t)gid,
+		.atime_ns = (int64_t)mtime, .ctime_ns = (int64_t)mtime, .kind = (enum kvt_kind)kind,
+	};
+	if (meta && meta->n) {
+		mv = calloc(meta->n, sizeof(*mv));
+		if (!mv)
+			return -ENOMEM;
+		for (size_t i = 0; i < meta->n; i++) {
+			if (meta->kids[i].type != J_STR) {
+				free(mv);
+				return -EINVAL;
+			}
+			mv[i].name = meta->kids[i].name;
+			mv[i].value = meta->kids[i].str;
+		}
+		put.meta = mv;
+		put.nmeta = meta->n;
+	}
+	rc = cat_g4_import(c, &put, g4e ? g4e->str : "");
+	free(mv);
+	return rc;
+}
+
+int kvt_g4_import_session(struct kvt_store *st, const char *bucket, const char *session,
+			  const struct kvt_g4_opts *o, struct kvt_g4_report *rep)
+{
+	struct cat *c = store_cat(st);
+	struct jval root = { 0 };
+	const struct jval *objs, *mb, *ms;
+	struct jparse jp;
+	struct cold *cold;
+	char *key = NULL, *text = NULL;
+	size_t len = 0;
+	int64_t bid;
+	int rc;
+
+	memset(rep, 0, sizeof(*rep));
+	if (!c)
+		return -ENOMEM;
+	rc = store_cold(st, &cold);
+	if (rc < 0)
+		return rc;
+	key = g4_manifest_key(bucket, session);
+	if (!key)
+		return -ENOMEM;
+	rc = cold_get_buf(cold, key, MANIFEST_MAX, &text, &len);
+	if (rc < 0) {
+		if (rc != -ENOENT)
+			log_err(rc, "cannot read the manifest '%s'", key);
+		goto out;
+	}
+	jp = (struct jparse){ .p = text, .end = text + len };
+	rc = j_value(&jp, &root);
+	if (rc == 0) {
+		j_ws(&jp);
+		if (jp.p != jp.end)
+			rc = -EINVAL;
+	}
+	objs = j_get(&root, "objects", J_ARR);
+	mb = j_get(&root, "bucket", J_STR);
+	ms = j_get(&root, "session", J_STR);
+	if (rc < 0 || !objs || !mb || !ms || strcmp(mb->str, bucket) || strcmp(ms->str, session)) {
+		log_err(0, "the manifest '%s' in g4 is not one kvtier can read", key);
+		rc = -EINVAL;
+		goto out;
+	}
+	/* The bucket comes with the session. */
+	rc = kvt_bucket_create(st, bucket);
+	if (rc < 0 && rc != -EEXIST)
+		goto out;
+	rc = store_bucket_id(st, bucket, &bid);
+	if (rc < 0)
+		goto out;
+	for (size_t i = 0; i < objs->n; i++) {
+		const struct jval *e = &objs->kids[i];
+		const struct jval *k = j_get(e, "key", J_STR);
+		uint64_t size = 0;
+
+		j_u64(e, "size", &size);
+		rc = (o && o->dry_run) ? 0 : import_one(st, c, bid, session, e);
+		if (rc == -EEXIST)
+			continue;	/* this node has its own version of the key */
+		g4_progress(o, bucket, k ? k->str : "?", size, rc);
+		if (rc < 0) {
+			log_err(rc, "cannot import entry %zu of the manifest '%s'", i, key);
+			rep->failures++;
+			continue;
+		}
+		rep->objects++;
+		rep->bytes += size;
+	}
+	rep->sessions += rep->objects > 0;
+	rc = 0;
+out:
+	jval_release(&root);
+	free(text);
+	free(key);
+	return rc;
+}

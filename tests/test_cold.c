@@ -1,0 +1,406 @@
+/*
+ * test_cold.c - the cold tier (src/cold*.c) and the library side of G4
+ * (src/migrate.c): the file:// layout, demotion, recall on read, import on
+ * a second store, and faults from a partner that fails, lies about a put or
+ * damages a get. Through every fault: nothing is lost, the error is clear,
+ * and a later run completes.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "store.h"
+#include "testlib.h"
+
+#define CAP (64u << 20)
+#define SEG (4u << 20)
+
+static int src_bytes(void *arg, void *buf, size_t len, uint64_t off)
+{
+	test_fill(buf, len, (uint64_t)(uintptr_t)arg, off);
+	return 0;
+}
+
+static int file_exists(const char *path)
+{
+	struct stat sb;
+
+	return stat(path, &sb) == 0;
+}
+
+/* Keys S3 keeps apart stay apart, and none escapes the directory. */
+static void test_file_layout(void **state)
+{
+	static const char *const keys[] = {
+		"b/a", "b/a/b", "b/a//b", "b/a/./b", "b/../x", "b/dir/", "b/%41", "b/A",
+		"b/caf\xc3\xa9", "b/sp ace",
+	};
+	struct test_env env;
+	struct cold *c = NULL;
+	char dir[512], path[1024], *buf = NULL;
+	size_t len = 0;
+	uint64_t size = 0;
+
+	(void)state;
+	test_env_init(&env, CAP, SEG);
+	snprintf(dir, sizeof(dir), "%s/g4", env.dir);
+	assert_int_equal(cold_file_new(dir, &c), 0);
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		char etag[KVT_ETAG_MAX];
+
+		assert_int_equal(cold_put(c, keys[i], 1000 + i, NULL, src_bytes, (void *)(uintptr_t)i,
+					  etag), 0);
+		assert_true(etag[0] == '"');
+	}
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		char *want = malloc(1000 + i);
+
+		assert_int_equal(cold_head(c, keys[i], &size), 0);
+		assert_int_equal(size, 1000 + i);
+		assert_int_equal(cold_get_buf(c, keys[i], 1 << 20, &buf, &len), 0);
+		assert_int_equal(len, 1000 + i);
+		test_fill(want, len, i, 0);
+		assert_memory_equal(buf, want, len);
+		free(buf);
+		free(want);
+	}
+	/* Readable layout; ".." does not climb out. */
+	snprintf(path, sizeof(path), "%s/b/a%%", dir);
+	assert_true(file_exists(path));
+	snprintf(path, sizeof(path), "%s/b/%%2E%%2E/x%%", dir);
+	assert_true(file_exists(path));
+	snprintf(path, sizeof(path), "%s/x%%", env.dir);
+	assert_false(file_exists(path));
+	assert_int_equal(cold_head(c, "b/nothing", &size), -ENOENT);
+	assert_int_equal(cold_get_buf(c, "b/nothing", 100, &buf, &len), -ENOENT);
+	assert_int_equal(cold_del(c, "b/a"), 0);
+	assert_int_equal(cold_head(c, "b/a", &size), -ENOENT);
+	assert_int_equal(cold_head(c, "b/a/b", &size), 0);
+	cold_free(c);
+	test_env_release(&env);
+}
+
+/* Temporary files of dead processes go; a live process's stay. */
+static void test_file_cleanup(void **state)
+{
+	struct test_env env;
+	struct cold *c = NULL;
+	char dir[512], host[256], dead[1024], live[1024];
+	FILE *f;
+
+	(void)state;
+	test_env_init(&env, CAP, SEG);
+	snprintf(dir, sizeof(dir), "%s/g4", env.dir);
+	assert_int_equal(cold_file_new(dir, &c), 0);
+	assert_int_equal(cold_put_buf(c, "b/k", "x", 1, NULL), 0);	/* makes .kvtier/tmp */
+	gethostname(host, sizeof(host));
+	for (char *p = host; *p; p++)
+		if (*p == '.' || *p == '/')
+			*p = '_';
+	/* pid_max is at most 4194304: this one cannot be alive. */
+	snprintf(dead, sizeof(dead), "%s/.kvtier/tmp/%s.%d.0", dir, host, 99999999);
+	snprintf(live, sizeof(live), "%s/.kvtier/tmp/%s.%ld.0", dir, host, (long)getpid());
+	f = fopen(dead, "w");
+	assert_non_null(f);
+	fclose(f);
+	f = fopen(live, "w");
+	assert_non_null(f);
+	fclose(f);
+	assert_int_equal(cold_cleanup(c), 0);
+	assert_false(file_exists(dead));
+	assert_true(file_exists(live));
+	unlink(live);
+	cold_free(c);
+	test_env_release(&env);
+}
+
+static enum kvt_tier tier_of(struct kvt_store *st, const char *b, const char *k)
+{
+	struct kvt_object *o = NULL;
+	enum kvt_tier t;
+
+	assert_int_equal(kvt_object_head(st, b, k, &o), 0);
+	t = o->tier;
+	kvt_object_free(o);
+	return t;
+}
+
+static struct kvt_g4_opts session_opts(const char *b, const char *s)
+{
+	return (struct kvt_g4_opts){ .bucket = b, .session = s };
+}
+
+/* Demote, read back (recall), demote again without a new upload. */
+static void test_demote_recall(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = { .idle = 0 };
+	struct kvt_store_stat ss;
+
+	(void)state;
+	test_env_init(&env, CAP, SEG);
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/big", 5 * 1024 * 1024 + 17, 1), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/small", 10, 2), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/empty", 0, 3), 0);
+	assert_int_equal(test_put(st, "kvs", "s2/x", 4096, 4), 0);
+	usleep(2000);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.sessions, 2);
+	assert_int_equal(rep.objects, 4);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(tier_of(st, "kvs", "s1/big"), KVT_TIER_COLD);
+	assert_int_equal(kvt_store_stat(st, &ss), 0);
+	assert_int_equal(ss.tier_count[KVT_TIER_COLD], 4);
+	/* Hot extents are gone: live bytes hold nothing of them. */
+	assert_int_equal(ss.live_bytes, 0);
+
+	/* Nothing left to demote. */
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 0);
+
+	/* A read recalls, byte-exact. */
+	assert_int_equal(test_check(st, "kvs", "s1/big", 5 * 1024 * 1024 + 17, 1), 0);
+	assert_int_equal(tier_of(st, "kvs", "s1/big"), KVT_TIER_HOT);
+	assert_int_equal(test_check(st, "kvs", "s1/empty", 0, 3), 0);
+	/* Prestage the rest of the session. */
+	assert_int_equal(kvt_g4_recall_session(st, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.objects, 1);	/* small: big and empty came back above */
+	assert_int_equal(tier_of(st, "kvs", "s1/small"), KVT_TIER_HOT);
+	assert_int_equal(test_check(st, "kvs", "s1/small", 10, 2), 0);
+
+	/* Recalled objects go back without an upload, unless G4 lost them. */
+	{
+		struct cold *cold = NULL;
+
+		assert_int_equal(store_cold(st, &cold), 0);
+		assert_int_equal(cold_del(cold, "kvs/s1/big"), 0);
+		o = session_opts("kvs", "s1");
+		assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+		assert_int_equal(rep.objects, 3);
+		assert_int_equal(cold_head(cold, "kvs/s1/big", NULL), 0);
+		assert_int_equal(test_check(st, "kvs", "s1/big", 5 * 1024 * 1024 + 17, 1), 0);
+	}
+
+	/* An overwritten cold object is simply the new hot one. */
+	assert_int_equal(test_put(st, "kvs", "s2/x", 8192, 5), 0);
+	assert_int_equal(tier_of(st, "kvs", "s2/x"), KVT_TIER_HOT);
+	o = session_opts("kvs", "s2");
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(test_check(st, "kvs", "s2/x", 8192, 5), 0);
+	/* Deleting a cold object works like any delete. */
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(kvt_object_delete(st, "kvs", "s2/x"), 0);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/* Pinned objects stay hot; sessions not idle stay hot. */
+static void test_demote_rules(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = { .idle = 3600 };
+	struct kvt_writer *w;
+	struct kvt_put_opts po = { .flags = KVT_PUT_PIN };
+
+	(void)state;
+	test_env_init(&env, CAP, SEG);
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", 100, 1), 0);
+	assert_int_equal(kvt_writer_open(st, "kvs", "s1/pinned", &po, &w), 0);
+	assert_int_equal(kvt_writer_write(w, "abc", 3), 0);
+	assert_int_equal(kvt_writer_commit(w, NULL), 0);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);	/* idle 1h: nothing */
+	assert_int_equal(rep.objects, 0);
+	o.idle = 0;
+	o.dry_run = 1;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	o.dry_run = 0;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(tier_of(st, "kvs", "s1/pinned"), KVT_TIER_HOT);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/* A store whose cold tier is the default directory wrapped in a fault plan. */
+static struct kvt_store *open_faulty(struct test_env *env, struct cold_fault_plan *plan)
+{
+	struct kvt_store *st = test_store_open(env);
+	struct cold *inner = NULL, *f = NULL;
+	char dir[512];
+
+	snprintf(dir, sizeof(dir), "%s/g4", env->cfg.store.dir);
+	assert_int_equal(cold_file_new(dir, &inner), 0);
+	assert_int_equal(cold_fault_new(inner, plan, &f), 0);
+	store_set_cold(st, f);
+	return st;
+}
+
+/* Failed, short and damaged transfers: nothing lost, a later run finishes. */
+static void test_faults(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct kvt_reader *r = NULL;
+
+	(void)state;
+	test_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", 300000, 1), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/b", 3000, 2), 0);
+
+	/* The partner answers 503 to the first put: one failure, the other moves. */
+	plan.fail_puts = 1;
+	plan.err = -EAGAIN;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 1);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_DEMOTING);
+	assert_int_equal(test_check(st, "kvs", "s1/a", 300000, 1), 0);	/* still readable */
+
+	/* It stores one byte short and says yes: the read-back catches it. */
+	plan.short_puts = 1;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 1);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_DEMOTING);
+
+	/* A later run completes. */
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+
+	/* Recall: unreachable, then damaged in transit; the object stays cold. */
+	plan.fail_gets = 1;
+	plan.err = -EIO;
+	assert_int_equal(kvt_reader_open(st, "kvs", "s1/a", &r), -EIO);
+	plan.corrupt_gets = 1;
+	assert_int_equal(kvt_reader_open(st, "kvs", "s1/a", &r), -EIO);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	/* Then it works, byte-exact. */
+	assert_int_equal(test_check(st, "kvs", "s1/a", 300000, 1), 0);
+	assert_int_equal(test_check(st, "kvs", "s1/b", 3000, 2), 0);
+	/* The garbage of the failed recalls is reclaimable, fsck is clean. */
+	{
+		struct kvt_fsck_report fr;
+
+		assert_int_equal(kvt_store_fsck(st, 0, &fr), 0);
+	}
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/* Two stores over one G4: demoted on A, imported and recalled on B. */
+static void test_import(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct kvt_object *obj = NULL;
+	char url[600];
+
+	(void)state;
+	test_env_init(&a, CAP, SEG);
+	test_env_init(&b, CAP, SEG);
+	snprintf(url, sizeof(url), "file://%s/shared-g4", a.dir);
+	a.cfg.g4.url = strdup(url);
+	b.cfg.g4.url = strdup(url);
+	sa = test_store_open(&a);
+	sb = test_store_open(&b);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 2 * 1024 * 1024, 7), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/b", 5, 8), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "nosuch", NULL, &rep), -ENOENT);
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	assert_int_equal(tier_of(sb, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(sb, "kvs", "s1/a", 2 * 1024 * 1024, 7), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/b", 5, 8), 0);
+	assert_int_equal(kvt_object_head(sb, "kvs", "s1/b", &obj), 0);
+	assert_string_equal(obj->session, "s1");
+	kvt_object_free(obj);
+	/* Importing again changes nothing: B has its own versions now. */
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.objects, 0);
+	kvt_store_close(sa);
+	kvt_store_close(sb);
+	test_env_release(&a);
+	test_env_release(&b);
+}
+
+/* Reclaim turns an object G4 holds cold instead of dropping it. */
+static void test_reclaim_to_cold(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	char key[64];
+
+	(void)state;
+	test_env_init(&env, CAP, SEG);
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/kept", 2 * 1024 * 1024, 11), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/never", 1024 * 1024, 12), 0);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	/* Recalled: hot again, and G4 still holds it. */
+	assert_int_equal(test_check(st, "kvs", "s1/kept", 2 * 1024 * 1024, 11), 0);
+	assert_int_equal(tier_of(st, "kvs", "s1/kept"), KVT_TIER_HOT);
+	/* Plain cache, twice the hot tier: reclaim must make room. */
+	for (int i = 0; i < 64; i++) {
+		snprintf(key, sizeof(key), "cache/%d", i);
+		assert_int_equal(test_put(st, "kvs", key, 2 * 1024 * 1024, 100 + (uint64_t)i), 0);
+	}
+	assert_int_equal(tier_of(st, "kvs", "s1/kept"), KVT_TIER_COLD);
+	assert_int_equal(test_check(st, "kvs", "s1/kept", 2 * 1024 * 1024, 11), 0);
+	/* s1/never stayed cold; plain cache without a G4 copy is dropped as before. */
+	assert_int_equal(tier_of(st, "kvs", "s1/never"), KVT_TIER_COLD);
+	{
+		struct kvt_object *obj = NULL;
+
+		assert_int_equal(kvt_object_head(st, "kvs", "cache/0", &obj), -ENOENT);
+	}
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_file_layout),
+		cmocka_unit_test(test_file_cleanup),
+		cmocka_unit_test(test_demote_recall),
+		cmocka_unit_test(test_demote_rules),
+		cmocka_unit_test(test_faults),
+		cmocka_unit_test(test_import),
+		cmocka_unit_test(test_reclaim_to_cold),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

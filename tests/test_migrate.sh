@@ -1,0 +1,172 @@
+#!/bin/sh
+# tests/test_migrate.sh - kvtier-migrate end to end against the file:// G4:
+# the real binaries on scratch stores. Idle sessions are demoted (kvtier head
+# says cold, G4 holds the objects and a manifest per session), kvtier get
+# recalls them byte-exact, a second run is locked out with 75, kill -9 at
+# random points never loses or duplicates anything and a re-run finishes,
+# and a second store over the same G4 imports a session and reads it.
+set -eu
+
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+kvt_setup
+T=$KVT_TMP
+K=$KVTIER
+M=$top_builddir/kvtier-migrate
+G4=$T/g4
+[ -x "$M" ] || fail "no kvtier-migrate binary at '$M' (build it first)"
+cat >>"$KVTIER_CONF" <<EOF
+[g4]
+url = file://$G4
+EOF
+
+tier_is()	# BUCKET KEY TIER
+{
+	kvt_expect 0 "$K" head "$1" "$2"
+	kvt_grep out "^tier: +$3$"
+}
+
+g4_files()	# objects G4 holds (not manifests, not temporaries)
+{
+	find "$G4" -path "$G4/.kvtier" -prune -o -type f -print | wc -l
+}
+
+g4_tmp_files()
+{
+	find "$G4/.kvtier/tmp" -type f 2>/dev/null | wc -l
+}
+
+step "a store with four sessions, one object pinned"
+kvt_expect 0 "$K" init
+kvt_expect 0 "$K" mb models
+n=0
+for s in s1 s2 s3 s4; do
+	for size in 0 1 4096 1048577 3000000; do
+		head -c "$size" /dev/urandom >"$T/in.$s.$size"
+		kvt_expect 0 "$K" put models "$s/blk$size" "$T/in.$s.$size"
+		n=$((n + 1))
+	done
+done
+echo pinned >"$T/in.pin"
+kvt_expect 0 "$K" put --pin models s1/pinned "$T/in.pin"
+
+step "usage and configuration errors exit 2"
+kvt_expect 2 "$M" --idle forever
+kvt_grep err "bad --idle 'forever'"
+kvt_expect 2 "$M" --session nosession
+kvt_expect 2 "$M" --recall models/s1 --import models/s1
+kvt_expect 2 "$M" extra-argument
+printf '[g4]\nurl = ftp://x\n' >"$T/bad.conf"
+kvt_expect 2 "$M" -c "$T/bad.conf"
+kvt_grep err "url must be file:///DIR or s3://BUCKET/PREFIX"
+
+step "nothing is idle for 24h (the default)"
+kvt_expect 0 "$M"
+kvt_grep err "^kvtier-migrate: demote: 0 sessions, 0 objects, 0 bytes in .*, 0 failures$"
+
+step "--dry-run --json counts and moves nothing"
+kvt_expect 0 "$M" --idle 0s --dry-run --json
+kvt_grep out "^\{\"action\":\"demote\",\"dry_run\":true,\"sessions\":4,\"objects\":$n,"
+tier_is models s1/blk4096 hot
+
+step "a second run while one holds the lock exits 75"
+flock "$KVT_DIR/migrate.lock" sleep 3 &
+locker=$!
+sleep 0.5
+kvt_expect 75 "$M" --idle 0s
+kvt_grep err "another run holds '.*migrate.lock'"
+wait "$locker"
+
+step "demote everything idle: cold, in G4 with manifests"
+kvt_expect 0 "$M" --idle 0s
+kvt_grep err "^kvtier-migrate: demote: 4 sessions, $n objects, [0-9]+ bytes in .* 0 failures$"
+for s in s1 s2 s3 s4; do
+	tier_is models "$s/blk3000000" cold
+	[ -f "$G4/.kvtier/manifests/models/$s.json%" ] || fail "no manifest for session $s"
+done
+tier_is models s1/pinned hot
+[ "$(g4_files)" -eq "$n" ] || fail "G4 holds $(g4_files) objects, expected $n"
+grep -q '"key": "s2/blk1048577", "g4_key": "models/s2/blk1048577", "size": 1048577' \
+	"$G4/.kvtier/manifests/models/s2.json%" || fail "manifest of s2 lacks blk1048577"
+kvt_expect 0 "$K" stat
+kvt_grep out "tiers: +1 hot, 0 demoting, $n cold, 0 recalling"
+
+step "kvtier get recalls byte-exact"
+for size in 0 1 4096 1048577 3000000; do
+	kvt_expect 0 "$K" get models "s1/blk$size" "$T/back"
+	cmp "$T/in.s1.$size" "$T/back" || fail "s1/blk$size came back different"
+	tier_is models "s1/blk$size" hot
+done
+
+step "--recall brings a whole session back"
+kvt_expect 0 "$M" --recall models/s2
+kvt_grep err "^kvtier-migrate: recall: 1 sessions, 5 objects"
+tier_is models s2/blk3000000 hot
+kvt_expect 0 "$K" get models s2/blk3000000 "$T/back"
+cmp "$T/in.s2.3000000" "$T/back" || fail "recalled s2/blk3000000 differs"
+
+step "kill -9 at random points, 30 rounds; a re-run finishes without duplicates"
+rounds=0
+midway=0
+while [ "$rounds" -lt 30 ]; do
+	# Make work: new versions to upload, and a session to recall.
+	for s in s1 s2 s3; do
+		for size in 1048577 3000000; do
+			head -c "$size" /dev/urandom >"$T/in.$s.$size"
+			kvt_expect 0 "$K" put models "$s/blk$size" "$T/in.$s.$size"
+		done
+	done
+	kvt_expect 0 "$M" --recall models/s4
+	"$M" --idle 0s -q 2>/dev/null &
+	pid=$!
+	delay=$(shuf -i 0-200 -n 1)
+	sleep "$(printf '0.%03d' "$delay")"
+	kill -9 "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	rounds=$((rounds + 1))
+	# Count the rounds the kill caught half way: objects left demoting.
+	kvt_expect 0 "$K" stat
+	grep -Eq "tiers: .* 0 demoting" "$T/out" || midway=$((midway + 1))
+done
+kvt_expect 0 "$M" --idle 0s
+kvt_grep err " 0 failures$"
+kvt_expect 0 "$K" stat
+kvt_grep out "tiers: +1 hot, 0 demoting, $n cold, 0 recalling"
+[ "$(g4_files)" -eq "$n" ] || fail "G4 holds $(g4_files) objects after kills, expected $n"
+[ "$(g4_tmp_files)" -eq 0 ] || fail "temporary files left in G4: $(g4_tmp_files)"
+for s in s1 s2 s3 s4; do
+	for size in 0 1 4096 1048577 3000000; do
+		kvt_expect 0 "$K" get models "$s/blk$size" "$T/back"
+		cmp "$T/in.$s.$size" "$T/back" || fail "$s/blk$size differs after the kills"
+	done
+done
+kvt_expect 0 "$K" fsck
+echo "    $rounds rounds, $midway killed with objects demoting"
+
+step "a second store over the same G4 imports a session and reads it"
+kvt_expect 0 "$M" --session models/s3
+tier_is models s3/blk1048577 cold
+B=$T/b.conf
+cat >"$B" <<EOF
+[store]
+dir = $T/datab
+capacity = 64M
+segment_size = 4M
+[g4]
+url = file://$G4
+EOF
+kvt_expect 0 "$K" -c "$B" init
+kvt_expect 1 "$M" -c "$B" --import models/nosuch
+kvt_expect 0 "$M" -c "$B" --import models/s3 --json
+kvt_grep out "\"action\":\"import\",\"dry_run\":false,\"sessions\":1,\"objects\":5,"
+kvt_expect 0 "$K" -c "$B" head models s3/blk3000000
+kvt_grep out "^tier: +cold$"
+for size in 0 1 4096 1048577 3000000; do
+	kvt_expect 0 "$K" -c "$B" get models "s3/blk$size" "$T/back"
+	cmp "$T/in.s3.$size" "$T/back" || fail "s3/blk$size read on the second store differs"
+done
+kvt_expect 0 "$K" -c "$B" head models s3/blk3000000
+kvt_grep out "^tier: +hot$"
+
+echo "PASS"
