@@ -1,7 +1,8 @@
 #!/bin/sh
 # kvtier's main job on embedded defaults, in ./scratch: make a store, offload
 # a set of KV-block-sized objects for a few conversations, read them back
-# byte-exact, check the store and print its state.
+# byte-exact, demote idle conversations to G4 (a local directory by default),
+# resume one so that it is recalled, check the store and print its state.
 #
 # Block size and count are scaled to a small machine; KVT_DEMO_BLOCK and
 # KVT_DEMO_BLOCKS override them.
@@ -54,6 +55,18 @@ s, m, e, n, b = map(float, sys.argv[1:])
 mb = n * b / 1e6
 print(f"   put {mb:.0f} MB in {m - s:.2f} s, get in {e - m:.2f} s (one CLI process per block)")
 PY
+echo "== demotion: every conversation idle, to G4 in $scratch/data/g4"
+"$top/kvtier-migrate" --idle 0s
+"$kvtier" head llama3-8b conv-2/block-2 | grep '^tier'
+echo "== conversation conv-2 resumes: its blocks come back from G4 on read"
+i=2
+while [ "$i" -lt "$blocks" ]; do
+	"$kvtier" get llama3-8b "conv-2/block-$i" "$scratch/out/$i"
+	cmp -s "$scratch/in/$i" "$scratch/out/$i" || { echo "recalled block $i differs" >&2; exit 1; }
+	i=$((i + sessions))
+done
+"$kvtier" head llama3-8b conv-2/block-2 | grep '^tier'
+echo "   recalled $(( (blocks - 2 + sessions - 1) / sessions )) blocks byte-exact"
 echo "== listing"
 "$kvtier" ls llama3-8b
 echo "== fsck"
