@@ -742,6 +742,85 @@ static int cat_delete_id(struct cat *c, int64_t id)
 	return cat_exec_stmt(c, s, "object delete");
 }
 
+/* Inserts the object row of p (meta already encoded); *id is its row id. */
+static int cat_insert_object(struct cat *c, const struct cat_put *p, const char *meta,
+			     size_t metalen, int64_t *id)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_OBJ_INSERT);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, p->bucket_id);
+	sqlite3_bind_text(s, 2, p->key, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 3, (int64_t)p->vid);
+	sqlite3_bind_int64(s, 4, (int64_t)p->size);
+	sqlite3_bind_text(s, 5, p->etag, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 6, p->crc32c);
+	if (p->content_type)
+		sqlite3_bind_text(s, 7, p->content_type, -1, SQLITE_STATIC);
+	if (metalen)
+		sqlite3_bind_blob(s, 8, meta, (int)metalen, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 9, p->mtime_ns);
+	sqlite3_bind_text(s, 10, p->session, -1, SQLITE_STATIC);
+	sqlite3_bind_int(s, 11, p->pinned);
+	sqlite3_bind_int64(s, 12, p->posix.mode);
+	sqlite3_bind_int64(s, 13, p->posix.uid);
+	sqlite3_bind_int64(s, 14, p->posix.gid);
+	sqlite3_bind_int64(s, 15, p->posix.atime_ns);
+	sqlite3_bind_int64(s, 16, p->posix.ctime_ns);
+	sqlite3_bind_int(s, 17, p->posix.kind);
+	rc = cat_exec_stmt(c, s, "object insert");
+	if (rc == 0)
+		*id = sqlite3_last_insert_rowid(c->db);
+	return rc;
+}
+
+/* Inserts extents of object id and adds their space to their segments. */
+static int cat_insert_extents(struct cat *c, int64_t id, const struct cat_extent *ext,
+			      size_t n, int64_t when_ns)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct cat_extent *e = &ext[i];
+		uint64_t space = ALIGN_UP((uint64_t)SEG_HEADER_SIZE + e->length, SEG_ALIGN);
+		sqlite3_stmt *s = cat_stmt(c, S_EXT_INSERT);
+		int rc;
+
+		if (!s)
+			return -EIO;
+		sqlite3_bind_int64(s, 1, id);
+		sqlite3_bind_int64(s, 2, e->seq);
+		sqlite3_bind_int64(s, 3, e->segment);
+		sqlite3_bind_int64(s, 4, (int64_t)e->gen);
+		sqlite3_bind_int64(s, 5, (int64_t)e->offset);
+		sqlite3_bind_int64(s, 6, e->length);
+		sqlite3_bind_int64(s, 7, e->crc);
+		sqlite3_bind_int64(s, 8, (int64_t)e->obj_off);
+		sqlite3_bind_int64(s, 9, (int64_t)e->hvid);
+		sqlite3_bind_int64(s, 10, e->hseq);
+		rc = cat_exec_stmt(c, s, "extent insert");
+		if (rc < 0)
+			return rc;
+		/* The segment must still be the generation the bytes went to. */
+		s = cat_stmt(c, S_SEG_LIVE_ADD);
+		if (!s)
+			return -EIO;
+		sqlite3_bind_int64(s, 1, e->segment);
+		sqlite3_bind_int64(s, 2, (int64_t)e->gen);
+		sqlite3_bind_int64(s, 3, (int64_t)space);
+		sqlite3_bind_int64(s, 4, when_ns);
+		rc = cat_exec_stmt(c, s, "segment live");
+		if (rc < 0)
+			return rc;
+		if (sqlite3_changes(c->db) != 1) {
+			log_err(0, "segment %u was reclaimed before its extents were committed",
+				e->segment);
+			return -ESTALE;
+		}
+	}
+	return 0;
+}
+
 /*
  * Moves the extents of part objects, in order, to the end of object id
  * (which has nextents already) and drops the parts. The bytes stay where
@@ -846,76 +925,13 @@ int cat_object_put_parts(struct cat *c, const struct cat_put *p, const int64_t *
 		}
 	}
 
-	s = cat_stmt(c, S_OBJ_INSERT);
-	if (!s) {
-		rc = -EIO;
-		goto fail;
-	}
-	sqlite3_bind_int64(s, 1, p->bucket_id);
-	sqlite3_bind_text(s, 2, p->key, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 3, (int64_t)p->vid);
-	sqlite3_bind_int64(s, 4, (int64_t)p->size);
-	sqlite3_bind_text(s, 5, p->etag, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 6, p->crc32c);
-	if (p->content_type)
-		sqlite3_bind_text(s, 7, p->content_type, -1, SQLITE_STATIC);
-	if (metalen)
-		sqlite3_bind_blob(s, 8, meta, (int)metalen, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 9, p->mtime_ns);
-	sqlite3_bind_text(s, 10, p->session, -1, SQLITE_STATIC);
-	sqlite3_bind_int(s, 11, p->pinned);
-	sqlite3_bind_int64(s, 12, p->posix.mode);
-	sqlite3_bind_int64(s, 13, p->posix.uid);
-	sqlite3_bind_int64(s, 14, p->posix.gid);
-	sqlite3_bind_int64(s, 15, p->posix.atime_ns);
-	sqlite3_bind_int64(s, 16, p->posix.ctime_ns);
-	sqlite3_bind_int(s, 17, p->posix.kind);
-	rc = cat_exec_stmt(c, s, "object insert");
+	rc = cat_insert_object(c, p, meta, metalen, &id);
 	if (rc < 0)
 		goto fail;
-	id = sqlite3_last_insert_rowid(c->db);
 
-	for (size_t i = 0; i < p->nextents; i++) {
-		const struct cat_extent *e = &p->extents[i];
-		uint64_t space = ALIGN_UP((uint64_t)SEG_HEADER_SIZE + e->length, SEG_ALIGN);
-
-		s = cat_stmt(c, S_EXT_INSERT);
-		if (!s) {
-			rc = -EIO;
-			goto fail;
-		}
-		sqlite3_bind_int64(s, 1, id);
-		sqlite3_bind_int64(s, 2, e->seq);
-		sqlite3_bind_int64(s, 3, e->segment);
-		sqlite3_bind_int64(s, 4, (int64_t)e->gen);
-		sqlite3_bind_int64(s, 5, (int64_t)e->offset);
-		sqlite3_bind_int64(s, 6, e->length);
-		sqlite3_bind_int64(s, 7, e->crc);
-		sqlite3_bind_int64(s, 8, (int64_t)e->obj_off);
-		sqlite3_bind_int64(s, 9, (int64_t)e->hvid);
-		sqlite3_bind_int64(s, 10, e->hseq);
-		rc = cat_exec_stmt(c, s, "extent insert");
-		if (rc < 0)
-			goto fail;
-		/* The segment must still be the generation the bytes went to. */
-		s = cat_stmt(c, S_SEG_LIVE_ADD);
-		if (!s) {
-			rc = -EIO;
-			goto fail;
-		}
-		sqlite3_bind_int64(s, 1, e->segment);
-		sqlite3_bind_int64(s, 2, (int64_t)e->gen);
-		sqlite3_bind_int64(s, 3, (int64_t)space);
-		sqlite3_bind_int64(s, 4, p->mtime_ns);
-		rc = cat_exec_stmt(c, s, "segment live");
-		if (rc < 0)
-			goto fail;
-		if (sqlite3_changes(c->db) != 1) {
-			log_err(0, "segment %u was reclaimed under an uncommitted write", e->segment);
-			rc = -ESTALE;
-			goto fail;
-		}
-	}
+	rc = cat_insert_extents(c, id, p->extents, p->nextents, p->mtime_ns);
+	if (rc < 0)
+		goto fail;
 	rc = cat_adopt_parts(c, id, p->nextents, parts, part_vids, nparts);
 	if (rc < 0)
 		goto fail;
@@ -2102,47 +2118,6 @@ fail:
 }
 
 /* Inserts extents of object id and adds their space to their segments. */
-static int cat_g4_insert_extents(struct cat *c, int64_t id, const struct cat_extent *ext,
-				 size_t n, int64_t when_ns)
-{
-	for (size_t i = 0; i < n; i++) {
-		const struct cat_extent *e = &ext[i];
-		uint64_t space = ALIGN_UP((uint64_t)SEG_HEADER_SIZE + e->length, SEG_ALIGN);
-		sqlite3_stmt *s = cat_stmt(c, S_EXT_INSERT);
-		int rc;
-
-		if (!s)
-			return -EIO;
-		sqlite3_bind_int64(s, 1, id);
-		sqlite3_bind_int64(s, 2, e->seq);
-		sqlite3_bind_int64(s, 3, e->segment);
-		sqlite3_bind_int64(s, 4, (int64_t)e->gen);
-		sqlite3_bind_int64(s, 5, (int64_t)e->offset);
-		sqlite3_bind_int64(s, 6, e->length);
-		sqlite3_bind_int64(s, 7, e->crc);
-		sqlite3_bind_int64(s, 8, (int64_t)e->obj_off);
-		sqlite3_bind_int64(s, 9, (int64_t)e->hvid);
-		sqlite3_bind_int64(s, 10, e->hseq);
-		rc = cat_exec_stmt(c, s, "extent insert");
-		if (rc < 0)
-			return rc;
-		s = cat_stmt(c, S_SEG_LIVE_ADD);
-		if (!s)
-			return -EIO;
-		sqlite3_bind_int64(s, 1, e->segment);
-		sqlite3_bind_int64(s, 2, (int64_t)e->gen);
-		sqlite3_bind_int64(s, 3, (int64_t)space);
-		sqlite3_bind_int64(s, 4, when_ns);
-		rc = cat_exec_stmt(c, s, "segment live");
-		if (rc < 0)
-			return rc;
-		if (sqlite3_changes(c->db) != 1) {
-			log_err(0, "segment %u was reclaimed under a recall", e->segment);
-			return -ESTALE;
-		}
-	}
-	return 0;
-}
 
 int cat_g4_recalled(struct cat *c, int64_t id, uint64_t vid, const struct cat_extent *ext,
 		    size_t n, int64_t now_ns)
@@ -2163,7 +2138,7 @@ int cat_g4_recalled(struct cat *c, int64_t id, uint64_t vid, const struct cat_ex
 	if (rc == 0 && changes != 1)
 		rc = -ESTALE;	/* recalled by another, overwritten or deleted */
 	if (rc == 0)
-		rc = cat_g4_insert_extents(c, id, ext, n, now_ns);
+		rc = cat_insert_extents(c, id, ext, n, now_ns);
 	if (rc < 0)
 		goto fail;
 	return cat_commit(c);
@@ -2206,34 +2181,9 @@ int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag)
 		rc = cat_errno(c, rc, "object lookup");
 		goto fail;
 	}
-	s = cat_stmt(c, S_OBJ_INSERT);
-	if (!s) {
-		rc = -EIO;
-		goto fail;
-	}
-	sqlite3_bind_int64(s, 1, p->bucket_id);
-	sqlite3_bind_text(s, 2, p->key, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 3, (int64_t)p->vid);
-	sqlite3_bind_int64(s, 4, (int64_t)p->size);
-	sqlite3_bind_text(s, 5, p->etag, -1, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 6, p->crc32c);
-	if (p->content_type)
-		sqlite3_bind_text(s, 7, p->content_type, -1, SQLITE_STATIC);
-	if (metalen)
-		sqlite3_bind_blob(s, 8, meta, (int)metalen, SQLITE_STATIC);
-	sqlite3_bind_int64(s, 9, p->mtime_ns);
-	sqlite3_bind_text(s, 10, p->session, -1, SQLITE_STATIC);
-	sqlite3_bind_int(s, 11, p->pinned);
-	sqlite3_bind_int64(s, 12, p->posix.mode);
-	sqlite3_bind_int64(s, 13, p->posix.uid);
-	sqlite3_bind_int64(s, 14, p->posix.gid);
-	sqlite3_bind_int64(s, 15, p->posix.atime_ns);
-	sqlite3_bind_int64(s, 16, p->posix.ctime_ns);
-	sqlite3_bind_int(s, 17, p->posix.kind);
-	rc = cat_exec_stmt(c, s, "object insert");
+	rc = cat_insert_object(c, p, meta, metalen, &id);
 	if (rc < 0)
 		goto fail;
-	id = sqlite3_last_insert_rowid(c->db);
 	s = cat_g4_prep(c, "UPDATE objects SET tier = 2, g4_vid = vid, g4_etag = ?2 WHERE id = ?1");
 	if (!s) {
 		rc = -EIO;
