@@ -55,34 +55,6 @@ static uint64_t mix64(uint64_t x)
 	return x;
 }
 
-/* test_fill(), a word at a time: the same bytes, faster in an -O0 build. */
-static void fill(void *buf, size_t len, uint64_t seed, uint64_t off)
-{
-	unsigned char *p = buf;
-	size_t head = (size_t)((8 - off % 8) % 8);
-
-	if (head > len)
-		head = len;
-	test_fill(p, head, seed, off);
-	p += head;
-	off += head;
-	len -= head;
-	for (; len >= 8; p += 8, off += 8, len -= 8) {
-		uint64_t x = off / 8 * 0x9E3779B97F4A7C15ull ^ seed * 0xBF58476D1CE4E5B9ull;
-
-		x ^= x >> 31;
-		x *= 0x94D049BB133111EBull;
-		x ^= x >> 29;
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-		memcpy(p, &x, 8);
-#else
-		for (int i = 0; i < 8; i++)
-			p[i] = (unsigned char)(x >> (8 * i));
-#endif
-	}
-	test_fill(p, len, seed, off);
-}
-
 static void key_name(char *buf, size_t len, unsigned key)
 {
 	snprintf(buf, len, "s%u/obj", key);
@@ -90,7 +62,7 @@ static void key_name(char *buf, size_t len, unsigned key)
 
 static unsigned char *g_buf, *g_want;	/* MAX_LEN each */
 
-/* 0 if bucket/key is exactly len bytes of fill(seed), else -errno or -EBADMSG. */
+/* 0 if bucket/key is exactly len bytes of test_fill(seed), else -errno or -EBADMSG. */
 static int check_object(struct kvt_store *st, unsigned key, uint64_t len, uint64_t seed)
 {
 	struct kvt_reader *r = NULL;
@@ -111,7 +83,7 @@ static int check_object(struct kvt_store *st, unsigned key, uint64_t len, uint64
 		rc = n < 0 ? (int)n : -EBADMSG;
 		goto out;
 	}
-	fill(g_want, len, seed, 0);
+	test_fill(g_want, len, seed, 0);
 	rc = memcmp(g_buf, g_want, len) == 0 ? 0 : -EBADMSG;
 out:
 	kvt_reader_close(r);
@@ -189,7 +161,7 @@ static int child_put(struct kvt_store *st, unsigned key, uint64_t seed, size_t l
 	int rc;
 
 	key_name(name, sizeof(name), key);
-	fill(g_buf, len, seed, 0);
+	test_fill(g_buf, len, seed, 0);
 	rc = kvt_writer_open(st, BUCKET, name, NULL, &w);
 	if (rc < 0)
 		return rc;

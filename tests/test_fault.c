@@ -32,37 +32,6 @@
  */
 #define RBIG (5u * SEG_PAYLOAD_MAX + 500000u)
 
-/*
- * test_fill(), a word at a time: the same bytes, several times faster, which
- * matters for the megabytes these tests generate in an -O0 build.
- */
-static void fill(void *buf, size_t len, uint64_t seed, uint64_t off)
-{
-	unsigned char *p = buf;
-	size_t head = (size_t)((8 - off % 8) % 8);
-
-	if (head > len)
-		head = len;
-	test_fill(p, head, seed, off);
-	p += head;
-	off += head;
-	len -= head;
-	for (; len >= 8; p += 8, off += 8, len -= 8) {
-		uint64_t x = off / 8 * 0x9E3779B97F4A7C15ull ^ seed * 0xBF58476D1CE4E5B9ull;
-
-		x ^= x >> 31;
-		x *= 0x94D049BB133111EBull;
-		x ^= x >> 29;
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-		memcpy(p, &x, 8);
-#else
-		for (int i = 0; i < 8; i++)
-			p[i] = (unsigned char)(x >> (8 * i));
-#endif
-	}
-	test_fill(p, len, seed, off);
-}
-
 /* Extents (and so device writes) a put of len bytes takes. */
 static unsigned extents_of(size_t len)
 {
@@ -206,7 +175,7 @@ static int put_through(struct kvt_store *st, const char *key, size_t len, uint64
 	while (done < len) {
 		size_t n = len - done < sizeof(chunk) ? len - done : sizeof(chunk);
 
-		fill(chunk, n, seed, done);
+		test_fill(chunk, n, seed, done);
 		rc = kvt_writer_write(w, chunk, n);
 		if (rc < 0 && wrc == 0)
 			wrc = rc;
@@ -251,7 +220,7 @@ static int get_whole(struct kvt_store *st, const char *key, size_t len, uint64_t
 		rc = (int)n;
 		goto out;
 	}
-	fill(want, len, seed, 0);
+	test_fill(want, len, seed, 0);
 	rc = (size_t)n == len && got[len] == 0xa5 && memcmp(got, want, len) == 0 ? 0 : -EBADMSG;
 out:
 	kvt_reader_close(r);
@@ -548,7 +517,7 @@ static void test_read_fault_ranges(void **state)
 					assert_int_equal(buf[i], 0x5a);
 			/* The same reader reads the range once the fault is spent. */
 			assert_int_equal(kvt_reader_pread(r, buf, n, off), (ssize_t)n);
-			fill(want, n, 5, off);
+			test_fill(want, n, 5, off);
 			assert_memory_equal(buf, want, n);
 			kvt_reader_close(r);
 			r = NULL;

@@ -87,38 +87,10 @@ static void vhdr_make(struct vhdr *h, uint32_t key, uint32_t pid, uint64_t count
 	h->check = vhdr_check(h);
 }
 
-/* test_fill(), a word at a time: the same bytes, faster in an -O0 build. */
-static void fill(void *buf, size_t len, uint64_t seed, uint64_t off)
-{
-	unsigned char *p = buf;
-	size_t head = (size_t)((8 - off % 8) % 8);
-
-	if (head > len)
-		head = len;
-	test_fill(p, head, seed, off);
-	p += head;
-	off += head;
-	len -= head;
-	for (; len >= 8; p += 8, off += 8, len -= 8) {
-		uint64_t x = off / 8 * 0x9E3779B97F4A7C15ull ^ seed * 0xBF58476D1CE4E5B9ull;
-
-		x ^= x >> 31;
-		x *= 0x94D049BB133111EBull;
-		x ^= x >> 29;
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-		memcpy(p, &x, 8);
-#else
-		for (int i = 0; i < 8; i++)
-			p[i] = (unsigned char)(x >> (8 * i));
-#endif
-	}
-	test_fill(p, len, seed, off);
-}
-
 /* Bytes [off, off + len) of the version h describes. */
 static void version_bytes(const struct vhdr *h, void *buf, size_t len, uint64_t off)
 {
-	fill(buf, len, h->seed, off);
+	test_fill(buf, len, h->seed, off);
 	if (off < sizeof(*h)) {
 		size_t n = sizeof(*h) - (size_t)off < len ? sizeof(*h) - (size_t)off : len;
 

@@ -49,10 +49,9 @@ struct kvt_store *test_store_open(struct test_env *env)
 	return st;
 }
 
-void test_fill(void *buf, size_t len, uint64_t seed, uint64_t off)
+/* Byte i of the stream is byte (off + i) % 8 of a mixed 64-bit word. */
+static void test_fill_bytes(unsigned char *p, size_t len, uint64_t seed, uint64_t off)
 {
-	unsigned char *p = buf;
-
 	for (size_t i = 0; i < len; i++) {
 		uint64_t x = (off + i) / 8 * 0x9E3779B97F4A7C15ull ^ seed * 0xBF58476D1CE4E5B9ull;
 
@@ -61,6 +60,30 @@ void test_fill(void *buf, size_t len, uint64_t seed, uint64_t off)
 		x ^= x >> 29;
 		p[i] = (unsigned char)(x >> (((off + i) % 8) * 8));
 	}
+}
+
+/* A word at a time where it can: several times faster in an -O0 build. */
+void test_fill(void *buf, size_t len, uint64_t seed, uint64_t off)
+{
+	unsigned char *p = buf;
+	size_t head = (size_t)((8 - off % 8) % 8);
+
+	if (head > len)
+		head = len;
+	test_fill_bytes(p, head, seed, off);
+	p += head;
+	off += head;
+	len -= head;
+	for (; len >= 8; p += 8, off += 8, len -= 8) {
+		uint64_t x = off / 8 * 0x9E3779B97F4A7C15ull ^ seed * 0xBF58476D1CE4E5B9ull;
+
+		x ^= x >> 31;
+		x *= 0x94D049BB133111EBull;
+		x ^= x >> 29;
+		for (int i = 0; i < 8; i++)
+			p[i] = (unsigned char)(x >> (8 * i));
+	}
+	test_fill_bytes(p, len, seed, off);
 }
 
 int test_put(struct kvt_store *st, const char *bucket, const char *key,
