@@ -261,21 +261,6 @@ static int bench_cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static int bench_cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double bench_median(double *v, unsigned n)
-{
-	if (n == 0)
-		return 0;
-	qsort(v, n, sizeof(*v), bench_cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* ---- options ------------------------------------------------------------- */
 
 static void bench_usage(FILE *f)
@@ -309,49 +294,6 @@ static void bench_usage(FILE *f)
 		"  --lookup-only        only the lookup test and memory (no fio, no cells)\n"
 		"  --keep               leave the scratch store and fio's file in DIR\n"
 		"  --out FILE           also write the results as JSON\n");
-}
-
-static int bench_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || v < min || v > max)
-		return -EINVAL;
-	*out = (unsigned)v;
-	return 0;
-}
-
-/* "64K,2M,32M" or "1,8,32": at most BENCH_MAX_LIST items. */
-static int bench_parse_list(const char *s, int sizes, uint64_t *vals, unsigned *n)
-{
-	char buf[256], *tok, *save = NULL;
-	int rc = 0;
-
-	if (snprintf(buf, sizeof(buf), "%s", s) >= (int)sizeof(buf))
-		return -EINVAL;
-	*n = 0;
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		uint64_t v;
-		unsigned u = 0;
-
-		if (*n == BENCH_MAX_LIST)
-			return -E2BIG;
-		if (sizes) {
-			rc = kvt_parse_size(tok, &v);
-			if (rc == 0 && (v == 0 || v > (1ull << 30)))
-				rc = -EINVAL;
-		} else {
-			rc = bench_parse_uint(tok, 1, BENCH_MAX_DEPTH, &u);
-			v = u;
-		}
-		if (rc < 0)
-			return rc;
-		vals[(*n)++] = v;
-	}
-	return *n ? 0 : -EINVAL;
 }
 
 /* Accepts "--name value" and "--name=value"; *val is NULL for a flag. */
@@ -411,9 +353,9 @@ static int bench_parse_args(const struct kvt_config *cfg, int argc, char **argv,
 		if (OPT("--dir", 1)) {
 			dir = v;
 		} else if (OPT("--sizes", 1)) {
-			rc = m < 0 ? -EINVAL : bench_parse_list(v, 1, o->sizes, &o->nsizes);
+			rc = m < 0 ? -EINVAL : bench_parse_list(v, 1, BENCH_MAX_DEPTH, o->sizes, BENCH_MAX_LIST, &o->nsizes);
 		} else if (OPT("--depths", 1)) {
-			rc = m < 0 ? -EINVAL : bench_parse_list(v, 0, depths, &o->ndepths);
+			rc = m < 0 ? -EINVAL : bench_parse_list(v, 0, BENCH_MAX_DEPTH, depths, BENCH_MAX_LIST, &o->ndepths);
 			for (unsigned k = 0; rc == 0 && k < o->ndepths; k++)
 				o->depths[k] = (unsigned)depths[k];
 		} else if (OPT("--seconds", 1)) {

@@ -148,21 +148,6 @@ static int64_t gb_now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int gb_cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double gb_median(double *v, unsigned n)
-{
-	if (n == 0)
-		return 0;
-	qsort(v, n, sizeof(*v), gb_cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void gb_size_str(uint64_t size, char *buf, size_t len)
 {
 	if (size >= (1 << 20) && size % (1 << 20) == 0)
@@ -950,7 +935,7 @@ join:
 		memcpy(all + nall, w[i].lat, w[i].nlat * sizeof(*all));
 		nall += w[i].nlat;
 	}
-	qsort(all, nall, sizeof(*all), gb_cmp_double);
+	qsort(all, nall, sizeof(*all), bench_cmp_double);
 	/*
 	 * A window shorter than one request (32 MiB at 64 connections) still
 	 * moved bytes: MiB/s counts, req/s is 0 and the latencies are unknown.
@@ -1237,48 +1222,6 @@ static void gb_usage(FILE *f)
 		"  --out FILE        also write the results as JSON\n");
 }
 
-static int gb_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || v < min || v > max)
-		return -EINVAL;
-	*out = (unsigned)v;
-	return 0;
-}
-
-static int gb_parse_list(const char *s, int sizes, uint64_t *vals, unsigned *n)
-{
-	char buf[256], *tok, *save = NULL;
-	int rc;
-
-	if (snprintf(buf, sizeof(buf), "%s", s) >= (int)sizeof(buf))
-		return -EINVAL;
-	*n = 0;
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		uint64_t v;
-		unsigned u = 0;
-
-		if (*n == GB_MAX_LIST)
-			return -E2BIG;
-		if (sizes) {
-			rc = kvt_parse_size(tok, &v);
-			if (rc == 0 && (v == 0 || v > (1ull << 30)))
-				rc = -EINVAL;
-		} else {
-			rc = gb_parse_uint(tok, 1, GB_MAX_CONNS, &u);
-			v = u;
-		}
-		if (rc < 0)
-			return rc;
-		vals[(*n)++] = v;
-	}
-	return *n ? 0 : -EINVAL;
-}
-
 /* "--name value" or "--name=value"; *val is NULL for a flag. */
 static int gb_opt_match(const char *arg, const char *name, int takes_value, int *i,
 			int argc, char **argv, const char **val)
@@ -1332,17 +1275,17 @@ static int gb_parse_args(const struct kvt_config *cfg, int argc, char **argv, st
 		if (OPT("--dir", 1)) {
 			dir = v;
 		} else if (OPT("--sizes", 1)) {
-			rc = m < 0 ? -EINVAL : gb_parse_list(v, 1, o->sizes, &o->nsizes);
+			rc = m < 0 ? -EINVAL : bench_parse_list(v, 1, GB_MAX_CONNS, o->sizes, GB_MAX_LIST, &o->nsizes);
 		} else if (OPT("--conns", 1)) {
-			rc = m < 0 ? -EINVAL : gb_parse_list(v, 0, conns, &o->nconns);
+			rc = m < 0 ? -EINVAL : bench_parse_list(v, 0, GB_MAX_CONNS, conns, GB_MAX_LIST, &o->nconns);
 			for (unsigned k = 0; rc == 0 && k < o->nconns; k++)
 				o->conns[k] = (unsigned)conns[k];
 		} else if (OPT("--seconds", 1)) {
-			rc = m < 0 ? -EINVAL : gb_parse_uint(v, 1, 3600, &o->seconds);
+			rc = m < 0 ? -EINVAL : bench_parse_uint(v, 1, 3600, &o->seconds);
 		} else if (OPT("--runs", 1)) {
-			rc = m < 0 ? -EINVAL : gb_parse_uint(v, 1, GB_MAX_RUNS, &o->runs);
+			rc = m < 0 ? -EINVAL : bench_parse_uint(v, 1, GB_MAX_RUNS, &o->runs);
 		} else if (OPT("--threads", 1)) {
-			rc = m < 0 ? -EINVAL : gb_parse_uint(v, 1, 1024, &o->threads);
+			rc = m < 0 ? -EINVAL : bench_parse_uint(v, 1, 1024, &o->threads);
 		} else if (OPT("--capacity", 1)) {
 			rc = m < 0 ? -EINVAL : kvt_parse_size(v, &o->capacity);
 		} else if (OPT("--keep", 0)) {
@@ -1387,7 +1330,7 @@ static void gb_median_cell(struct gb_cell *c)
 		for (unsigned r = 0; r < c->nruns; r++) \
 			if (c->r[s][r].ok && (cond)) \
 				v[k++] = c->r[s][r].field; \
-		m->field = gb_median(v, k); \
+		m->field = bench_median(v, k); \
 	} while (0)
 		MED(rps, 1);
 		MED(bps, 1);

@@ -29,4 +29,14 @@ int bench_engine_main(const struct kvt_config *cfg, int argc, char **argv);
  */
 int bench_gateway_main(const struct kvt_config *cfg, int argc, char **argv);
 
+/* ---- shared by the benchmarks (bench.c) ---- */
+
+int bench_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out);
+/* "64K,2M,32M" (sizes) or "1,8,32" (counts up to max_count): at most max_n items. */
+int bench_parse_list(const char *s, int sizes, unsigned max_count, uint64_t *vals,
+		     unsigned max_n, unsigned *n);
+int bench_cmp_double(const void *a, const void *b);
+/* Sorts v. */
+double bench_median(double *v, unsigned n);
+
 #endif /* KVT_CLI_H */
