@@ -463,6 +463,7 @@ out:
 		OPENSSL_cleanse(tls_key, strlen(tls_key));
 		free(tls_key);
 	}
+	gw_prestage_wait(&srv);
 	kvt_store_close(srv.st);
 	auth_creds_release(&srv.creds);
 	kvt_config_release(&srv.cfg);

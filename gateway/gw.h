@@ -71,6 +71,7 @@ struct gw_server {
 	uint64_t reqid_base;
 	uint64_t reqid_seq;		/* atomic */
 	int access_fd;			/* -1: no access log */
+	unsigned prestaging;		/* atomic: prestage threads still running */
 };
 
 enum gw_body_mode {
@@ -153,6 +154,8 @@ void http_completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 const char *http_hdr(const struct gw_req *rq, const char *name);
 /* Adds x-amz-request-id and friends, queues resp with status, destroys it. */
 void http_send(struct gw_req *rq, unsigned status, struct MHD_Response *resp);
+/* Waits for background prestages (s3_ops_kv.c) before the store closes. */
+void gw_prestage_wait(struct gw_server *srv);
 /* Body b (ownership taken) with Content-Type ctype. */
 void http_send_buf(struct gw_req *rq, unsigned status, const char *ctype, struct gw_buf *b);
 void http_send_xml(struct gw_req *rq, unsigned status, struct gw_buf *b);

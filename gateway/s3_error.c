@@ -73,7 +73,7 @@ static const struct {
 		"The specified multipart upload does not exist. The upload ID might be invalid, or the "
 		"multipart upload might have been aborted or completed." },
 	[S3_NOT_IMPLEMENTED] = { "NotImplemented", 501,
-		"A header or query you provided implies functionality that is not implemented." },
+		"A header or query you provided asks for something this server does not support." },
 	[S3_NOT_MODIFIED] = { "NotModified", 304, "Not Modified" },
 	[S3_PRECONDITION_FAILED] = { "PreconditionFailed", 412,
 		"At least one of the pre-conditions you specified did not hold" },

@@ -21,11 +21,14 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gw.h"
+#include "log.h"
 #include "s3_xml.h"
 
 #define S3_KV_MAX_KEYS 10000
@@ -73,8 +76,81 @@ nomem:
 	return S3_SERVICE_UNAVAILABLE;
 }
 
+/*
+ * A prestage in the background: the request returns at once, the recall
+ * (a network fetch per object) never holds an HTTP thread. The server
+ * waits for these before it closes the store (gw_prestage_wait).
+ */
+struct prestage_job {
+	struct gw_server *srv;
+	char *bucket;
+	char *session;		/* a whole session, or */
+	char **keys;		/* these keys */
+	size_t nkeys;
+};
+
+static void prestage_job_free(struct prestage_job *j)
+{
+	for (size_t i = 0; i < j->nkeys; i++)
+		free(j->keys[i]);
+	free(j->keys);
+	free(j->session);
+	free(j->bucket);
+	free(j);
+}
+
+static void *prestage_main(void *arg)
+{
+	struct prestage_job *j = arg;
+	struct kvt_g4_report rep;
+	int rc = 0;
+
+	if (j->session) {
+		rc = kvt_g4_recall_session(j->srv->st, j->bucket, j->session, NULL, &rep);
+	} else {
+		for (size_t i = 0; i < j->nkeys; i++) {
+			int r = kvt_object_recall(j->srv->st, j->bucket, j->keys[i]);
+
+			if (r < 0 && rc == 0)
+				rc = r;
+		}
+	}
+	if (rc < 0)
+		log_warn(rc, "prestage of '%s/%s' incomplete", j->bucket,
+			 j->session ? j->session : "(keys)");
+	__atomic_sub_fetch(&j->srv->prestaging, 1, __ATOMIC_RELEASE);
+	prestage_job_free(j);
+	return NULL;
+}
+
+/* Starts job (owned from here) on a detached thread; false if it could not. */
+static bool prestage_start(struct prestage_job *j)
+{
+	pthread_attr_t attr;
+	pthread_t tid;
+	bool ok;
+
+	__atomic_add_fetch(&j->srv->prestaging, 1, __ATOMIC_ACQUIRE);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	ok = pthread_create(&tid, &attr, prestage_main, j) == 0;
+	pthread_attr_destroy(&attr);
+	if (!ok) {
+		__atomic_sub_fetch(&j->srv->prestaging, 1, __ATOMIC_RELEASE);
+		prestage_job_free(j);
+	}
+	return ok;
+}
+
+void gw_prestage_wait(struct gw_server *srv)
+{
+	while (__atomic_load_n(&srv->prestaging, __ATOMIC_ACQUIRE) > 0)
+		usleep(10000);
+}
+
 static void s3_kv_run(struct gw_req *rq, bool prestage)
 {
+	struct prestage_job *job = NULL;
 	struct xml_keylist keys;
 	struct gw_buf b, items;
 	struct MHD_Response *resp;
@@ -86,9 +162,25 @@ static void s3_kv_run(struct gw_req *rq, bool prestage)
 	if (!s3_bucket_ok(rq, rq->route.bucket))
 		return;
 	if (prestage && s3_route_param(&rq->route, "session")) {
-		/* kvtier.h has no listing by session yet: see the report of issue 3. */
-		http_send_error(rq, S3_NOT_IMPLEMENTED,
-				"Prestage by session is not implemented yet: list the keys");
+		struct prestage_job *j = calloc(1, sizeof(*j));
+
+		if (j) {
+			j->srv = rq->srv;
+			j->bucket = strdup(rq->route.bucket);
+			j->session = strdup(s3_route_param(&rq->route, "session"));
+		}
+		if (!j || !j->bucket || !j->session) {
+			if (j)
+				prestage_job_free(j);
+			http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+			return;
+		}
+		if (!prestage_start(j)) {
+			http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+			return;
+		}
+		resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+		http_send(rq, MHD_HTTP_ACCEPTED, resp);
 		return;
 	}
 	code = s3_kv_keys(rq, &keys);
@@ -99,19 +191,34 @@ static void s3_kv_run(struct gw_req *rq, bool prestage)
 		return;
 	}
 	gw_buf_init(&items);
+	if (prestage) {
+		job = calloc(1, sizeof(*job));
+		if (job) {
+			job->srv = rq->srv;
+			job->bucket = strdup(rq->route.bucket);
+			job->keys = calloc(keys.n, sizeof(*job->keys));
+		}
+	}
 	for (size_t i = 0; i < keys.n; i++) {
 		struct kvt_object *o = NULL;
 		int rc = kvt_object_head(rq->srv->st, rq->route.bucket, keys.keys[i], &o);
 
 		xml_open(&items, "Key");
 		xml_elem(&items, "Name", keys.keys[i]);
+		if (rc == 0 && prestage && !(job && job->bucket && job->keys))
+			rc = -ENOMEM;	/* cannot queue the recall: say so below */
 		if (rc == 0) {
 			const bool is_hot = o->tier == KVT_TIER_HOT || o->tier == KVT_TIER_DEMOTING;
 
 			xml_elem(&items, "Tier", kvt_tier_name(o->tier));
 			xml_elemf(&items, "Size", "%llu", (unsigned long long)o->size);
+			if (prestage && !is_hot && job && job->keys) {
+				/* Ownership of the key moves to the job. */
+				job->keys[job->nkeys++] = keys.keys[i];
+				keys.keys[i] = NULL;
+			}
 			if (prestage)
-				xml_elem(&items, "Action", is_hot ? "none" : "recall-pending");
+				xml_elem(&items, "Action", is_hot ? "none" : "recall-started");
 			hot += is_hot;
 			cold += !is_hot;
 			if (prefix)
@@ -125,6 +232,10 @@ static void s3_kv_run(struct gw_req *rq, bool prestage)
 		xml_close(&items, "Key");
 		kvt_object_free(o);
 	}
+	if (job && job->nkeys > 0 && job->bucket)
+		prestage_start(job);
+	else if (job)
+		prestage_job_free(job);
 	gw_buf_init(&b);
 	xml_begin(&b, prestage ? "KvPrestageResult" : "KvLookupResult");
 	xml_elem(&b, "Bucket", rq->route.bucket);

@@ -917,6 +917,10 @@ class KvExtensions(Base):
         self.assertEqual(st, 200, body)
         self.assertIn(b"<Hot>1</Hot>", body)
         self.assertIn(b"<Missing>1</Missing>", body)
+        # A whole session: accepted at once, recalled in the background.
+        st, _, body = send("POST", "/" + self.bucket,
+                           query=[("kvtier-prestage", ""), ("session", "conv1")])
+        self.assertEqual(st, 202, body)
         st, _, body = send("POST", "/" + self.bucket, query=[("kvtier-lookup", "")],
                            body=b"<Lookup><Key>unclosed</Lookup>")
         self.assertEqual((st, b"MalformedXML" in body), (400, True))
