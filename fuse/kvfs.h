@@ -101,6 +101,7 @@ struct kvfs {
 	atomic_uint_fast64_t part_seq;
 	unsigned max_streams;		/* writers streaming at once */
 	atomic_uint active_streams;
+	atomic_uint prestaging;		/* prestage threads still running */
 	atomic_size_t buffered;		/* bytes of small files held in memory */
 	double attr_timeout, entry_timeout;
 	int64_t start_ns;
@@ -223,5 +224,8 @@ void kvfs_notify_inval_entry(struct kvfs *kv, fuse_ino_t parent, const char *nam
 /* ---- ops.c ---------------------------------------------------------------- */
 
 extern const struct fuse_lowlevel_ops kvfs_ops;
+
+/* Waits for background prestages (ops.c) before the store closes. */
+void kvfs_prestage_wait(struct kvfs *kv);
 
 #endif /* KVFS_H */

@@ -330,6 +330,7 @@ out:
 	if (kv.se)
 		fuse_session_destroy(kv.se);
 	fuse_loop_cfg_destroy(loop);
+	kvfs_prestage_wait(&kv);
 	if (kv.st)
 		kvfs_parts_release(&kv);
 	kvt_store_close(kv.st);

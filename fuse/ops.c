@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "kvfs.h"
 #include "log.h"
@@ -1044,6 +1045,82 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_buf(req, names, len);
 }
 
+/*
+ * user.kvtier.prestage: the session a directory names (or the object a file
+ * is) comes back from G4 in a background thread, so that no FUSE thread
+ * waits on the network; the daemon waits for these before it closes the
+ * store (kvfs_prestage_wait).
+ */
+struct prestage_job {
+	struct kvfs *kv;
+	char *bucket;
+	char *name;		/* a session, or a key */
+	int session;
+};
+
+static void *prestage_main(void *arg)
+{
+	struct prestage_job *j = arg;
+	struct kvt_g4_report rep;
+	int rc;
+
+	if (j->session)
+		rc = kvt_g4_recall_session(j->kv->st, j->bucket, j->name, NULL, &rep);
+	else
+		rc = kvt_object_recall(j->kv->st, j->bucket, j->name);
+	if (rc < 0)
+		log_warn(rc, "prestage of '%s/%s' incomplete", j->bucket, j->name);
+	atomic_fetch_sub(&j->kv->prestaging, 1);
+	free(j->bucket);
+	free(j->name);
+	free(j);
+	return NULL;
+}
+
+static int prestage_start(struct kvfs *kv, const char *bucket, const char *key, int dir)
+{
+	struct prestage_job *j = calloc(1, sizeof(*j));
+	size_t len = key ? strlen(key) : 0;
+	pthread_attr_t attr;
+	pthread_t tid;
+	int rc = 0;
+
+	if (!j)
+		return -ENOMEM;
+	if (!key || !len) {
+		free(j);
+		return -EINVAL;	/* a bucket is not a session */
+	}
+	j->kv = kv;
+	j->session = dir;
+	j->bucket = strdup(bucket);
+	/* A directory "conv42/" names the session "conv42". */
+	j->name = strndup(key, dir && key[len - 1] == '/' ? len - 1 : len);
+	if (!j->bucket || !j->name) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	atomic_fetch_add(&kv->prestaging, 1);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = -pthread_create(&tid, &attr, prestage_main, j);
+	pthread_attr_destroy(&attr);
+	if (rc == 0)
+		return 0;
+	atomic_fetch_sub(&kv->prestaging, 1);
+fail:
+	free(j->bucket);
+	free(j->name);
+	free(j);
+	return rc;
+}
+
+void kvfs_prestage_wait(struct kvfs *kv)
+{
+	while (atomic_load(&kv->prestaging) > 0)
+		usleep(10000);
+}
+
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
@@ -1084,11 +1161,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		if (rc == 0 && !pending)
 			rc = kvt_object_set_session(kv->st, bucket, key, v);
 	} else if (strcmp(name, XATTR_PRESTAGE) == 0) {
-		/* Accepted now so that callers can be written; recall comes
-		 * with the migrator (the cold tier). */
-		log_info("prestage of '%s/%s' requested; recall is not available yet", bucket,
-			 key);
-		rc = 0;
+		rc = prestage_start(kv, bucket, key, n->type == NODE_DIR);
 	} else if (strncmp(name, "user.kvtier.", 12) == 0) {
 		/* Read-only. ENOTSUP, not EPERM: cp -a and mv copy xattrs and
 		 * stay quiet about the ones a file system does not take. */
