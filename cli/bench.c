@@ -53,6 +53,30 @@ int bench_parse_list(const char *s, int sizes, unsigned max_count, uint64_t *val
 	return *n ? 0 : -EINVAL;
 }
 
+int bench_opt_match(const char *arg, const char *name, int takes_value, int *i, int argc,
+		    char **argv, const char **val)
+{
+	size_t len = strlen(name);
+
+	if (strncmp(arg, name, len) != 0)
+		return 0;
+	if (arg[len] == '\0') {
+		if (!takes_value) {
+			*val = NULL;
+			return 1;
+		}
+		if (*i + 1 >= argc)
+			return -1;
+		*val = argv[++*i];
+		return 1;
+	}
+	if (arg[len] == '=' && takes_value) {
+		*val = arg + len + 1;
+		return 1;
+	}
+	return 0;
+}
+
 int bench_cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;

@@ -299,31 +299,6 @@ static void bench_usage(FILE *f)
 		"  --out FILE           also write the results as JSON\n");
 }
 
-/* Accepts "--name value" and "--name=value"; *val is NULL for a flag. */
-static int bench_opt_match(const char *arg, const char *name, int takes_value, int *i,
-			   int argc, char **argv, const char **val)
-{
-	size_t len = strlen(name);
-
-	if (strncmp(arg, name, len) != 0)
-		return 0;
-	if (arg[len] == '\0') {
-		if (!takes_value) {
-			*val = NULL;
-			return 1;
-		}
-		if (*i + 1 >= argc)
-			return -1;
-		*val = argv[++*i];
-		return 1;
-	}
-	if (arg[len] == '=' && takes_value) {
-		*val = arg + len + 1;
-		return 1;
-	}
-	return 0;
-}
-
 static int bench_parse_args(const struct kvt_config *cfg, int argc, char **argv,
 			    struct bench_opts *o)
 {

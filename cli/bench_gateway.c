@@ -1222,31 +1222,6 @@ static void gb_usage(FILE *f)
 		"  --out FILE        also write the results as JSON\n");
 }
 
-/* "--name value" or "--name=value"; *val is NULL for a flag. */
-static int gb_opt_match(const char *arg, const char *name, int takes_value, int *i,
-			int argc, char **argv, const char **val)
-{
-	size_t len = strlen(name);
-
-	if (strncmp(arg, name, len) != 0)
-		return 0;
-	if (arg[len] == '\0') {
-		if (!takes_value) {
-			*val = NULL;
-			return 1;
-		}
-		if (*i + 1 >= argc)
-			return -1;
-		*val = argv[++*i];
-		return 1;
-	}
-	if (arg[len] == '=' && takes_value) {
-		*val = arg + len + 1;
-		return 1;
-	}
-	return 0;
-}
-
 static int gb_parse_args(const struct kvt_config *cfg, int argc, char **argv, struct gb_opts *o)
 {
 	uint64_t conns[GB_MAX_LIST];
@@ -1271,7 +1246,7 @@ static int gb_parse_args(const struct kvt_config *cfg, int argc, char **argv, st
 		const char *a = argv[i], *v = NULL;
 		int m;
 
-#define OPT(name, takes) ((m = gb_opt_match(a, name, takes, &i, argc, argv, &v)) != 0)
+#define OPT(name, takes) ((m = bench_opt_match(a, name, takes, &i, argc, argv, &v)) != 0)
 		if (OPT("--dir", 1)) {
 			dir = v;
 		} else if (OPT("--sizes", 1)) {

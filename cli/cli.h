@@ -35,6 +35,10 @@ int bench_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out);
 /* "64K,2M,32M" (sizes) or "1,8,32" (counts up to max_count): at most max_n items. */
 int bench_parse_list(const char *s, int sizes, unsigned max_count, uint64_t *vals,
 		     unsigned max_n, unsigned *n);
+/* Accepts "--name value" and "--name=value": 1 if arg is --name (*val is
+ * NULL for a flag), 0 if not, -1 if its value is missing. */
+int bench_opt_match(const char *arg, const char *name, int takes_value, int *i, int argc,
+		    char **argv, const char **val);
 int bench_cmp_double(const void *a, const void *b);
 /* Sorts v. */
 double bench_median(double *v, unsigned n);

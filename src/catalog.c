@@ -2164,23 +2164,13 @@ int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag)
 	rc = cat_exists(c, S_BUCKET_EXISTS, p->bucket_id);
 	if (rc < 0)
 		goto fail;
-	s = cat_stmt(c, S_OBJ_LOOKUP);
-	if (!s) {
-		rc = -EIO;
-		goto fail;
-	}
-	sqlite3_bind_int64(s, 1, p->bucket_id);
-	sqlite3_bind_text(s, 2, p->key, -1, SQLITE_STATIC);
-	rc = sqlite3_step(s);
-	cat_done(s);
-	if (rc == SQLITE_ROW) {
+	rc = cat_object_id(c, p->bucket_id, p->key, &id);
+	if (rc == 0) {
 		rc = -EEXIST;	/* this node has its own version: it wins */
 		goto fail;
 	}
-	if (rc != SQLITE_DONE) {
-		rc = cat_errno(c, rc, "object lookup");
+	if (rc != -ENOENT)
 		goto fail;
-	}
 	rc = cat_insert_object(c, p, meta, metalen, &id);
 	if (rc < 0)
 		goto fail;
