@@ -1640,7 +1640,9 @@ int cat_stat(struct cat *c, struct kvt_store_stat *st)
 	    (rc = cat_segment_counts(c, counts)) < 0 ||
 	    (rc = cat_counter_get(c, "evicted_objects", &st->evicted_objects)) < 0 ||
 	    (rc = cat_counter_get(c, "reclaimed_segments", &st->reclaimed_segments)) < 0 ||
-	    (rc = cat_counter_get(c, "checksum_failures", &st->checksum_failures)) < 0)
+	    (rc = cat_counter_get(c, "checksum_failures", &st->checksum_failures)) < 0 ||
+	    (rc = cat_counter_get(c, "demoted_objects", &st->demoted_objects)) < 0 ||
+	    (rc = cat_counter_get(c, "recalled_objects", &st->recalled_objects)) < 0)
 		goto out;
 	st->objects = objs[0];
 	st->object_bytes = objs[1];
@@ -2109,6 +2111,8 @@ int cat_g4_mark_cold(struct cat *c, int64_t id, uint64_t vid)
 		rc = -ENOENT;	/* overwritten or deleted meanwhile: stays as it is */
 	if (rc == 0)
 		rc = cat_release_extents(c, id);
+	if (rc == 0)
+		rc = cat_counter_add(c, "demoted_objects", 1);
 	if (rc < 0)
 		goto fail;
 	return cat_commit(c);
@@ -2139,6 +2143,8 @@ int cat_g4_recalled(struct cat *c, int64_t id, uint64_t vid, const struct cat_ex
 		rc = -ESTALE;	/* recalled by another, overwritten or deleted */
 	if (rc == 0)
 		rc = cat_insert_extents(c, id, ext, n, now_ns);
+	if (rc == 0)
+		rc = cat_counter_add(c, "recalled_objects", 1);
 	if (rc < 0)
 		goto fail;
 	return cat_commit(c);

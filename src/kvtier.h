@@ -146,6 +146,8 @@ struct kvt_store_stat {
 	uint64_t evicted_objects;	/* dropped by reclaim since init */
 	uint64_t reclaimed_segments;	/* since init */
 	uint64_t checksum_failures;	/* since init */
+	uint64_t demoted_objects;	/* moved to G4 (marked cold) since init */
+	uint64_t recalled_objects;	/* brought back from G4 since init */
 	const char *io;			/* "uring" or "sync": what runs */
 };
 

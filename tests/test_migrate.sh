@@ -91,6 +91,7 @@ grep -q '"key": "s2/blk1048577", "g4_key": "models/s2/blk1048577", "size": 10485
 	"$G4/.kvtier/manifests/models/s2.json%" || fail "manifest of s2 lacks blk1048577"
 kvt_expect 0 "$K" stat
 kvt_grep out "tiers: +1 hot, 0 demoting, $n cold, 0 recalling"
+kvt_grep out "demoted to G4: +$n$"
 
 step "kvtier get recalls byte-exact"
 for size in 0 1 4096 1048577 3000000; do
@@ -105,6 +106,8 @@ kvt_grep err "^kvtier-migrate: recall: 1 sessions, 5 objects"
 tier_is models s2/blk3000000 hot
 kvt_expect 0 "$K" get models s2/blk3000000 "$T/back"
 cmp "$T/in.s2.3000000" "$T/back" || fail "recalled s2/blk3000000 differs"
+kvt_expect 0 "$K" stat
+kvt_grep out "recalled from G4: +10$"
 
 step "kill -9 at random points, 30 rounds; a re-run finishes without duplicates"
 rounds=0

@@ -896,10 +896,21 @@ class BadInput(Base):
         self.fail("64 MiB of pinned objects fitted in the small store")
 
 
+def metric(name):
+    """The value of one sample of /metrics, 0 when absent."""
+    text = urllib.request.urlopen(ENDPOINT + "/metrics").read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 class KvExtensions(Base):
     def test_lookup_and_prestage(self):
         for k in ("conv1/blk0", "conv1/blk1", "conv1/blk2", "conv1/blk4"):
             self.s3.put_object(Bucket=self.bucket, Key=k, Body=b"kv" * 100)
+        hot0 = metric('kvtier_gateway_lookup_keys_total{result="hot"}')
+        missing0 = metric('kvtier_gateway_lookup_keys_total{result="missing"}')
         keys = ["conv1/blk%d" % i for i in range(6)]
         st, h, body = send("POST", "/" + self.bucket, query=[("kvtier-lookup", "")],
                            body="\n".join(keys).encode() + b"\n")
@@ -912,6 +923,9 @@ class KvExtensions(Base):
         xml = b"<Lookup>" + b"".join(b"<Key>%s</Key>" % k.encode() for k in keys[:2]) + b"</Lookup>"
         st, h, body = send("POST", "/" + self.bucket, query=[("kvtier-lookup", "")], body=xml)
         self.assertEqual((st, h["x-kvtier-stored"]), (200, "2"))
+        # The two lookups counted their keys: 4 + 2 hot, 2 missing.
+        self.assertEqual(metric('kvtier_gateway_lookup_keys_total{result="hot"}') - hot0, 6)
+        self.assertEqual(metric('kvtier_gateway_lookup_keys_total{result="missing"}') - missing0, 2)
         st, h, body = send("POST", "/" + self.bucket, query=[("kvtier-prestage", "")],
                            body=b"conv1/blk0\r\nconv1/blk9\r\n")
         self.assertEqual(st, 200, body)
@@ -936,7 +950,8 @@ class Operator(Base):
                      "kvtier_gateway_request_duration_seconds_bucket",
                      "kvtier_gateway_received_bytes_total", "kvtier_hot_capacity_bytes",
                      "kvtier_hot_used_bytes", "kvtier_evicted_objects_total",
-                     "kvtier_checksum_failures_total"):
+                     "kvtier_checksum_failures_total", "kvtier_demoted_objects_total",
+                     "kvtier_recalled_objects_total", "kvtier_gateway_lookup_keys_total"):
             self.assertIn(name, m)
 
 
