@@ -16,9 +16,11 @@ import concurrent.futures
 import datetime
 import hashlib
 import hmac
+import json
 import http.client
 import os
 import random
+import re
 import socket
 import sys
 import threading
@@ -953,6 +955,18 @@ class Operator(Base):
                      "kvtier_checksum_failures_total", "kvtier_demoted_objects_total",
                      "kvtier_recalled_objects_total", "kvtier_gateway_lookup_keys_total"):
             self.assertIn(name, m)
+
+    def test_dashboard_metrics_exist(self):
+        """Every series etc/grafana/kvtier.json plots is one /metrics exports."""
+        top = os.environ.get("top_srcdir",
+                             os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+        with open(os.path.join(top, "etc", "grafana", "kvtier.json")) as f:
+            exprs = [t["expr"] for p in json.load(f)["panels"] for t in p["targets"]]
+        names = set(re.findall(r"kvtier_[a-z_]+", " ".join(exprs)))
+        self.assertGreater(len(names), 8)
+        m = urllib.request.urlopen(ENDPOINT + "/metrics").read().decode()
+        exported = set(re.findall(r"^(kvtier_[a-z_]+)", m, re.M))
+        self.assertEqual(names - exported, set())
 
 
 if __name__ == "__main__":
