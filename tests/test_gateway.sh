@@ -71,6 +71,40 @@ if command -v curl >/dev/null 2>&1; then
 fi
 gw_stop "$g_pid"
 
+step "SIGHUP rereads the credentials (a bad file keeps the old users) and reopens the log"
+if command -v curl >/dev/null 2>&1; then
+	H=$T/hup-creds
+	(umask 077 && printf 'AKIDHUPOLD oldsecret\n' >"$H")
+	gw_start hup 8M 1M --credentials "$H"
+	hup_pid=$GW_PID
+	hup_status() {
+		curl -s -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" \
+			--user "$1" "$GW_ENDPOINT/"
+	}
+	hup_wait() {
+		i=0
+		until grep -q "$1" "$GW_LOG"; do
+			i=$((i + 1))
+			[ "$i" -lt 100 ] || fail "no '$1' after SIGHUP: $(cat "$GW_LOG")"
+			sleep 0.1
+		done
+	}
+	[ "$(hup_status AKIDHUPOLD:oldsecret)" = 200 ] || fail "the first user cannot sign in"
+	(umask 077 && printf 'AKIDHUPNEW newsecret\n' >"$H.new")
+	mv "$H.new" "$H"
+	mv "$T/hup.access" "$T/hup.access.1"
+	kill -HUP "$hup_pid"
+	hup_wait "SIGHUP: 1 users from"
+	[ "$(hup_status AKIDHUPNEW:newsecret)" = 200 ] || fail "the new user cannot sign in"
+	[ "$(hup_status AKIDHUPOLD:oldsecret)" = 403 ] || fail "the removed user still signs in"
+	[ -s "$T/hup.access" ] || fail "the access log was not reopened after SIGHUP"
+	chmod 644 "$H"
+	kill -HUP "$hup_pid"
+	hup_wait "credentials not reloaded, the old users stay"
+	[ "$(hup_status AKIDHUPNEW:newsecret)" = 200 ] || fail "a refused file dropped the users"
+	gw_stop "$hup_pid"
+fi
+
 pythons=""
 for py in python3 /usr/bin/python3; do
 	p=$(command -v "$py" 2>/dev/null) || continue
