@@ -521,6 +521,37 @@ class Multipart(Base):
                                self.s3.list_multipart_uploads(Bucket=self.bucket).get("Uploads", [])])
         self.s3.delete_object(Bucket=self.bucket, Key="big/100m")
 
+    def test_list_uploads_prefix_delimiter_pages(self):
+        bucket = self.bucket + "-lmu"
+        self.s3.create_bucket(Bucket=bucket)
+        ids = {}
+        for key in ("conv1/a", "conv1/b", "conv2/x/y", "top", "top"):
+            up = self.s3.create_multipart_upload(Bucket=bucket, Key=key)
+            ids.setdefault(key, []).append(up["UploadId"])
+        r = self.s3.list_multipart_uploads(Bucket=bucket, Delimiter="/")
+        self.assertEqual([u["Key"] for u in r["Uploads"]], ["top", "top"])
+        self.assertEqual([p["Prefix"] for p in r["CommonPrefixes"]], ["conv1/", "conv2/"])
+        self.assertEqual(r["Delimiter"], "/")
+        r = self.s3.list_multipart_uploads(Bucket=bucket, Prefix="conv2/", Delimiter="/")
+        self.assertNotIn("Uploads", r)
+        self.assertEqual([p["Prefix"] for p in r["CommonPrefixes"]], ["conv2/x/"])
+        r = self.s3.list_multipart_uploads(Bucket=bucket, Prefix="conv1/")
+        self.assertEqual([u["Key"] for u in r["Uploads"]], ["conv1/a", "conv1/b"])
+        # Pages of one: a common prefix counts once, markers resume after it.
+        seen, kw = [], {}
+        for _ in range(10):
+            r = self.s3.list_multipart_uploads(Bucket=bucket, Delimiter="/", MaxUploads=1, **kw)
+            seen += [u["Key"] for u in r.get("Uploads", [])]
+            seen += [p["Prefix"] for p in r.get("CommonPrefixes", [])]
+            if not r["IsTruncated"]:
+                break
+            kw = {"KeyMarker": r["NextKeyMarker"], "UploadIdMarker": r["NextUploadIdMarker"]}
+        self.assertEqual(seen, ["conv1/", "conv2/", "top", "top"])
+        for key, uids in ids.items():
+            for uid in uids:
+                self.s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=uid)
+        self.s3.delete_bucket(Bucket=bucket)
+
     def test_upload_file_transfer(self):
         from boto3.s3.transfer import TransferConfig
         data = os.urandom(12 * MiB + 123)
