@@ -53,10 +53,12 @@ struct cold {
 
 /*
  * A cold tier from [g4]: url "file:///DIR" or "s3://BUCKET/PREFIX" (with
- * endpoint and credentials). NULL url means
- * file://<store_dir>/g4. -EINVAL for a url it cannot parse, -ENOTSUP for a
- * scheme this build lacks. Free with cold_free().
+ * endpoint and credentials). NULL url means file://<store_dir>/g4; "none"
+ * (COLD_URL_NONE) means this node has no cold tier: -ENODEV, and reclaim
+ * drops what it must free. -EINVAL for a url it cannot parse, -ENOTSUP for
+ * a scheme this build lacks. Free with cold_free().
  */
+#define COLD_URL_NONE "none"
 int cold_new(const char *url, const char *endpoint, const char *credentials,
 	     const char *store_dir, struct cold **out);
 /* Accepts NULL. */

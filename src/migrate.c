@@ -870,8 +870,11 @@ int recall_object(struct kvt_store *st, const char *bucket, const char *key)
 	if (co->obj->tier != KVT_TIER_COLD)
 		goto out;	/* hot already: nothing to do */
 	rc = store_cold(st, &cold);
-	if (rc < 0)
+	if (rc < 0) {
+		log_err(rc, "cannot recall '%s/%s': %s", bucket, key, rc == -ENODEV ?
+			"[g4] url = none, this node has no cold tier" : "g4 does not open");
 		goto out;
+	}
 	gkey = g4_object_key(bucket, key);
 	if (!gkey) {
 		rc = -ENOMEM;

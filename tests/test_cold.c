@@ -390,6 +390,47 @@ static void test_reclaim_to_cold(void **state)
 	test_env_release(&env);
 }
 
+/* [g4] url = none: a pure cache node. Nothing to demote to, so reclaim
+ * drops what it must free, and the G4 calls say -ENODEV. */
+static void test_g4_none(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct kvt_object *obj = NULL;
+	char key[64];
+	int dropped = 0;
+
+	(void)state;
+	test_env_init(&env, CAP, SEG);
+	env.cfg.g4.url = strdup("none");
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", 4096, 1), 0);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), -ENODEV);
+	assert_int_equal(kvt_g4_cleanup(st), -ENODEV);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	/* Twice the hot tier: the oldest go, sessions and plain cache alike. */
+	for (int i = 0; i < 64; i++) {
+		snprintf(key, sizeof(key), i % 2 ? "s%d/blk" : "cache-%d", i);
+		assert_int_equal(test_put(st, "kvs", key, 2 * 1024 * 1024, 100 + (uint64_t)i), 0);
+	}
+	for (int i = 0; i < 64; i++) {
+		snprintf(key, sizeof(key), i % 2 ? "s%d/blk" : "cache-%d", i);
+		if (kvt_object_head(st, "kvs", key, &obj) == -ENOENT)
+			dropped++;
+		else
+			kvt_object_free(obj);
+		obj = NULL;
+	}
+	assert_true(dropped >= 32);
+	assert_int_equal(kvt_object_head(st, "kvs", "s1/a", &obj), -ENOENT);
+	assert_int_equal(test_check(st, "kvs", "s63/blk", 2 * 1024 * 1024, 163), 0);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -400,6 +441,7 @@ int main(void)
 		cmocka_unit_test(test_faults),
 		cmocka_unit_test(test_import),
 		cmocka_unit_test(test_reclaim_to_cold),
+		cmocka_unit_test(test_g4_none),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
