@@ -33,10 +33,12 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "store.h"
@@ -70,6 +72,60 @@ int kvt_g4_cleanup(struct kvt_store *st)
 	int rc = store_cold(st, &cold);
 
 	return rc < 0 ? rc : cold_cleanup(cold);
+}
+
+/*
+ * One demotion of a session, and one recall of an object, at a time, across
+ * threads and processes: an OFD byte-range lock on DIR/g4.lock, one byte
+ * chosen by a hash of the name. OFD locks belong to the open file
+ * description, so two threads of one process exclude each other as two
+ * processes do, and the kernel drops the lock of a process that dies: a
+ * recall killed half way leaves nothing to clean up (no persisted RECALLING
+ * state that would need an owner and a lease). Two names that share a byte
+ * are only serialised. Returns the fd that holds the lock (close() drops
+ * it), -EBUSY if it is taken and !wait, or -errno.
+ */
+static int g4_lock(struct kvt_store *st, const char *kind, const char *a, const char *b, int wait)
+{
+	char path[4096];
+	uint64_t h = 14695981039346656037ull;
+	const char *parts[3] = { kind, a, b };
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_len = 1 };
+	int fd;
+
+	for (int i = 0; i < 3; i++)
+		for (const char *p = parts[i]; ; p++) {
+			h = (h ^ (unsigned char)*p) * 1099511628211ull;
+			if (!*p)
+				break;
+		}
+	fl.l_start = (off_t)(h & ((1ull << 40) - 1));
+	snprintf(path, sizeof(path), "%s/g4.lock", st->dir);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		int rc = -errno;
+
+		log_err(rc, "cannot open '%s'", path);
+		return rc;
+	}
+	while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) < 0) {
+		int rc = -errno;
+
+		if (rc == -EINTR)
+			continue;
+		close(fd);
+		if (rc == -EAGAIN || rc == -EACCES)
+			return -EBUSY;
+		log_err(rc, "cannot lock '%s'", path);
+		return rc;
+	}
+	return fd;
+}
+
+static void g4_unlock(int fd)
+{
+	if (fd >= 0)
+		close(fd);
 }
 
 /* "BUCKET/KEY": caller frees. */
@@ -655,19 +711,29 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 {
 	struct cat *c = store_cat(st);
 	struct cat_g4_obj *v = NULL;
-	size_t n = 0, moved = 0;
-	int count = 0, rc;
+	size_t n = 0, moved = 0, demoting = 0;
+	int count = 0, lock = -1, rc;
 
 	if (!c)
 		return -ENOMEM;
 	if (o && o->dry_run)
 		return demote_dry(c, s, o, rep);
+	/* Two demotions of one session (the migrator and reclaim under
+	 * pressure, in two processes) would each write the manifest from what
+	 * they saw: the last could omit what the first marked cold. */
+	lock = g4_lock(st, "demote", s->bucket, s->session, 1);
+	if (lock < 0)
+		return lock;
 	rc = cat_g4_demote_begin(c, s->bucket_id, s->session, &count);
 	if (rc == 0)
 		/* Every tier: a recalled object is still in G4 and in the manifest. */
 		rc = cat_g4_session_objects(c, s->bucket_id, s->session, 0xf, &v, &n);
 	if (rc < 0)
-		return rc;
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		demoting += v[i].co->obj->tier == KVT_TIER_DEMOTING;
+	if (demoting == 0)
+		goto out;	/* someone else finished it meanwhile */
 	/* 1. Upload and verify what G4 does not hold yet. */
 	for (size_t i = 0; i < n; i++) {
 		struct cat_g4_obj *go = &v[i];
@@ -724,6 +790,29 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	rc = 0;
 out:
 	cat_g4_objs_free(v, n);
+	g4_unlock(lock);
+	return rc;
+}
+
+int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *session)
+{
+	struct session_ref s = { .bucket = (char *)bucket, .session = (char *)session };
+	struct kvt_g4_report rep = { 0 };
+	struct cold *cold;
+	int rc = store_cold(st, &cold);
+
+	if (rc == 0)
+		rc = store_bucket_id(st, bucket, &s.bucket_id);
+	if (rc == 0)
+		rc = demote_session(st, cold, &s, NULL, &rep);
+	if (rc == 0 && rep.failures)
+		rc = -EIO;	/* logged by the upload */
+	if (rc == 0)
+		log_info("demoted session '%s' of bucket '%s' under pressure: %" PRIu64
+			 " objects, %" PRIu64 " bytes", session, bucket, rep.objects, rep.bytes);
+	else
+		log_err(rc, "cannot demote session '%s' of bucket '%s' under pressure;"
+			" its objects stay hot", session, bucket);
 	return rc;
 }
 

@@ -89,6 +89,10 @@ static inline int store_g4_none(const struct kvt_store *st)
 int store_cold(struct kvt_store *st, struct cold **out);
 /* Tests: use c (takes ownership; NULL drops the current one). */
 void store_set_cold(struct kvt_store *st, struct cold *c);
+/* Reclaim under pressure: the session to G4 (upload, verify, manifest,
+ * cold), as kvtier-migrate would; 0 or -errno (migrate.c). Call with no
+ * lock held: it waits for the partner. */
+int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *session);
 /* COLD -> HOT for bucket/key: fetch, verify, write back (migrate.c). */
 int recall_object(struct kvt_store *st, const char *bucket, const char *key);
 

@@ -20,6 +20,15 @@
 #define CAP (64u << 20)
 #define SEG (4u << 20)
 
+/* A scratch store whose G4 is the default, file://<store dir>/g4 (testlib
+ * makes pure cache nodes). */
+static void g4_env_init(struct test_env *env, uint64_t capacity, uint64_t segment_size)
+{
+	test_env_init(env, capacity, segment_size);
+	free(env->cfg.g4.url);
+	env->cfg.g4.url = NULL;
+}
+
 static int src_bytes(void *arg, void *buf, size_t len, uint64_t off)
 {
 	test_fill(buf, len, (uint64_t)(uintptr_t)arg, off);
@@ -47,7 +56,7 @@ static void test_file_layout(void **state)
 	uint64_t size = 0;
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
+	g4_env_init(&env, CAP, SEG);
 	snprintf(dir, sizeof(dir), "%s/g4", env.dir);
 	assert_int_equal(cold_file_new(dir, &c), 0);
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
@@ -94,7 +103,7 @@ static void test_file_cleanup(void **state)
 	FILE *f;
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
+	g4_env_init(&env, CAP, SEG);
 	snprintf(dir, sizeof(dir), "%s/g4", env.dir);
 	assert_int_equal(cold_file_new(dir, &c), 0);
 	assert_int_equal(cold_put_buf(c, "b/k", "x", 1, NULL), 0);	/* makes .kvtier/tmp */
@@ -145,7 +154,7 @@ static void test_demote_recall(void **state)
 	struct kvt_store_stat ss;
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
+	g4_env_init(&env, CAP, SEG);
 	st = test_store_open(&env);
 	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
 	assert_int_equal(test_put(st, "kvs", "s1/big", 5 * 1024 * 1024 + 17, 1), 0);
@@ -215,7 +224,7 @@ static void test_demote_rules(void **state)
 	struct kvt_put_opts po = { .flags = KVT_PUT_PIN };
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
+	g4_env_init(&env, CAP, SEG);
 	st = test_store_open(&env);
 	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
 	assert_int_equal(test_put(st, "kvs", "s1/a", 100, 1), 0);
@@ -263,7 +272,7 @@ static void test_faults(void **state)
 	struct kvt_reader *r = NULL;
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
+	g4_env_init(&env, CAP, SEG);
 	st = open_faulty(&env, &plan);
 	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
 	assert_int_equal(test_put(st, "kvs", "s1/a", 300000, 1), 0);
@@ -321,8 +330,8 @@ static void test_import(void **state)
 	char url[600];
 
 	(void)state;
-	test_env_init(&a, CAP, SEG);
-	test_env_init(&b, CAP, SEG);
+	g4_env_init(&a, CAP, SEG);
+	g4_env_init(&b, CAP, SEG);
 	snprintf(url, sizeof(url), "file://%s/shared-g4", a.dir);
 	a.cfg.g4.url = strdup(url);
 	b.cfg.g4.url = strdup(url);
@@ -362,7 +371,7 @@ static void test_reclaim_to_cold(void **state)
 	char key[64];
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
+	g4_env_init(&env, CAP, SEG);
 	st = test_store_open(&env);
 	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
 	assert_int_equal(test_put(st, "kvs", "s1/kept", 2 * 1024 * 1024, 11), 0);
@@ -372,9 +381,10 @@ static void test_reclaim_to_cold(void **state)
 	/* Recalled: hot again, and G4 still holds it. */
 	assert_int_equal(test_check(st, "kvs", "s1/kept", 2 * 1024 * 1024, 11), 0);
 	assert_int_equal(tier_of(st, "kvs", "s1/kept"), KVT_TIER_HOT);
-	/* Plain cache, twice the hot tier: reclaim must make room. */
+	/* Plain cache (keys that name no session), twice the hot tier:
+	 * reclaim must make room. */
 	for (int i = 0; i < 64; i++) {
-		snprintf(key, sizeof(key), "cache/%d", i);
+		snprintf(key, sizeof(key), "cache-%d", i);
 		assert_int_equal(test_put(st, "kvs", key, 2 * 1024 * 1024, 100 + (uint64_t)i), 0);
 	}
 	assert_int_equal(tier_of(st, "kvs", "s1/kept"), KVT_TIER_COLD);
@@ -384,7 +394,101 @@ static void test_reclaim_to_cold(void **state)
 	{
 		struct kvt_object *obj = NULL;
 
-		assert_int_equal(kvt_object_head(st, "kvs", "cache/0", &obj), -ENOENT);
+		assert_int_equal(kvt_object_head(st, "kvs", "cache-0", &obj), -ENOENT);
+	}
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+static int exists(struct kvt_store *st, const char *b, const char *k)
+{
+	struct kvt_object *o = NULL;
+	int rc = kvt_object_head(st, b, k, &o);
+
+	kvt_object_free(o);
+	assert_true(rc == 0 || rc == -ENOENT);
+	return rc == 0;
+}
+
+/*
+ * Pressure: twice the hot tier of session state and plain cache. Every
+ * session object stays readable (hot, or cold and recalled), plain cache
+ * is dropped. With the partner down, writes fail with -ENOSPC rather than
+ * lose a session; when it is back, demotion makes room again.
+ */
+static void test_pressure_demote(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	char key[64];
+	int cold = 0, dropped = 0, rc = 0, written = 0;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	for (int i = 0; i < 64; i++) {
+		if (i % 4 == 3)
+			snprintf(key, sizeof(key), "cache-%d", i);
+		else
+			snprintf(key, sizeof(key), "s%d/blk%d", i / 4, i);
+		assert_int_equal(test_put(st, "kvs", key, 2 * 1024 * 1024, 1000 + (uint64_t)i), 0);
+	}
+	assert_true(plan.puts > 0);
+	for (int i = 0; i < 64; i++) {
+		if (i % 4 == 3) {
+			snprintf(key, sizeof(key), "cache-%d", i);
+			if (!exists(st, "kvs", key))
+				dropped++;
+			else
+				assert_int_not_equal(tier_of(st, "kvs", key), KVT_TIER_COLD);
+			continue;
+		}
+		snprintf(key, sizeof(key), "s%d/blk%d", i / 4, i);
+		cold += tier_of(st, "kvs", key) == KVT_TIER_COLD;
+	}
+	assert_true(cold > 0);
+	assert_true(dropped > 0);
+	/* Every session object, byte-exact: reading the cold ones recalls them
+	 * and demotes others to make room. */
+	for (int i = 0; i < 64; i++) {
+		if (i % 4 == 3)
+			continue;
+		snprintf(key, sizeof(key), "s%d/blk%d", i / 4, i);
+		assert_int_equal(test_check(st, "kvs", key, 2 * 1024 * 1024, 1000 + (uint64_t)i), 0);
+	}
+
+	/* The partner goes away: new sessions fill the store, then -ENOSPC. */
+	plan.fail_puts = 1u << 30;
+	plan.err = -EAGAIN;
+	for (int i = 0; i < 64 && rc == 0; i++) {
+		snprintf(key, sizeof(key), "down%d/blk", i);
+		rc = test_put(st, "kvs", key, 2 * 1024 * 1024, 5000 + (uint64_t)i);
+		written += rc == 0;
+	}
+	assert_int_equal(rc, -ENOSPC);
+	for (int i = 0; i < written; i++) {
+		snprintf(key, sizeof(key), "down%d/blk", i);
+		assert_int_equal(test_check(st, "kvs", key, 2 * 1024 * 1024, 5000 + (uint64_t)i), 0);
+	}
+	for (int i = 0; i < 64; i++) {
+		if (i % 4 == 3)
+			continue;
+		snprintf(key, sizeof(key), "s%d/blk%d", i / 4, i);
+		assert_true(exists(st, "kvs", key));
+	}
+	/* It is back: the next write demotes and succeeds. */
+	plan.fail_puts = 0;
+	assert_int_equal(test_put(st, "kvs", "after/blk", 2 * 1024 * 1024, 9000), 0);
+	for (int i = 0; i < written; i++) {
+		snprintf(key, sizeof(key), "down%d/blk", i);
+		assert_int_equal(test_check(st, "kvs", key, 2 * 1024 * 1024, 5000 + (uint64_t)i), 0);
+	}
+	{
+		struct kvt_fsck_report fr;
+
+		assert_int_equal(kvt_store_fsck(st, 0, &fr), 0);
 	}
 	kvt_store_close(st);
 	test_env_release(&env);
@@ -403,7 +507,8 @@ static void test_g4_none(void **state)
 	int dropped = 0;
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
+	g4_env_init(&env, CAP, SEG);
+	free(env.cfg.g4.url);
 	env.cfg.g4.url = strdup("none");
 	st = test_store_open(&env);
 	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
@@ -441,6 +546,7 @@ int main(void)
 		cmocka_unit_test(test_faults),
 		cmocka_unit_test(test_import),
 		cmocka_unit_test(test_reclaim_to_cold),
+		cmocka_unit_test(test_pressure_demote),
 		cmocka_unit_test(test_g4_none),
 	};
 
