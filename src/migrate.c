@@ -13,9 +13,9 @@
  *    ^                              cat_g4_set_uploaded()     cat_g4_mark_cold()
  *    |                                                                      |
  *    +----------------------------------------------------------------------+
- *          recall_object(): get, verify size and CRC32C, write extents,
- *          cat_g4_recalled() (RECALLING is never persisted: a recall killed
- *          half way leaves the object cold and its extents garbage)
+ *          recall_object(): under the object's recall lock, get, verify
+ *          size and CRC32C, write extents, cat_g4_recalled() (a recall
+ *          killed half way leaves the object cold and its extents garbage)
  *
  * Invariants: an object's hot extents are freed only after G4 holds its
  * bytes verified and the session's manifest lists it; a G4 put is atomic
@@ -26,9 +26,10 @@
  * Reclaim turns such an object cold instead of dropping it (catalog.c,
  * cat_object_drop).
  *
- * Concurrent recalls of one object each fetch it; the first to commit wins,
- * the others' extents stay uncommitted and reclaim frees them.
- * TODO(issue 5): coalesce them in-process; parallel jobs; multipart.
+ * Concurrent recalls of one object coalesce into one fetch, across threads
+ * and processes (g4_lock(), recall_object()); so do two demotions of one
+ * session. RECALLING is not persisted: the lock, which dies with its
+ * holder, stands for it.
  */
 #include "config.h"
 
@@ -941,15 +942,77 @@ static int recall_take(void *arg, const void *buf, size_t len)
 	return 0;
 }
 
+/*
+ * The fetch of one cold object (co), its extents written and committed.
+ * The partner's "retry later" (-EAGAIN) and "no answer" (-EHOSTUNREACH)
+ * both come back as -EHOSTUNREACH, which the gateway answers with 503 and
+ * Retry-After and the mount with EIO; a full hot tier as -ENOSPC. Either
+ * way the object stays cold, and what was written is released garbage.
+ */
+static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
+			const char *bucket, const char *key, const struct cat_object *co)
+{
+	struct recall_sink rs = { .st = st };
+	char *gkey = g4_object_key(bucket, key);
+	uint64_t got = 0;
+	int rc;
+
+	if (!gkey)
+		return -ENOMEM;
+	rc = store_io_get(st, &rs.io);
+	if (rc < 0)
+		goto out;
+	rs.buf = io_buf(rs.io, 0);
+	rs.vid = co->vid;
+	rs.max = co->obj->size;
+	rc = cold_get(cold, gkey, recall_take, &rs, &got);
+	if (rc == 0 && rs.fill > 0)
+		rc = recall_flush(&rs);
+	if (rc == -EAGAIN || rc == -EHOSTUNREACH || rc == -ETIMEDOUT || rc == -ECONNRESET) {
+		log_err(rc, "cannot recall '%s/%s': g4 '%s' does not answer; it stays cold, try"
+			" again later", bucket, key, cold->url);
+		rc = -EHOSTUNREACH;
+		goto out;
+	}
+	if (rc == -ENOSPC) {
+		log_err(rc, "cannot recall '%s/%s' from g4: the hot tier is full and nothing more"
+			" can be evicted; it stays cold", bucket, key);
+		goto out;
+	}
+	if (rc < 0) {
+		log_err(rc, "cannot recall '%s/%s' from g4 '%s'", bucket, key, cold->url);
+		goto out;
+	}
+	if (rs.size != co->obj->size || rs.crc != co->obj->crc32c) {
+		log_err(0, "g4 copy of '%s/%s' is %" PRIu64 " bytes with crc32c %08x, not %" PRIu64
+			" with %08x", bucket, key, rs.size, rs.crc, co->obj->size, co->obj->crc32c);
+		rc = -EIO;
+		goto out;
+	}
+	rc = cat_g4_recalled(c, co->id, co->vid, rs.ext, rs.n, util_now_ns());
+	if (rc == -ESTALE)
+		rc = 0;	/* it changed meanwhile: the caller looks again */
+out:
+	for (size_t i = 0; i < rs.n; i++)
+		store_release(st, rs.ext[i].segment, rs.ext[i].gen);
+	free(rs.ext);
+	store_io_put(st, rs.io);
+	free(gkey);
+	return rc;
+}
+
+/*
+ * Concurrent recalls of one object coalesce: the first takes the object's
+ * recall lock (g4_lock(), threads and processes alike) and fetches; the
+ * others wait for the lock, look again, find the object hot and return.
+ * If the first failed, the next one tries the partner itself.
+ */
 int recall_object(struct kvt_store *st, const char *bucket, const char *key)
 {
 	struct cat *c = store_cat(st);
 	struct cat_object *co = NULL;
-	struct recall_sink rs = { .st = st };
 	struct cold *cold;
-	char *gkey = NULL;
-	uint64_t got = 0;
-	int rc;
+	int lock = -1, rc;
 
 	if (!c)
 		return -ENOMEM;
@@ -964,40 +1027,21 @@ int recall_object(struct kvt_store *st, const char *bucket, const char *key)
 			"[g4] url = none, this node has no cold tier" : "g4 does not open");
 		goto out;
 	}
-	gkey = g4_object_key(bucket, key);
-	if (!gkey) {
-		rc = -ENOMEM;
+	lock = g4_lock(st, "recall", bucket, key, 1);
+	if (lock < 0) {
+		rc = lock;
 		goto out;
 	}
-	rc = store_io_get(st, &rs.io);
-	if (rc < 0)
-		goto out;
-	rs.buf = io_buf(rs.io, 0);
-	rs.vid = co->vid;
-	rs.max = co->obj->size;
-	rc = cold_get(cold, gkey, recall_take, &rs, &got);
-	if (rc == 0 && rs.fill > 0)
-		rc = recall_flush(&rs);
-	if (rc < 0) {
-		log_err(rc, "cannot recall '%s/%s' from g4 '%s'", bucket, key, cold->url);
-		goto out;
-	}
-	if (rs.size != co->obj->size || rs.crc != co->obj->crc32c) {
-		log_err(0, "g4 copy of '%s/%s' is %" PRIu64 " bytes with crc32c %08x, not %" PRIu64
-			" with %08x", bucket, key, rs.size, rs.crc, co->obj->size, co->obj->crc32c);
-		rc = -EIO;
-		goto out;
-	}
-	rc = cat_g4_recalled(c, co->id, co->vid, rs.ext, rs.n, util_now_ns());
-	if (rc == -ESTALE)
-		rc = 0;	/* another recall won, or it changed: the caller looks again */
-out:
-	for (size_t i = 0; i < rs.n; i++)
-		store_release(st, rs.ext[i].segment, rs.ext[i].gen);
-	free(rs.ext);
-	store_io_put(st, rs.io);
+	/* Another thread or process may have brought it back meanwhile. */
 	cat_object_free(co);
-	free(gkey);
+	co = NULL;
+	rc = cat_object_lookup(c, bucket, key, 0, &co);
+	if (rc < 0 || co->obj->tier != KVT_TIER_COLD)
+		goto out;
+	rc = recall_fetch(st, c, cold, bucket, key, co);
+out:
+	g4_unlock(lock);
+	cat_object_free(co);
 	return rc;
 }
 

@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "store.h"
@@ -494,6 +497,197 @@ static void test_pressure_demote(void **state)
 	test_env_release(&env);
 }
 
+/* s1/a (size bytes of seed 21) in G4 and cold, on a store whose G4 obeys plan. */
+static struct kvt_store *cold_one(struct test_env *env, struct cold_fault_plan *plan,
+				  size_t size)
+{
+	struct kvt_store *st = open_faulty(env, plan);
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", size, 21), 0);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	return st;
+}
+
+struct recall_arg {
+	struct kvt_store *st;
+	int rc;
+};
+
+static void *recall_thread(void *arg)
+{
+	struct recall_arg *ra = arg;
+
+	ra->rc = test_check(ra->st, "kvs", "s1/a", 3 * 1024 * 1024, 21);
+	return NULL;
+}
+
+/* Four threads read one cold object at once: one fetch from the partner. */
+static void test_recall_coalesce_threads(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct recall_arg ra[4];
+	pthread_t th[4];
+	unsigned gets;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = cold_one(&env, &plan, 3 * 1024 * 1024);
+	gets = plan.gets;
+	plan.stall_ms = 300;	/* a slow partner: the four overlap */
+	for (int i = 0; i < 4; i++) {
+		ra[i] = (struct recall_arg){ st, 1 };
+		assert_int_equal(pthread_create(&th[i], NULL, recall_thread, &ra[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(ra[i].rc, 0);
+	}
+	assert_int_equal(plan.gets - gets, 1);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/* Two processes, each with its own store handle, read one cold object at
+ * once: one fetch. The plan lives in shared memory, so both count in it. */
+static void test_recall_coalesce_procs(void **state)
+{
+	struct cold_fault_plan *plan;
+	struct test_env env;
+	struct kvt_store *st;
+	pid_t pid[2];
+	unsigned gets;
+
+	(void)state;
+	plan = mmap(NULL, sizeof(*plan), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(plan != MAP_FAILED);
+	memset(plan, 0, sizeof(*plan));
+	g4_env_init(&env, CAP, SEG);
+	st = cold_one(&env, plan, 3 * 1024 * 1024);
+	kvt_store_close(st);
+	gets = plan->gets;
+	plan->stall_ms = 500;
+	for (int i = 0; i < 2; i++) {
+		pid[i] = fork();
+		assert_true(pid[i] >= 0);
+		if (pid[i] == 0) {
+			struct kvt_store *cs = NULL;
+			struct cold *inner = NULL, *f = NULL;
+			char dir[512];
+			int rc = kvt_store_open(&env.cfg, 0, &cs);
+
+			snprintf(dir, sizeof(dir), "%s/g4", env.cfg.store.dir);
+			if (rc == 0)
+				rc = cold_file_new(dir, &inner);
+			if (rc == 0)
+				rc = cold_fault_new(inner, plan, &f);
+			if (rc == 0) {
+				store_set_cold(cs, f);
+				rc = kvt_object_recall(cs, "kvs", "s1/a");
+			}
+			kvt_store_close(cs);
+			_exit(rc == 0 ? 0 : 1);
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		int status = 0;
+
+		assert_int_equal(waitpid(pid[i], &status, 0), pid[i]);
+		assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	assert_int_equal(plan->gets - gets, 1);
+	plan->stall_ms = 0;
+	st = open_faulty(&env, plan);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	assert_int_equal(test_check(st, "kvs", "s1/a", 3 * 1024 * 1024, 21), 0);
+	kvt_store_close(st);
+	munmap(plan, sizeof(*plan));
+	test_env_release(&env);
+}
+
+/* The partner does not answer, answers 503, drops the connection half way:
+ * -EHOSTUNREACH (503 with Retry-After at the gateway, EIO in the mount),
+ * the object stays cold and intact in G4, and a later read works. */
+static void test_recall_unreachable(void **state)
+{
+	static const int errs[] = { -EHOSTUNREACH, -EAGAIN, -ECONNRESET };
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_reader *r = NULL;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = cold_one(&env, &plan, 3 * 1024 * 1024);
+	for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++) {
+		plan.err = errs[i];
+		plan.fail_gets = 1;
+		assert_int_equal(kvt_reader_open(st, "kvs", "s1/a", &r), -EHOSTUNREACH);
+		plan.drop_gets = 1;
+		assert_int_equal(kvt_object_recall(st, "kvs", "s1/a"), -EHOSTUNREACH);
+		assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	}
+	assert_int_equal(test_check(st, "kvs", "s1/a", 3 * 1024 * 1024, 21), 0);
+	{
+		struct kvt_fsck_report fr;
+
+		assert_int_equal(kvt_store_fsck(st, 0, &fr), 0);
+	}
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/* The hot tier is full of pinned objects: the recall fails with -ENOSPC,
+ * loses nothing, and succeeds once there is room. */
+static void test_recall_disk_full(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct kvt_put_opts po = { .flags = KVT_PUT_PIN };
+	struct test_env env;
+	struct kvt_store *st;
+	char key[64];
+	int rc = 0, pinned = 0;
+
+	(void)state;
+	g4_env_init(&env, 32u << 20, SEG);
+	st = cold_one(&env, &plan, 3 * 1024 * 1024);
+	while (rc == 0 && pinned < 64) {
+		struct kvt_writer *w = NULL;
+		char *buf = malloc(1024 * 1024);
+
+		assert_non_null(buf);
+		test_fill(buf, 1024 * 1024, 77, 0);
+		snprintf(key, sizeof(key), "pin-%d", pinned);
+		rc = kvt_writer_open(st, "kvs", key, &po, &w);
+		if (rc == 0)
+			rc = kvt_writer_write(w, buf, 1024 * 1024);
+		if (rc == 0)
+			rc = kvt_writer_commit(w, NULL);
+		else
+			kvt_writer_abort(w);
+		free(buf);
+		pinned += rc == 0;
+	}
+	assert_int_equal(rc, -ENOSPC);
+	assert_int_equal(kvt_object_recall(st, "kvs", "s1/a"), -ENOSPC);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	for (int i = 0; i < 8; i++) {
+		snprintf(key, sizeof(key), "pin-%d", i);
+		assert_int_equal(kvt_object_delete(st, "kvs", key), 0);
+	}
+	assert_int_equal(test_check(st, "kvs", "s1/a", 3 * 1024 * 1024, 21), 0);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 /* [g4] url = none: a pure cache node. Nothing to demote to, so reclaim
  * drops what it must free, and the G4 calls say -ENODEV. */
 static void test_g4_none(void **state)
@@ -547,6 +741,10 @@ int main(void)
 		cmocka_unit_test(test_import),
 		cmocka_unit_test(test_reclaim_to_cold),
 		cmocka_unit_test(test_pressure_demote),
+		cmocka_unit_test(test_recall_coalesce_threads),
+		cmocka_unit_test(test_recall_coalesce_procs),
+		cmocka_unit_test(test_recall_unreachable),
+		cmocka_unit_test(test_recall_disk_full),
 		cmocka_unit_test(test_g4_none),
 	};
 
