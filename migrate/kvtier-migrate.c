@@ -159,6 +159,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvtier-migrate: %s\n", err);
 		goto out;
 	}
+	if (cfg.g4.url && strcmp(cfg.g4.url, "none") == 0) {
+		fprintf(stderr, "kvtier-migrate: [g4] url = none in %s: this node has no cold tier,"
+			" nothing to demote, recall or import\n",
+			cfg.path ? cfg.path : "the configuration");
+		goto out;
+	}
 	go.idle = cfg.g4.idle;
 	if (idle_arg && kvt_parse_duration(idle_arg, &go.idle) < 0) {
 		fprintf(stderr, "kvtier-migrate: bad --idle '%s': expected 90s, 15m, 24h or 7d\n",

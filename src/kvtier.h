@@ -74,7 +74,8 @@ struct kvt_config {
 		unsigned entry_timeout;	/* ... and names */
 	} fuse;
 	struct {
-		char *url;		/* file:///DIR or s3://BUCKET/PREFIX; NULL: file://<store.dir>/g4 */
+		char *url;		/* file:///DIR, s3://BUCKET/PREFIX or "none" (no cold
+					 * tier: a cache node); NULL: file://<store.dir>/g4 */
 		uint64_t idle;		/* seconds without access before a session is demoted */
 		unsigned jobs;		/* transfers in parallel */
 		uint64_t part_size;	/* multipart part size */

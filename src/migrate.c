@@ -13,9 +13,9 @@
  *    ^                              cat_g4_set_uploaded()     cat_g4_mark_cold()
  *    |                                                                      |
  *    +----------------------------------------------------------------------+
- *          recall_object(): get, verify size and CRC32C, write extents,
- *          cat_g4_recalled() (RECALLING is never persisted: a recall killed
- *          half way leaves the object cold and its extents garbage)
+ *          recall_object(): under the object's recall lock, get, verify
+ *          size and CRC32C, write extents, cat_g4_recalled() (a recall
+ *          killed half way leaves the object cold and its extents garbage)
  *
  * Invariants: an object's hot extents are freed only after G4 holds its
  * bytes verified and the session's manifest lists it; a G4 put is atomic
@@ -26,17 +26,20 @@
  * Reclaim turns such an object cold instead of dropping it (catalog.c,
  * cat_object_drop).
  *
- * Concurrent recalls of one object each fetch it; the first to commit wins,
- * the others' extents stay uncommitted and reclaim frees them.
- * TODO(issue 5): coalesce them in-process; parallel jobs; multipart.
+ * Concurrent recalls of one object coalesce into one fetch, across threads
+ * and processes (g4_lock(), recall_object()); so do two demotions of one
+ * session. RECALLING is not persisted: the lock, which dies with its
+ * holder, stands for it.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "store.h"
@@ -70,6 +73,60 @@ int kvt_g4_cleanup(struct kvt_store *st)
 	int rc = store_cold(st, &cold);
 
 	return rc < 0 ? rc : cold_cleanup(cold);
+}
+
+/*
+ * One demotion of a session, and one recall of an object, at a time, across
+ * threads and processes: an OFD byte-range lock on DIR/g4.lock, one byte
+ * chosen by a hash of the name. OFD locks belong to the open file
+ * description, so two threads of one process exclude each other as two
+ * processes do, and the kernel drops the lock of a process that dies: a
+ * recall killed half way leaves nothing to clean up (no persisted RECALLING
+ * state that would need an owner and a lease). Two names that share a byte
+ * are only serialised. Returns the fd that holds the lock (close() drops
+ * it), -EBUSY if it is taken and !wait, or -errno.
+ */
+static int g4_lock(struct kvt_store *st, const char *kind, const char *a, const char *b, int wait)
+{
+	char path[4096];
+	uint64_t h = 14695981039346656037ull;
+	const char *parts[3] = { kind, a, b };
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_len = 1 };
+	int fd;
+
+	for (int i = 0; i < 3; i++)
+		for (const char *p = parts[i]; ; p++) {
+			h = (h ^ (unsigned char)*p) * 1099511628211ull;
+			if (!*p)
+				break;
+		}
+	fl.l_start = (off_t)(h & ((1ull << 40) - 1));
+	snprintf(path, sizeof(path), "%s/g4.lock", st->dir);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		int rc = -errno;
+
+		log_err(rc, "cannot open '%s'", path);
+		return rc;
+	}
+	while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) < 0) {
+		int rc = -errno;
+
+		if (rc == -EINTR)
+			continue;
+		close(fd);
+		if (rc == -EAGAIN || rc == -EACCES)
+			return -EBUSY;
+		log_err(rc, "cannot lock '%s'", path);
+		return rc;
+	}
+	return fd;
+}
+
+static void g4_unlock(int fd)
+{
+	if (fd >= 0)
+		close(fd);
 }
 
 /* "BUCKET/KEY": caller frees. */
@@ -655,19 +712,29 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 {
 	struct cat *c = store_cat(st);
 	struct cat_g4_obj *v = NULL;
-	size_t n = 0, moved = 0;
-	int count = 0, rc;
+	size_t n = 0, moved = 0, demoting = 0;
+	int count = 0, lock = -1, rc;
 
 	if (!c)
 		return -ENOMEM;
 	if (o && o->dry_run)
 		return demote_dry(c, s, o, rep);
+	/* Two demotions of one session (the migrator and reclaim under
+	 * pressure, in two processes) would each write the manifest from what
+	 * they saw: the last could omit what the first marked cold. */
+	lock = g4_lock(st, "demote", s->bucket, s->session, 1);
+	if (lock < 0)
+		return lock;
 	rc = cat_g4_demote_begin(c, s->bucket_id, s->session, &count);
 	if (rc == 0)
 		/* Every tier: a recalled object is still in G4 and in the manifest. */
 		rc = cat_g4_session_objects(c, s->bucket_id, s->session, 0xf, &v, &n);
 	if (rc < 0)
-		return rc;
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		demoting += v[i].co->obj->tier == KVT_TIER_DEMOTING;
+	if (demoting == 0)
+		goto out;	/* someone else finished it meanwhile */
 	/* 1. Upload and verify what G4 does not hold yet. */
 	for (size_t i = 0; i < n; i++) {
 		struct cat_g4_obj *go = &v[i];
@@ -724,6 +791,29 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	rc = 0;
 out:
 	cat_g4_objs_free(v, n);
+	g4_unlock(lock);
+	return rc;
+}
+
+int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *session)
+{
+	struct session_ref s = { .bucket = (char *)bucket, .session = (char *)session };
+	struct kvt_g4_report rep = { 0 };
+	struct cold *cold;
+	int rc = store_cold(st, &cold);
+
+	if (rc == 0)
+		rc = store_bucket_id(st, bucket, &s.bucket_id);
+	if (rc == 0)
+		rc = demote_session(st, cold, &s, NULL, &rep);
+	if (rc == 0 && rep.failures)
+		rc = -EIO;	/* logged by the upload */
+	if (rc == 0)
+		log_info("demoted session '%s' of bucket '%s' under pressure: %" PRIu64
+			 " objects, %" PRIu64 " bytes", session, bucket, rep.objects, rep.bytes);
+	else
+		log_err(rc, "cannot demote session '%s' of bucket '%s' under pressure;"
+			" its objects stay hot", session, bucket);
 	return rc;
 }
 
@@ -852,31 +942,23 @@ static int recall_take(void *arg, const void *buf, size_t len)
 	return 0;
 }
 
-int recall_object(struct kvt_store *st, const char *bucket, const char *key)
+/*
+ * The fetch of one cold object (co), its extents written and committed.
+ * The partner's "retry later" (-EAGAIN) and "no answer" (-EHOSTUNREACH)
+ * both come back as -EHOSTUNREACH, which the gateway answers with 503 and
+ * Retry-After and the mount with EIO; a full hot tier as -ENOSPC. Either
+ * way the object stays cold, and what was written is released garbage.
+ */
+static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
+			const char *bucket, const char *key, const struct cat_object *co)
 {
-	struct cat *c = store_cat(st);
-	struct cat_object *co = NULL;
 	struct recall_sink rs = { .st = st };
-	struct cold *cold;
-	char *gkey = NULL;
+	char *gkey = g4_object_key(bucket, key);
 	uint64_t got = 0;
 	int rc;
 
-	if (!c)
+	if (!gkey)
 		return -ENOMEM;
-	rc = cat_object_lookup(c, bucket, key, 0, &co);
-	if (rc < 0)
-		return rc;
-	if (co->obj->tier != KVT_TIER_COLD)
-		goto out;	/* hot already: nothing to do */
-	rc = store_cold(st, &cold);
-	if (rc < 0)
-		goto out;
-	gkey = g4_object_key(bucket, key);
-	if (!gkey) {
-		rc = -ENOMEM;
-		goto out;
-	}
 	rc = store_io_get(st, &rs.io);
 	if (rc < 0)
 		goto out;
@@ -886,6 +968,17 @@ int recall_object(struct kvt_store *st, const char *bucket, const char *key)
 	rc = cold_get(cold, gkey, recall_take, &rs, &got);
 	if (rc == 0 && rs.fill > 0)
 		rc = recall_flush(&rs);
+	if (rc == -EAGAIN || rc == -EHOSTUNREACH || rc == -ETIMEDOUT || rc == -ECONNRESET) {
+		log_err(rc, "cannot recall '%s/%s': g4 '%s' does not answer; it stays cold, try"
+			" again later", bucket, key, cold->url);
+		rc = -EHOSTUNREACH;
+		goto out;
+	}
+	if (rc == -ENOSPC) {
+		log_err(rc, "cannot recall '%s/%s' from g4: the hot tier is full and nothing more"
+			" can be evicted; it stays cold", bucket, key);
+		goto out;
+	}
 	if (rc < 0) {
 		log_err(rc, "cannot recall '%s/%s' from g4 '%s'", bucket, key, cold->url);
 		goto out;
@@ -898,14 +991,57 @@ int recall_object(struct kvt_store *st, const char *bucket, const char *key)
 	}
 	rc = cat_g4_recalled(c, co->id, co->vid, rs.ext, rs.n, util_now_ns());
 	if (rc == -ESTALE)
-		rc = 0;	/* another recall won, or it changed: the caller looks again */
+		rc = 0;	/* it changed meanwhile: the caller looks again */
 out:
 	for (size_t i = 0; i < rs.n; i++)
 		store_release(st, rs.ext[i].segment, rs.ext[i].gen);
 	free(rs.ext);
 	store_io_put(st, rs.io);
-	cat_object_free(co);
 	free(gkey);
+	return rc;
+}
+
+/*
+ * Concurrent recalls of one object coalesce: the first takes the object's
+ * recall lock (g4_lock(), threads and processes alike) and fetches; the
+ * others wait for the lock, look again, find the object hot and return.
+ * If the first failed, the next one tries the partner itself.
+ */
+int recall_object(struct kvt_store *st, const char *bucket, const char *key)
+{
+	struct cat *c = store_cat(st);
+	struct cat_object *co = NULL;
+	struct cold *cold;
+	int lock = -1, rc;
+
+	if (!c)
+		return -ENOMEM;
+	rc = cat_object_lookup(c, bucket, key, 0, &co);
+	if (rc < 0)
+		return rc;
+	if (co->obj->tier != KVT_TIER_COLD)
+		goto out;	/* hot already: nothing to do */
+	rc = store_cold(st, &cold);
+	if (rc < 0) {
+		log_err(rc, "cannot recall '%s/%s': %s", bucket, key, rc == -ENODEV ?
+			"[g4] url = none, this node has no cold tier" : "g4 does not open");
+		goto out;
+	}
+	lock = g4_lock(st, "recall", bucket, key, 1);
+	if (lock < 0) {
+		rc = lock;
+		goto out;
+	}
+	/* Another thread or process may have brought it back meanwhile. */
+	cat_object_free(co);
+	co = NULL;
+	rc = cat_object_lookup(c, bucket, key, 0, &co);
+	if (rc < 0 || co->obj->tier != KVT_TIER_COLD)
+		goto out;
+	rc = recall_fetch(st, c, cold, bucket, key, co);
+out:
+	g4_unlock(lock);
+	cat_object_free(co);
 	return rc;
 }
 

@@ -59,7 +59,10 @@ kvt_expect 2 "$M" --recall models/s1 --import models/s1
 kvt_expect 2 "$M" extra-argument
 printf '[g4]\nurl = ftp://x\n' >"$T/bad.conf"
 kvt_expect 2 "$M" -c "$T/bad.conf"
-kvt_grep err "url must be file:///DIR or s3://BUCKET/PREFIX"
+kvt_grep err "url must be file:///DIR, s3://BUCKET/PREFIX or none"
+printf '[store]\ndir = %s\n[g4]\nurl = none\n' "$KVT_DIR" >"$T/none.conf"
+kvt_expect 2 "$M" -c "$T/none.conf" --idle 0s
+kvt_grep err "url = none in .*none.conf: this node has no cold tier"
 
 step "nothing is idle for 24h (the default)"
 kvt_expect 0 "$M"
