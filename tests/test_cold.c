@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store.h"
@@ -688,6 +689,101 @@ static void test_recall_disk_full(void **state)
 	test_env_release(&env);
 }
 
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void count_progress(void *arg, const char *bucket, const char *key, uint64_t size, int rc)
+{
+	unsigned *calls = arg;
+
+	(void)bucket;
+	(void)key;
+	(void)size;
+	(void)rc;
+	(*calls)++;	/* the library serialises calls: no lock here */
+}
+
+/*
+ * Four jobs over eight sessions while the partner answers 503 now and then
+ * and drops a transfer half way: retries with backoff finish the run with
+ * no failure. Then a recall of a session and of a list, in parallel, and a
+ * rate limit that holds.
+ */
+static void test_jobs_retries_rate(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	unsigned calls = 0;
+	struct kvt_g4_opts o = { .jobs = 4, .retries = 4, .progress = count_progress,
+				 .arg = &calls };
+	const char *keys[] = { "kvs/s0/k0", "kvs/s1/k1", "kvs/nosuch", "nobucketkey" };
+	char key[64];
+	int64_t t0;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	for (int i = 0; i < 16; i++) {
+		snprintf(key, sizeof(key), "s%d/k%d", i % 8, i / 8);
+		assert_int_equal(test_put(st, "kvs", key, 300000 + (size_t)i, 300 + (uint64_t)i), 0);
+	}
+	plan.err = -EAGAIN;
+	plan.fail_puts = 3;
+	plan.drop_puts = 2;
+	plan.fail_gets = 2;	/* the read-backs */
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(rep.objects, 16);
+	assert_int_equal(rep.sessions, 8);
+	assert_int_equal(calls, 16);
+	assert_true(plan.fail_puts == 0 && plan.drop_puts == 0 && plan.fail_gets == 0);
+	for (int i = 0; i < 16; i++) {
+		snprintf(key, sizeof(key), "s%d/k%d", i % 8, i / 8);
+		assert_int_equal(tier_of(st, "kvs", key), KVT_TIER_COLD);
+	}
+	/* Without retries the same faults are failures, and nothing is lost. */
+	o.retries = 0;
+	plan.fail_gets = 1;
+	assert_int_equal(kvt_g4_recall_session(st, "kvs", "s3", &o, &rep), 0);
+	assert_int_equal(rep.failures, 1);
+	assert_int_equal(rep.objects, 1);
+	o.retries = 4;
+	plan.fail_gets = 1;
+	assert_int_equal(kvt_g4_recall_session(st, "kvs", "s3", &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(tier_of(st, "kvs", "s3/k1"), KVT_TIER_HOT);
+	/* A list: the bad lines fail, the good ones come back. */
+	assert_int_equal(kvt_g4_recall_keys(st, keys, 4, &o, &rep), 0);
+	assert_int_equal(rep.failures, 2);
+	assert_int_equal(rep.objects, 2);
+	assert_int_equal(tier_of(st, "kvs", "s0/k0"), KVT_TIER_HOT);
+	assert_int_equal(tier_of(st, "kvs", "s1/k1"), KVT_TIER_HOT);
+	assert_int_equal(tier_of(st, "kvs", "s2/k0"), KVT_TIER_COLD);
+	for (int i = 0; i < 16; i++) {
+		snprintf(key, sizeof(key), "s%d/k%d", i % 8, i / 8);
+		assert_int_equal(test_check(st, "kvs", key, 300000 + (size_t)i, 300 + (uint64_t)i), 0);
+	}
+	/* 4 MiB up and 4 MiB read back at 8 MiB/s: about a second. */
+	assert_int_equal(test_put(st, "kvs", "rate/x", 4u << 20, 99), 0);
+	o = (struct kvt_g4_opts){ .bucket = "kvs", .session = "rate", .limit_rate = 8u << 20,
+				  .jobs = 4 };
+	t0 = mono_ns();
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_true(mono_ns() - t0 >= 850000000);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 /* [g4] url = none: a pure cache node. Nothing to demote to, so reclaim
  * drops what it must free, and the G4 calls say -ENODEV. */
 static void test_g4_none(void **state)
@@ -745,6 +841,7 @@ int main(void)
 		cmocka_unit_test(test_recall_coalesce_procs),
 		cmocka_unit_test(test_recall_unreachable),
 		cmocka_unit_test(test_recall_disk_full),
+		cmocka_unit_test(test_jobs_retries_rate),
 		cmocka_unit_test(test_g4_none),
 	};
 
