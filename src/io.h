@@ -166,6 +166,11 @@ int io_powerloss_sync(struct io_powerloss *pl, int fd);
 /* The file is being deleted: its pending writes go with it. */
 void io_powerloss_forget(struct io_powerloss *pl, int fd);
 
+/* What the crash does with each unsynced write: the random mix above, or,
+ * for tests that need one exact outcome, every one lands or none does. */
+enum io_powerloss_policy { IO_PL_RANDOM, IO_PL_LAND_ALL, IO_PL_DROP_ALL };
+void io_powerloss_set_policy(struct io_powerloss *pl, enum io_powerloss_policy policy);
+
 /*
  * Power off now: applies the random subset described above and from then
  * on fails every operation with -EIO. stats may be NULL.

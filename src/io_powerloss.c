@@ -59,6 +59,7 @@ struct io_powerloss {
 	uint64_t rng;
 	struct pl_file *files;
 	int off;		/* crashed: everything fails */
+	enum io_powerloss_policy policy;
 	struct io_powerloss_stats stats;
 	unsigned long countdown;	/* armed: operations left before the crash */
 	void (*on_crash)(void *arg, const struct io_powerloss_stats *stats);
@@ -438,6 +439,9 @@ static void pl_crash_locked(struct io_powerloss *pl)
 				const struct pl_op *op = &f->ops[i];
 				unsigned r = (unsigned)(pl_rand(pl) % 3);
 
+				if (pl->policy != IO_PL_RANDOM)
+					r = pl->policy == IO_PL_LAND_ALL ? 1 : 0;
+
 				pl->stats.pending++;
 				if (r == 0) {
 					pl->stats.dropped++;
@@ -464,6 +468,13 @@ void io_powerloss_crash(struct io_powerloss *pl, struct io_powerloss_stats *stat
 		pl_crash_locked(pl);
 	if (stats)
 		*stats = pl->stats;
+	pthread_mutex_unlock(&pl->lock);
+}
+
+void io_powerloss_set_policy(struct io_powerloss *pl, enum io_powerloss_policy policy)
+{
+	pthread_mutex_lock(&pl->lock);
+	pl->policy = policy;
 	pthread_mutex_unlock(&pl->lock);
 }
 

@@ -144,6 +144,9 @@ static int payload_check(struct kvt_store *st, unsigned key, uint64_t ver)
 	if (rc < 0)
 		return rc;
 	if (kvt_reader_object(r)->size != len) {
+		if (getenv("PL_DEBUG"))
+			fprintf(stderr, "key %u: size %llu, expected %zu\n", key,
+				(unsigned long long)kvt_reader_object(r)->size, len);
 		rc = -EBADMSG;
 		goto out;
 	}
@@ -458,7 +461,8 @@ static void child_power_off(void *arg, const struct io_powerloss_stats *stats)
 		}
 		close(fd);
 	}
-	rec_send(R_CRASH, ST_DONE, 0, 0, stats);
+	if (stats)
+		rec_send(R_CRASH, ST_DONE, 0, 0, stats);
 	_exit(0);
 }
 
@@ -786,9 +790,126 @@ static void test_powerloss_rounds(void **state)
 	test_env_release(&env);
 }
 
+/* ---- one exact crash: reclaim, reuse, and a catalog that lost everything unsynced ---- */
+
+static void reuse_child(struct test_env *env)
+{
+	struct io_powerloss *seg_pl = NULL;
+	struct kvt_store *st = NULL;
+	uint64_t rng = 1;
+
+	plv_register();
+	/* The catalog keeps only what was synced; the segments keep everything. */
+	if (io_powerloss_new(1, &g_pl) < 0 || io_powerloss_new(2, &seg_pl) < 0)
+		_exit(2);
+	io_powerloss_set_policy(g_pl, IO_PL_DROP_ALL);
+	io_powerloss_set_policy(seg_pl, IO_PL_LAND_ALL);
+	if (kvt_store_open(&env->cfg, 0, &st) < 0)
+		_exit(7);
+	store_set_powerloss(st, seg_pl);
+	for (unsigned i = 0; i < 40; i++) {
+		/* Overwrites: garbage everywhere, so reclaim frees and the store reuses. */
+		unsigned key = 1 + i % 3;
+		uint64_t ver = 100 + i;
+		size_t len = 600 * 1024;
+		struct kvt_writer *w = NULL;
+		char name[32], etag[64];
+		struct kvt_put_opts o = { .etag = etag };
+
+		key_name(name, sizeof(name), key);
+		etag_of(etag, sizeof(etag), key, ver);
+		payload_make(g_want, key, ver, len);
+		if (kvt_writer_open(st, BUCKET, name, &o, &w) < 0)
+			_exit(8);
+		if (kvt_writer_write(w, g_want, len) < 0 || kvt_writer_commit(w, NULL) < 0)
+			_exit(9);
+		if (i % 4 == 3)
+			kvt_store_reclaim(st, 3);
+	}
+	{
+		struct kvt_store_stat ss;
+
+		/* The scenario happened: segments were reclaimed, so reused. */
+		if (kvt_store_stat(st, &ss) < 0 || ss.reclaimed_segments < 4)
+			_exit(10);
+	}
+	io_powerloss_crash(seg_pl, NULL);
+	child_power_off(&rng, NULL);
+}
+
+/*
+ * Regression: reclaim relocated a synced pinned object and freed its
+ * segment without making the move durable, then new objects overwrote the
+ * old extent. A power loss that kept the new bytes but lost the unsynced
+ * catalog commits brought back the row of the old extent: the synced object
+ * read as -EIO (before the fix, 'header names another object').
+ */
+static void test_reclaim_reuse_keeps_synced(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_fsck_report rep;
+	struct kvt_put_opts o = { .flags = KVT_PUT_PIN };
+	struct kvt_writer *w = NULL;
+	char name[32], etag[64];
+	size_t len = payload_len(0, 1);
+	int fds[2], status;
+	pid_t pid;
+
+	(void)state;
+	g_want = malloc(MAX_PAYLOAD);
+	g_got = malloc(MAX_PAYLOAD);
+	assert_non_null(g_want);
+	assert_non_null(g_got);
+	test_env_init(&env, 6u << 20, 1u << 20);
+	env.cfg.store.io = KVT_IO_SYNC;
+	/* No checkpoint: it would make catalog commits durable behind the test's back. */
+	env.cfg.store.access_flush_ms = 86400000;
+	snprintf(g_mapfile, sizeof(g_mapfile), "%s/segments.map", env.cfg.store.dir);
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, BUCKET), 0);
+	key_name(name, sizeof(name), 0);
+	etag_of(etag, sizeof(etag), 0, 1);
+	o.etag = etag;
+	payload_make(g_want, 0, 1, len);
+	assert_int_equal(kvt_writer_open(st, BUCKET, name, &o, &w), 0);
+	assert_int_equal(kvt_writer_write(w, g_want, len), 0);
+	assert_int_equal(kvt_writer_commit(w, NULL), 0);
+	assert_int_equal(kvt_store_sync(st), 0);
+	kvt_store_close(st);
+
+	assert_int_equal(pipe(fds), 0);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(fds[0]);
+		g_pipe = fds[1];
+		reuse_child(&env);
+		_exit(1);
+	}
+	close(fds[1]);
+	while (read(fds[0], g_got, 4096) > 0)
+		;
+	close(fds[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+
+	assert_int_equal(kvt_store_open(&env.cfg, 0, &st), 0);
+	assert_int_equal(payload_check(st, 0, 1), 0);
+	memset(&rep, 0, sizeof(rep));
+	assert_int_equal(kvt_store_fsck(st, 0, &rep), 0);
+	kvt_store_close(st);
+	free(g_want);
+	free(g_got);
+	test_env_release(&env);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_reclaim_reuse_keeps_synced),
 		cmocka_unit_test(test_powerloss_rounds),
 	};
 	const char *env_rounds = getenv("KVT_POWERLOSS_ROUNDS");

@@ -123,6 +123,13 @@ class Stats:
     def __init__(self):
         self.lock = threading.Lock()
         self.c = {}
+        self.samples = {}   # a few distinct error messages per kind
+
+    def sample(self, kind, msg):
+        with self.lock:
+            l = self.samples.setdefault(kind, [])
+            if msg not in l and len(l) < 6:
+                l.append(msg)
 
     def add(self, name, n=1):
         with self.lock:
@@ -172,7 +179,7 @@ class FaultProxy(threading.Thread):
         return data
 
     def serve(self, c):
-        mode = self.mode if self.mode and random.random() < 0.5 else None
+        mode = self.mode if self.mode and random.random() < 0.7 else None
         try:
             if mode in ("500", "503"):
                 self.read_head(c)
@@ -503,8 +510,12 @@ class S3Worker(Worker):
         try:
             self.client().put_object(Bucket=BUCKET, Key=k.name, Body=data)
             return True
-        except Exception:
+        except Exception as e:
+            code = getattr(e, "response", {}).get("Error", {}).get("Code")
+            if code in ("InsufficientStorage", "507"):
+                self.stats.add("enospc")
             self.stats.add("errors_s3")
+            self.stats.sample("s3", repr(e)[:160])
             return False
 
     def read(self, k):
@@ -547,8 +558,11 @@ class FuseWorker(Worker):
             finally:
                 os.close(fd)    # publishes; its error is the write's
             return True
-        except OSError:
+        except OSError as e:
+            if e.errno == 28:
+                self.stats.add("enospc")
             self.stats.add("errors_fuse")
+            self.stats.sample("fuse", repr(e)[:160])
             return False
 
     def read(self, k):
@@ -587,9 +601,10 @@ class CliWorker(Worker):
         rc, _, err = self.sys.cli(*argv, stdin=data)
         if rc == 0:
             return True
-        if b"No space left" in err or b"ENOSPC" in err:
+        if b"hot tier full" in err or b"No space left" in err:
             self.stats.add("enospc")
         self.stats.add("errors_cli")
+        self.stats.sample("cli", "rc %d: %s" % (rc, err.decode(errors="replace").strip()[-160:]))
         return False
 
     def read(self, k):
@@ -787,7 +802,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--builddir", default=os.environ.get("top_builddir", "."))
     ap.add_argument("--s3rver", required=True)
-    ap.add_argument("--capacity", default="40M")
+    ap.add_argument("--capacity", default="24M")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
@@ -882,6 +897,7 @@ def main():
             "unreadable_at_end": c.get("unreadable_at_end", 0),
             "g4_damaged": c.get("g4_damaged", 0),
             "fsck_clean": fsck_ok,
+            "error_samples": stats.samples,
         }
         print(json.dumps(report, indent=1, sort_keys=False), flush=True)
         problems = []
