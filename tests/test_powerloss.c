@@ -144,9 +144,6 @@ static int payload_check(struct kvt_store *st, unsigned key, uint64_t ver)
 	if (rc < 0)
 		return rc;
 	if (kvt_reader_object(r)->size != len) {
-		if (getenv("PL_DEBUG"))
-			fprintf(stderr, "key %u: size %llu, expected %zu\n", key,
-				(unsigned long long)kvt_reader_object(r)->size, len);
 		rc = -EBADMSG;
 		goto out;
 	}
@@ -577,6 +574,34 @@ static int version_of(struct kvt_store *st, unsigned key, uint64_t *ver)
 	return rc;
 }
 
+/* A post-mortem of a damaged synced object: where the catalog says it is. */
+static int dump_segment(void *arg, const struct cat_segment *sg)
+{
+	(void)arg;
+	fprintf(stderr, "  segment %u: state %d gen %llu live %llu used %llu\n", sg->id, sg->state,
+		(unsigned long long)sg->gen, (unsigned long long)sg->live,
+		(unsigned long long)sg->used);
+	return 0;
+}
+
+static void dump_object(struct kvt_store *st, unsigned key)
+{
+	struct cat_object *co = NULL;
+	char name[32];
+	int64_t bid;
+
+	key_name(name, sizeof(name), key);
+	if (store_bucket_id(st, BUCKET, &bid) < 0 || cat_object_get(store_cat(st), bid, name, 1, &co) < 0)
+		return;
+	for (size_t i = 0; i < co->nextents; i++)
+		fprintf(stderr, "  extent %zu: segment %u gen %llu offset %llu length %u (map gen %llu)\n",
+			i, co->extents[i].segment, (unsigned long long)co->extents[i].gen,
+			(unsigned long long)co->extents[i].offset, co->extents[i].length,
+			(unsigned long long)seg_map_gen(st->sf, co->extents[i].segment));
+	cat_object_free(co);
+	cat_segment_list(store_cat(st), dump_segment, NULL);
+}
+
 static void parent_check(struct test_env *env, uint64_t seed, const struct rec *log, size_t nlog,
 			 struct totals *t)
 {
@@ -683,6 +708,7 @@ static void parent_check(struct test_env *env, uint64_t seed, const struct rec *
 			t->lost++;
 			fprintf(stderr, "seed %" PRIu64 ": key %u version %" PRIu64
 				" was synced and reads as: %s\n", seed, k, seen[k], strerror(-rc));
+			dump_object(st, k);
 		} else {
 			damaged++;
 		}
