@@ -70,6 +70,12 @@ def log(msg):
     print("%s chaos: %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
 
 
+def s3_code(e):
+    """The S3 error code of a botocore exception, or None."""
+    r = getattr(e, "response", None)
+    return (r or {}).get("Error", {}).get("Code")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -511,7 +517,7 @@ class S3Worker(Worker):
             self.client().put_object(Bucket=BUCKET, Key=k.name, Body=data)
             return True
         except Exception as e:
-            code = getattr(e, "response", {}).get("Error", {}).get("Code")
+            code = s3_code(e)
             if code in ("InsufficientStorage", "507"):
                 self.stats.add("enospc")
             self.stats.add("errors_s3")
@@ -527,7 +533,7 @@ class S3Worker(Worker):
             body = self.client().get_object(Bucket=BUCKET, Key=k.name)["Body"].read()
             self.verify(k, body, "s3")
         except Exception as e:
-            code = getattr(e, "response", {}).get("Error", {}).get("Code")
+            code = s3_code(e)
             if code in ("NoSuchKey", "404"):
                 self.missing(k, "s3")
             else:
@@ -762,7 +768,7 @@ def final_check(system, stats, keys):
                 err = None
                 break
             except Exception as e:
-                err = getattr(e, "response", {}).get("Error", {}).get("Code") or repr(e)
+                err = s3_code(e) or repr(e)
                 if err in ("NoSuchKey", "404"):
                     break
                 time.sleep(1)
