@@ -59,6 +59,13 @@ int io_wait(struct io_ctx *io, struct io_req **done)
 	return rc;
 }
 
+int io_fdatasync(struct io_ctx *io, int fd)
+{
+	if (io->ops->fsync)
+		return io->ops->fsync(io, fd);
+	return fdatasync(fd) < 0 ? -errno : 0;
+}
+
 /*
  * Refuses (-EBUSY) when other requests are in flight: io_wait() may return
  * any of them, and a completion handed to the wrong caller would be lost.

@@ -52,6 +52,8 @@ struct io_ops {
 	/* Blocks until one request completes; *done is that request. */
 	int (*wait)(struct io_ctx *io, struct io_req **done);
 	void (*free)(struct io_ctx *io);
+	/* Makes fd's written data durable; NULL: fdatasync(2). */
+	int (*fsync)(struct io_ctx *io, int fd);
 };
 
 struct io_ctx {
@@ -78,6 +80,12 @@ static inline void *io_buf(struct io_ctx *io, unsigned i) { return io->bufs[i]; 
 int io_submit(struct io_ctx *io, struct io_req *req);
 int io_push(struct io_ctx *io);
 int io_wait(struct io_ctx *io, struct io_req **done);
+
+/*
+ * Makes the data written to fd so far durable (fdatasync(2), or what the
+ * backend simulates in its place). 0 or -errno.
+ */
+int io_fdatasync(struct io_ctx *io, int fd);
 
 /* Submits one request and waits for it: the synchronous convenience. */
 ssize_t io_run(struct io_ctx *io, enum io_op op, int fd, void *buf, int buf_index,
@@ -120,5 +128,67 @@ struct io_fault_plan {
 
 /* Wraps inner (takes ownership) so that requests obey plan. */
 int io_fault_ctx_new(struct io_ctx *inner, struct io_fault_plan *plan, struct io_ctx **out);
+
+/* ---- power loss (io_powerloss.c), for tests ------------------------- */
+
+/*
+ * A simulated volatile write cache between the process and its files, like
+ * SQLite's crash tests (test6.c): writes to a file registered with it stay
+ * in memory until the file is synced, reads see them, and at "power off"
+ * (io_powerloss_crash) each unsynced write reaches the file, or does not,
+ * or is torn at sector granularity, in a random order. A SQLite VFS shim
+ * (tests/test_powerloss.c) and the hot tier's contexts share one, as the
+ * catalog and the segments share one machine.
+ *
+ * Files are known by inode; the first call for an inode dup()s the
+ * descriptor, which stays open until io_powerloss_free() so that the inode
+ * is never reused under a pending write.
+ */
+struct io_powerloss;
+
+struct io_powerloss_stats {
+	unsigned long writes, syncs;	/* seen before the crash */
+	unsigned long pending;		/* unsynced writes at the crash */
+	unsigned long landed, dropped, torn;
+};
+
+/* seed makes the crash's choices reproducible. */
+int io_powerloss_new(uint64_t seed, struct io_powerloss **out);
+void io_powerloss_free(struct io_powerloss *pl);
+
+/* File operations through the cache; the same contract as pread/pwrite. */
+ssize_t io_powerloss_pwrite(struct io_powerloss *pl, int fd, const void *buf, size_t len,
+			    uint64_t off);
+ssize_t io_powerloss_pread(struct io_powerloss *pl, int fd, void *buf, size_t len, uint64_t off);
+int io_powerloss_truncate(struct io_powerloss *pl, int fd, uint64_t size);
+int io_powerloss_size(struct io_powerloss *pl, int fd, uint64_t *size);
+int io_powerloss_sync(struct io_powerloss *pl, int fd);
+/* The file is being deleted: its pending writes go with it. */
+void io_powerloss_forget(struct io_powerloss *pl, int fd);
+
+/* What the crash does with each unsynced write: the random mix above, or,
+ * for tests that need one exact outcome, every one lands or none does. */
+enum io_powerloss_policy { IO_PL_RANDOM, IO_PL_LAND_ALL, IO_PL_DROP_ALL };
+void io_powerloss_set_policy(struct io_powerloss *pl, enum io_powerloss_policy policy);
+
+/*
+ * Power off now: applies the random subset described above and from then
+ * on fails every operation with -EIO. stats may be NULL.
+ */
+void io_powerloss_crash(struct io_powerloss *pl, struct io_powerloss_stats *stats);
+
+/*
+ * Power off in the middle of whatever runs: after `after` more writes and
+ * syncs (counted together), the one that would be next crashes instead and
+ * calls fn(arg, stats), which does not return (it exits the process).
+ */
+void io_powerloss_arm(struct io_powerloss *pl, unsigned long after,
+		      void (*fn)(void *arg, const struct io_powerloss_stats *stats), void *arg);
+
+/*
+ * A hot-tier context whose I/O goes through pl: wraps inner (takes
+ * ownership, even on failure) for its buffers only.
+ */
+int io_powerloss_ctx_new(struct io_ctx *inner, struct io_powerloss *pl, struct io_ctx **out);
 
 #endif /* KVT_IO_H */

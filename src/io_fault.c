@@ -200,12 +200,18 @@ static int fault_push(struct io_ctx *io)
 	return io_push(((struct fault_ctx *)io)->inner);
 }
 
+static int fault_fsync(struct io_ctx *io, int fd)
+{
+	return io_fdatasync(((struct fault_ctx *)io)->inner, fd);
+}
+
 static const struct io_ops fault_ops = {
 	.name = "fault",
 	.submit = fault_submit,
 	.push = fault_push,
 	.wait = fault_wait,
 	.free = fault_free,
+	.fsync = fault_fsync,
 };
 
 /*

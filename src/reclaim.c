@@ -209,6 +209,13 @@ static int reclaim_relocate(struct kvt_store *st, uint32_t id, const struct vict
 			goto out;
 		seg_header_fill(buf, e->hvid, e->hseq, e->obj_off, a.gen, a.segment, e->length, e->crc);
 		rc = store_write_extent(st, io, 0, buf, e->length, &a);
+		/*
+		 * The copy is durable before the catalog points at it: the object
+		 * may have been synced, and a power loss that kept the move but
+		 * not the copy would leave it unreadable (test_powerloss).
+		 */
+		if (rc == 0)
+			rc = io_fdatasync(io, seg_fd(st->sf, a.segment));
 		if (rc == 0) {
 			struct cat_extent to = *e;
 
@@ -305,6 +312,14 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate,
 		if (rc == -ENOENT)
 			rc = 0;	/* deleted or overwritten meanwhile */
 	}
+	/*
+	 * The moves and drops above are durable before the segment can be
+	 * rewritten: a power loss that lost them but kept newer bytes written
+	 * over the old extents would bring back catalog rows that point at
+	 * another object's bytes (test_powerloss).
+	 */
+	if (rc == 0)
+		rc = kvt_store_sync(st);
 	if (rc == 0)
 		rc = reclaim_free(st, id);
 	if (rc < 0) {

@@ -130,10 +130,16 @@ int store_io_get(struct kvt_store *st, struct io_ctx **out)
 		struct io_ctx *wrapped;
 
 		rc = io_fault_ctx_new(io, st->fault, &wrapped);
-		if (rc < 0) {
-			io_ctx_free(io);
-			return rc;
-		}
+		if (rc < 0)
+			return rc;	/* it freed io */
+		io = wrapped;
+	}
+	if (st->powerloss) {
+		struct io_ctx *wrapped;
+
+		rc = io_powerloss_ctx_new(io, st->powerloss, &wrapped);
+		if (rc < 0)
+			return rc;	/* it freed io */
 		io = wrapped;
 	}
 	*out = io;
@@ -165,6 +171,12 @@ void store_set_fault_plan(struct kvt_store *st, struct io_fault_plan *plan)
 {
 	store_pool_drain(st);
 	st->fault = plan;
+}
+
+void store_set_powerloss(struct kvt_store *st, struct io_powerloss *pl)
+{
+	store_pool_drain(st);
+	st->powerloss = pl;
 }
 
 /* ---- extents on disk ----------------------------------------------------- */
@@ -838,16 +850,20 @@ int kvt_store_stat(struct kvt_store *st, struct kvt_store_stat *out)
 int kvt_store_sync(struct kvt_store *st)
 {
 	struct cat *c = store_cat(st);
-	int rc = 0;
+	struct io_ctx *io = NULL;
+	int rc;
 
 	if (!c)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < st->nsegs; i++) {
-		if (fdatasync(seg_fd(st->sf, i)) < 0 && rc == 0) {
-			rc = -errno;
+	/* Through an I/O context: a backend may keep writes that the kernel never saw. */
+	rc = store_io_get(st, &io);
+	for (uint32_t i = 0; rc == 0 && i < st->nsegs; i++) {
+		rc = io_fdatasync(io, seg_fd(st->sf, i));
+		if (rc < 0)
 			log_err(rc, "cannot sync segment %u", i);
-		}
 	}
+	store_io_put(st, io);
+	/* Segments first: the catalog must never be durable ahead of the bytes it names. */
 	if (rc == 0)
 		rc = cat_sync(c);
 	return rc;

@@ -54,6 +54,7 @@ struct kvt_store {
 	struct io_ctx **pool;
 	size_t npool;
 	struct io_fault_plan *fault;	/* tests: wrap new contexts in a fault injector */
+	struct io_powerloss *powerloss;	/* tests: ... or in a simulated write cache */
 
 	pthread_mutex_t alloc_lock;
 	int have_cur;
@@ -112,6 +113,9 @@ void store_io_put(struct kvt_store *st, struct io_ctx *io);
 
 /* Tests: every I/O context made from now on obeys plan (NULL: none). */
 void store_set_fault_plan(struct kvt_store *st, struct io_fault_plan *plan);
+/* Tests: every I/O context made from now on, and kvt_store_sync(), go
+ * through pl's simulated write cache (NULL: none). */
+void store_set_powerloss(struct kvt_store *st, struct io_powerloss *pl);
 
 /*
  * Carves `space` bytes (a multiple of SEG_ALIGN) from the segment this

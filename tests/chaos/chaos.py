@@ -1,0 +1,947 @@
+#!/usr/bin/env python3
+"""tests/chaos/chaos.py - every kvtier process on one data directory, under
+load, while processes are killed, the partner fails and the hot tier fills.
+
+Processes: kvtier-gateway, a kvtier-fuse mount, kvtier-migrate runs and
+kvtier CLI runs, all on one store whose G4 is s3rver behind a fault proxy
+(this file, a thread): [g4] url = s3://g4bucket/chaos, endpoint = the proxy.
+
+Load (threads, each owning its keys so that its model of them is exact):
+  s3      boto3 PUT / GET / DELETE / POST ?kvtier-lookup through the gateway
+  fuse    files written and read through the mount
+  cli     kvtier put (half the keys --pin) / get / rm
+  migrate kvtier-migrate --idle 0s --session B/S (demote) or --recall B/S
+  filler  pinned 1.5 MiB objects until the hot tier says ENOSPC, then rm
+Chaos (one thread): SIGKILL of the gateway, the FUSE daemon (then a lazy
+unmount and a new mount), a running migrator or CLI; partner fault windows
+(HTTP 500, 503, connections dropped mid-response, stalls).
+
+Every payload starts with a header naming its key and version and the
+SHA-256 of the rest; every read checks it, so a wrong byte is seen by the
+client. The model of a key: the last acknowledged version (or deleted), and
+the versions of writes whose outcome is unknown (the process died, the
+connection broke) since then, any of which may have won.
+
+What may be missing at the end: an object whose last acknowledged write was
+not pinned and whose version G4 does not hold verified. Reclaim
+(src/reclaim.c, cat_object_drop) drops such objects as cache when the hot
+tier fills (counted in evicted_objects); a pinned object is relocated, and
+one whose version G4 holds verified (g4_vid = vid, which is what the
+session's manifest lists) goes cold, never away. An object being demoted is
+not yet verified in G4 and may be dropped too. So:
+  wrong bytes         a read that does not verify, or names another key
+  stale reads         a verified read of a version the model excludes
+  lost durable        a pinned or manifest-listed acknowledged version that is missing
+                      or unreadable at the end
+  G4 damaged          an object in the partner bucket that does not verify
+  evicted (allowed)   unpinned, never in G4, missing; at most evicted_objects
+and `kvtier fsck` must be clean. Exit 0 when all of these hold, 1 if not.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import boto3
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+
+BUCKET = "chaos"
+G4_BUCKET = "g4bucket"
+G4_PREFIX = "chaos"
+HDR = 160
+MAGIC = b"KVCHAOS1"
+
+
+def log(msg):
+    print("%s chaos: %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
+
+
+def s3_code(e):
+    """The S3 error code of a botocore exception, or None."""
+    r = getattr(e, "response", None)
+    return (r or {}).get("Error", {}).get("Code")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- payloads ---------------------------------------------------------------
+
+def make_payload(key, ver, size):
+    """HDR bytes of header (magic, key, version, length, sha256), then size bytes."""
+    rnd = random.Random("%s/%d" % (key, ver))
+    body = rnd.randbytes(size)
+    head = b"%s %s %d %d %s" % (MAGIC, key.encode(), ver, size,
+                                 hashlib.sha256(body).hexdigest().encode())
+    assert len(head) < HDR
+    return head.ljust(HDR, b"\n") + body
+
+
+def check_payload(key, data):
+    """The version data holds, or None when it does not verify as key's."""
+    try:
+        f = data[:HDR].rstrip(b"\n").split(b" ")
+        if len(f) != 5 or f[0] != MAGIC or f[1].decode() != key:
+            return None
+        ver, size = int(f[2]), int(f[3])
+        body = data[HDR:]
+        if len(body) != size or hashlib.sha256(body).hexdigest().encode() != f[4]:
+            return None
+        return ver
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+# ---- the model ----------------------------------------------------------------
+
+class Key:
+    """What a key may hold: acked (a version, or None: absent) or one of maybe."""
+
+    def __init__(self, name, pinned):
+        self.name = name
+        self.pinned = pinned
+        self.acked = None
+        self.maybe = set()
+        self.lock = threading.Lock()
+
+    def allowed(self):
+        return {self.acked} | self.maybe
+
+
+class Stats:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.c = {}
+        self.samples = {}   # a few distinct error messages per kind
+
+    def sample(self, kind, msg):
+        with self.lock:
+            l = self.samples.setdefault(kind, [])
+            if msg not in l and len(l) < 6:
+                l.append(msg)
+
+    def add(self, name, n=1):
+        with self.lock:
+            self.c[name] = self.c.get(name, 0) + n
+
+    def get(self, name):
+        with self.lock:
+            return self.c.get(name, 0)
+
+
+# ---- the partner's fault proxy ------------------------------------------------------
+
+class FaultProxy(threading.Thread):
+    """TCP proxy to s3rver. While a fault window is open, each new connection
+    gets the fault with probability 1/2: an HTTP 500 or 503 (S3 error XML),
+    a connection closed after part of the response, or a stall of seconds
+    before it is closed."""
+
+    def __init__(self, upstream_port, stats):
+        super().__init__(daemon=True)
+        self.upstream = upstream_port
+        self.stats = stats
+        self.mode = None
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.stopping = False
+
+    def run(self):
+        while not self.stopping:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    @staticmethod
+    def read_head(c):
+        data = b""
+        while b"\r\n\r\n" not in data and len(data) < 65536:
+            b = c.recv(65536)
+            if not b:
+                break
+            data += b
+        return data
+
+    def serve(self, c):
+        mode = self.mode if self.mode and random.random() < 0.7 else None
+        try:
+            if mode in ("500", "503"):
+                self.read_head(c)
+                code, name = (500, "InternalError") if mode == "500" else (503, "SlowDown")
+                body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>%s</Code>"
+                        "<Message>chaos</Message></Error>" % name).encode()
+                c.sendall(b"HTTP/1.1 %d %s\r\nContent-Type: application/xml\r\n"
+                          b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                          % (code, name.encode(), len(body), body))
+                self.stats.add("faults_" + mode)
+                return
+            if mode == "stall":
+                self.read_head(c)
+                self.stats.add("faults_stall")
+                time.sleep(random.uniform(2, 8))
+                return
+            u = socket.create_connection(("127.0.0.1", self.upstream))
+            cut = random.randint(0, 4096) if mode == "drop" else None
+            if mode == "drop":
+                self.stats.add("faults_drop")
+            t = threading.Thread(target=self.pump, args=(c, u, None), daemon=True)
+            t.start()
+            self.pump(u, c, cut)
+            try:
+                u.close()
+            except OSError:
+                pass
+        except OSError:
+            pass
+        finally:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+    @staticmethod
+    def pump(src, dst, cut):
+        sent = 0
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if cut is not None and sent + len(b) >= cut:
+                    dst.sendall(b[:max(0, cut - sent)])
+                    break
+                dst.sendall(b)
+                sent += len(b)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+# ---- the system under test ---------------------------------------------------------
+
+class System:
+    def __init__(self, args, tmp, stats):
+        self.args = args
+        self.tmp = tmp
+        self.stats = stats
+        self.bin = args.builddir
+        self.conf = os.path.join(tmp, "kvtier.conf")
+        self.dir = os.path.join(tmp, "data")
+        self.mnt = os.path.join(tmp, "mnt")
+        self.env = dict(os.environ, KVTIER_CONF=self.conf)
+        self.lock = threading.Lock()
+        self.gateway = None
+        self.fuse = None
+        self.running = set()    # short-lived processes the chaos thread may kill
+        self.gw_port = None
+        self.s3rver = None
+        self.mnt_fd = None      # the bucket's directory in the current mount
+
+    def start_s3rver(self):
+        os.makedirs(os.path.join(self.tmp, "s3"))
+        for _ in range(5):
+            port = free_port()
+            logf = open(os.path.join(self.tmp, "s3rver.log"), "w")
+            p = subprocess.Popen([self.args.s3rver, "-d", os.path.join(self.tmp, "s3"),
+                                  "-a", "127.0.0.1", "-p", str(port),
+                                  "--configure-bucket", G4_BUCKET],
+                                 stdout=logf, stderr=subprocess.STDOUT)
+            for _ in range(100):
+                time.sleep(0.1)
+                with open(os.path.join(self.tmp, "s3rver.log")) as f:
+                    if "listening" in f.read():
+                        self.s3rver, self.s3_port = p, port
+                        return
+                if p.poll() is not None:
+                    break
+            p.kill()
+            p.wait()
+        raise RuntimeError("s3rver did not start")
+
+    def write_config(self, proxy_port):
+        keys = os.path.join(self.tmp, "g4keys")
+        with open(keys, "w") as f:
+            f.write("access_key = S3RVER\nsecret_key = S3RVER\n")
+        os.chmod(keys, 0o600)
+        self.creds = os.path.join(self.tmp, "creds")
+        self.ak, self.sk = "CHAOSKEY", "chaos-secret-" + os.urandom(8).hex()
+        with open(self.creds, "w") as f:
+            f.write("%s %s\n" % (self.ak, self.sk))
+        os.chmod(self.creds, 0o600)
+        with open(self.conf, "w") as f:
+            f.write("[store]\ndir = %s\ncapacity = %s\nsegment_size = 2M\n"
+                    "access_flush_ms = 200\n\n"
+                    "[g4]\nurl = s3://%s/%s\nendpoint = http://127.0.0.1:%d\n"
+                    "credentials = %s\n" % (self.dir, self.args.capacity, G4_BUCKET,
+                                            G4_PREFIX, proxy_port, keys))
+
+    def cli(self, *argv, stdin=None, timeout=60, kill_ok=True):
+        """Runs kvtier ARGV, killable by the chaos thread; (rc, out, err)."""
+        p = subprocess.Popen([os.path.join(self.bin, argv[0])] + list(argv[1:]),
+                             env=self.env, stdin=subprocess.PIPE if stdin is not None else None,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if kill_ok:
+            with self.lock:
+                self.running.add(p)
+        try:
+            out, err = p.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            self.stats.add("timeouts")
+        finally:
+            with self.lock:
+                self.running.discard(p)
+        return p.returncode, out, err
+
+    def start_gateway(self):
+        if not self.gw_port:
+            self.gw_port = free_port()
+        logf = open(os.path.join(self.tmp, "gateway.log"), "a")
+        p = subprocess.Popen([os.path.join(self.bin, "kvtier-gateway"), "--listen",
+                              "127.0.0.1:%d" % self.gw_port, "--credentials", self.creds,
+                              "--access-log", "off", "-f"],
+                             env=self.env, stdout=logf, stderr=subprocess.STDOUT)
+        for _ in range(100):
+            try:
+                urllib.request.urlopen("http://127.0.0.1:%d/health" % self.gw_port, timeout=1)
+                break
+            except Exception:
+                if p.poll() is not None:
+                    raise RuntimeError("the gateway exited %d" % p.returncode)
+                time.sleep(0.1)
+        self.gateway = p
+
+    def mounted(self):
+        with open("/proc/mounts") as f:
+            return any(l.split()[1] == self.mnt for l in f)
+
+    def start_fuse(self):
+        os.makedirs(self.mnt, exist_ok=True)
+        logf = open(os.path.join(self.tmp, "fuse.log"), "a")
+        p = subprocess.Popen([os.path.join(self.bin, "kvtier-fuse"), self.mnt, "-f"],
+                             env=self.env, stdout=logf, stderr=subprocess.STDOUT)
+        for _ in range(100):
+            if self.mounted():
+                break
+            if p.poll() is not None:
+                raise RuntimeError("kvtier-fuse exited %d" % p.returncode)
+            time.sleep(0.1)
+        self.fuse = p
+        # Workers go through this descriptor, never through the path: while
+        # the mount is down the path is a plain directory that would take the
+        # writes. A dead mount's descriptor fails (ENOTCONN); old ones are
+        # never closed, so that a worker never uses a reused number.
+        self.mnt_fd = os.open(os.path.join(self.mnt, BUCKET), os.O_RDONLY | os.O_DIRECTORY)
+
+    def unmount(self):
+        subprocess.run(["fusermount3", "-u", "-z", self.mnt], stderr=subprocess.DEVNULL)
+
+    def kill_gateway(self):
+        with self.lock:
+            p, self.gateway = self.gateway, None
+        if p:
+            p.kill()
+            p.wait()
+            return True
+        return False
+
+    def restart_gateway(self):
+        with self.lock:
+            if self.gateway is None:
+                self.start_gateway()
+
+    def kill_fuse(self):
+        with self.lock:
+            p, self.fuse = self.fuse, None
+        if p:
+            p.kill()
+            p.wait()
+            self.unmount()
+            return True
+        return False
+
+    def restart_fuse(self):
+        with self.lock:
+            if self.fuse is None:
+                self.unmount()
+                self.start_fuse()
+
+    def s3(self):
+        return boto3.client("s3", endpoint_url="http://127.0.0.1:%d" % self.gw_port,
+                            aws_access_key_id=self.ak, aws_secret_access_key=self.sk,
+                            region_name="us-east-1",
+                            config=Config(signature_version="s3v4",
+                                          s3={"addressing_style": "path"},
+                                          retries={"max_attempts": 1},
+                                          connect_timeout=3, read_timeout=30))
+
+    def lookup(self, keys):
+        body = "\n".join(keys).encode()
+        url = "http://127.0.0.1:%d/%s?kvtier-lookup" % (self.gw_port, BUCKET)
+        req = AWSRequest(method="POST", url=url, data=body,
+                         headers={"x-amz-content-sha256": hashlib.sha256(body).hexdigest()})
+        SigV4Auth(boto3.Session(self.ak, self.sk).get_credentials(), "s3",
+                  "us-east-1").add_auth(req)
+        with urllib.request.urlopen(urllib.request.Request(
+                req.url, data=body, headers=dict(req.headers), method="POST"),
+                timeout=30) as r:
+            return int(r.headers["x-kvtier-stored"])
+
+
+# ---- load --------------------------------------------------------------------------
+
+def pick_size(rnd):
+    r = rnd.random()
+    if r < 0.4:
+        return rnd.randint(0, 8192)
+    if r < 0.85:
+        return rnd.randint(8192, 300 * 1024)
+    return rnd.randint(300 * 1024, 1536 * 1024)
+
+
+class Worker(threading.Thread):
+    """Owns keys s<NN>/<kind>-<i>: only it writes them."""
+
+    def __init__(self, kind, system, stats, keys, seed, deadline):
+        super().__init__(daemon=True)
+        self.kind = kind
+        self.sys = system
+        self.stats = stats
+        self.keys = keys
+        self.rnd = random.Random(seed)
+        self.deadline = deadline
+        self.versions = 0
+        self.failed = None
+
+    def verify(self, k, data, where):
+        """Checks bytes read for k; they must verify and be allowed."""
+        ver = check_payload(k.name, data)
+        if ver is None:
+            self.stats.add("wrong_bytes")
+            log("WRONG BYTES: %s via %s (%d bytes, header %r)" % (k.name, where, len(data),
+                                                                  data[:80]))
+            return
+        with k.lock:
+            if ver not in k.allowed():
+                self.stats.add("stale_reads")
+                log("STALE: %s via %s: version %d, acked %s, in doubt %s" %
+                    (k.name, where, ver, k.acked, sorted(x for x in k.maybe if x)))
+
+    def missing(self, k, where):
+        with k.lock:
+            if None not in k.allowed():
+                # Evictable objects may miss; the final check decides about the rest.
+                self.stats.add("misses")
+
+    def next_version(self):
+        self.versions += 1
+        return self.versions
+
+    def write(self, k, ver, data):
+        raise NotImplementedError
+
+    def read(self, k):
+        raise NotImplementedError
+
+    def delete(self, k):
+        raise NotImplementedError
+
+    def run(self):
+        try:
+            while time.time() < self.deadline:
+                k = self.rnd.choice(self.keys)
+                r = self.rnd.random()
+                if r < 0.45:
+                    ver = self.next_version()
+                    data = make_payload(k.name, ver, pick_size(self.rnd))
+                    with k.lock:
+                        k.maybe.add(ver)
+                    ok = self.write(k, ver, data)
+                    self.stats.add("writes")
+                    if ok:
+                        with k.lock:
+                            k.acked = ver
+                            k.maybe = set()
+                        self.stats.add("acked_writes")
+                elif r < 0.52:
+                    with k.lock:
+                        k.maybe.add(None)
+                    ok = self.delete(k)
+                    self.stats.add("deletes")
+                    if ok:
+                        with k.lock:
+                            k.acked = None
+                            k.maybe = set()
+                else:
+                    self.read(k)
+                    self.stats.add("reads")
+                time.sleep(self.rnd.uniform(0, 0.05))
+        except Exception as e:  # a bug in the driver must not pass silently
+            self.failed = repr(e)
+            log("worker %s died: %r" % (self.kind, e))
+
+
+class S3Worker(Worker):
+    def client(self):
+        return self.sys.s3()
+
+    def write(self, k, ver, data):
+        try:
+            self.client().put_object(Bucket=BUCKET, Key=k.name, Body=data)
+            return True
+        except Exception as e:
+            code = s3_code(e)
+            if code in ("InsufficientStorage", "507"):
+                self.stats.add("enospc")
+            self.stats.add("errors_s3")
+            self.stats.sample("s3", repr(e)[:160])
+            return False
+
+    def read(self, k):
+        try:
+            if self.rnd.random() < 0.2:
+                self.sys.lookup([k.name])
+                self.stats.add("lookups")
+                return
+            body = self.client().get_object(Bucket=BUCKET, Key=k.name)["Body"].read()
+            self.verify(k, body, "s3")
+        except Exception as e:
+            code = s3_code(e)
+            if code in ("NoSuchKey", "404"):
+                self.missing(k, "s3")
+            else:
+                self.stats.add("errors_s3")
+
+    def delete(self, k):
+        try:
+            self.client().delete_object(Bucket=BUCKET, Key=k.name)
+            return True
+        except Exception:
+            self.stats.add("errors_s3")
+            return False
+
+
+class FuseWorker(Worker):
+    def write(self, k, ver, data):
+        d = self.sys.mnt_fd
+        try:
+            try:
+                os.mkdir(os.path.dirname(k.name), dir_fd=d)
+            except FileExistsError:
+                pass
+            fd = os.open(k.name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=d)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)    # publishes; its error is the write's
+            return True
+        except OSError as e:
+            if e.errno == 28:
+                self.stats.add("enospc")
+            self.stats.add("errors_fuse")
+            self.stats.sample("fuse", repr(e)[:160])
+            return False
+
+    def read(self, k):
+        try:
+            fd = os.open(k.name, os.O_RDONLY, dir_fd=self.sys.mnt_fd)
+            try:
+                chunks = []
+                while True:
+                    b = os.read(fd, 1 << 20)
+                    if not b:
+                        break
+                    chunks.append(b)
+            finally:
+                os.close(fd)
+            self.verify(k, b"".join(chunks), "fuse")
+        except FileNotFoundError:
+            self.missing(k, "fuse")
+        except OSError:
+            self.stats.add("errors_fuse")
+
+    def delete(self, k):
+        try:
+            os.unlink(k.name, dir_fd=self.sys.mnt_fd)
+            return True
+        except FileNotFoundError:
+            # Absent: deleted before, or evicted; either way absent now.
+            return True
+        except OSError:
+            self.stats.add("errors_fuse")
+            return False
+
+
+class CliWorker(Worker):
+    def write(self, k, ver, data):
+        argv = ["kvtier", "put"] + (["--pin"] if k.pinned else []) + [BUCKET, k.name, "-"]
+        rc, _, err = self.sys.cli(*argv, stdin=data)
+        if rc == 0:
+            return True
+        if b"hot tier full" in err or b"No space left" in err:
+            self.stats.add("enospc")
+        self.stats.add("errors_cli")
+        self.stats.sample("cli", "rc %d: %s" % (rc, err.decode(errors="replace").strip()[-160:]))
+        return False
+
+    def read(self, k):
+        rc, out, err = self.sys.cli("kvtier", "get", BUCKET, k.name, "-")
+        if rc == 0:
+            self.verify(k, out, "cli")
+        elif b"No such" in err or b"not found" in err.lower():
+            self.missing(k, "cli")
+        else:
+            self.stats.add("errors_cli")
+
+    def delete(self, k):
+        rc, _, err = self.sys.cli("kvtier", "rm", BUCKET, k.name)
+        if rc == 0:
+            return True
+        self.stats.add("errors_cli")
+        return False
+
+
+class Filler(CliWorker):
+    """Fills the hot tier with pinned objects until ENOSPC, then frees them."""
+
+    def run(self):
+        try:
+            while time.time() < self.deadline:
+                time.sleep(self.rnd.uniform(3, 8))
+                written = []
+                for k in self.keys:
+                    if time.time() >= self.deadline:
+                        break
+                    ver = self.next_version()
+                    with k.lock:
+                        k.maybe.add(ver)
+                    ok = self.write(k, ver, make_payload(k.name, ver, 1536 * 1024))
+                    self.stats.add("writes")
+                    if ok:
+                        with k.lock:
+                            k.acked = ver
+                            k.maybe = set()
+                        self.stats.add("acked_writes")
+                        written.append(k)
+                    elif self.stats.get("enospc"):
+                        break
+                time.sleep(self.rnd.uniform(0.5, 2))
+                for k in written:
+                    with k.lock:
+                        k.maybe.add(None)
+                    if self.delete(k):
+                        with k.lock:
+                            k.acked = None
+                            k.maybe = set()
+        except Exception as e:
+            self.failed = repr(e)
+            log("filler died: %r" % (e,))
+
+
+def migrator(system, stats, sessions, seed, deadline):
+    """Demotes or recalls a random session now and then."""
+    rnd = random.Random(seed)
+    while time.time() < deadline:
+        time.sleep(rnd.uniform(0.5, 3))
+        s = rnd.choice(sessions)
+        if rnd.random() < 0.6:
+            rc, _, _ = system.cli("kvtier-migrate", "--idle", "0s", "--session",
+                                  "%s/%s" % (BUCKET, s), "-q", timeout=120)
+            stats.add("demotions")
+        else:
+            rc, _, _ = system.cli("kvtier-migrate", "--recall", "%s/%s" % (BUCKET, s), "-q",
+                                  timeout=120)
+            stats.add("recalls")
+        if rc != 0:
+            stats.add("migrate_failures")
+
+
+def chaos(system, proxy, stats, seed, deadline):
+    rnd = random.Random(seed)
+    while time.time() < deadline:
+        time.sleep(rnd.uniform(0.5, 2.5))
+        r = rnd.random()
+        if r < 0.25:
+            if system.kill_gateway():
+                stats.add("kills_gateway")
+            time.sleep(rnd.uniform(0.1, 1))
+            system.restart_gateway()
+        elif r < 0.45:
+            if system.kill_fuse():
+                stats.add("kills_fuse")
+            time.sleep(rnd.uniform(0.1, 1))
+            system.restart_fuse()
+        elif r < 0.65:
+            with system.lock:
+                victims = list(system.running)
+            if victims:
+                p = rnd.choice(victims)
+                name = os.path.basename(p.args[0])
+                try:
+                    p.kill()
+                    stats.add("kills_" + name.replace("-", "_"))
+                except OSError:
+                    pass
+        else:
+            proxy.mode = rnd.choice(["500", "503", "drop", "stall"])
+            stats.add("fault_windows")
+            time.sleep(rnd.uniform(1, 4))
+            proxy.mode = None
+
+
+# ---- the end ---------------------------------------------------------------------
+
+def g4_objects(system):
+    """Reads the partner bucket past the proxy. Returns the (key, version) of
+    every payload object, the (key, version) the sessions' manifests list
+    (what the store holds verified in G4: reclaim turns those cold, never
+    drops them), and the number of objects that do not verify."""
+    s3 = boto3.client("s3", endpoint_url="http://127.0.0.1:%d" % system.s3_port,
+                      aws_access_key_id="S3RVER", aws_secret_access_key="S3RVER",
+                      region_name="us-east-1",
+                      config=Config(signature_version="s3v4", s3={"addressing_style": "path"}))
+    found, listed, bad = {}, set(), 0
+    prefix = "%s/%s/" % (G4_PREFIX, BUCKET)
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=G4_BUCKET, Prefix=prefix):
+        for o in page.get("Contents", []):
+            key = o["Key"][len(prefix):]
+            if key.endswith("/"):
+                continue    # a directory the mount made, not a payload
+            data = s3.get_object(Bucket=G4_BUCKET, Key=o["Key"])["Body"].read()
+            ver = check_payload(key, data)
+            if ver is None:
+                bad += 1
+                log("G4 DAMAGED: %s (%d bytes)" % (o["Key"], len(data)))
+            else:
+                found[key] = ver
+    mprefix = "%s/.kvtier/manifests/%s/" % (G4_PREFIX, BUCKET)
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=G4_BUCKET, Prefix=mprefix):
+        for o in page.get("Contents", []):
+            m = json.loads(s3.get_object(Bucket=G4_BUCKET, Key=o["Key"])["Body"].read())
+            for e in m["objects"]:
+                if e["key"] in found:
+                    listed.add((e["key"], found[e["key"]]))
+    return set(found.items()), listed, bad
+
+
+def final_check(system, stats, keys):
+    s3 = system.s3()
+    in_g4, listed, g4_bad = g4_objects(system)
+    stats.add("g4_listed", len(listed))
+    stats.add("g4_objects", len(in_g4))
+    stats.add("g4_damaged", g4_bad)
+    missing_evictable = 0
+    for k in keys:
+        data, err = None, None
+        for attempt in range(5):
+            try:
+                data = s3.get_object(Bucket=BUCKET, Key=k.name)["Body"].read()
+                err = None
+                break
+            except Exception as e:
+                err = s3_code(e) or repr(e)
+                if err in ("NoSuchKey", "404"):
+                    break
+                time.sleep(1)
+        allowed = k.allowed()
+        durable = {v for v in allowed if v is not None and
+                   (k.pinned or (k.name, v) in listed)}
+        if data is not None:
+            ver = check_payload(k.name, data)
+            if ver is None:
+                stats.add("wrong_bytes")
+                log("WRONG BYTES at the end: %s" % k.name)
+            elif ver not in allowed:
+                stats.add("stale_reads")
+                log("STALE at the end: %s version %d, acked %s" % (k.name, ver, k.acked))
+            else:
+                stats.add("verified_at_end")
+        elif err in ("NoSuchKey", "404"):
+            # Missing is allowed if the key may be deleted, or if a version it may
+            # hold is plain cache (not pinned, never in G4) that reclaim may drop.
+            if None in allowed:
+                continue
+            if len(durable) < len(allowed):
+                missing_evictable += 1
+            else:
+                stats.add("lost_durable")
+                log("LOST: %s: versions %s all pinned or in G4 (acked %s)" %
+                    (k.name, sorted(durable), k.acked))
+        else:
+            stats.add("lost_durable" if durable else "unreadable_at_end")
+            log("UNREADABLE at the end: %s: %s" % (k.name, err))
+    stats.add("evicted_allowed", missing_evictable)
+    return missing_evictable
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--builddir", default=os.environ.get("top_builddir", "."))
+    ap.add_argument("--s3rver", required=True)
+    ap.add_argument("--capacity", default="24M")
+    ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    random.seed(args.seed)
+    tmp = tempfile.mkdtemp(prefix="kvtier-chaos.", dir=os.environ.get("TMPDIR", "/tmp"))
+    stats = Stats()
+    system = System(args, tmp, stats)
+    proxy = None
+    ok = False
+    t0 = time.time()
+    log("seed %d, %g s, scratch %s" % (args.seed, args.seconds, tmp))
+    try:
+        system.start_s3rver()
+        proxy = FaultProxy(system.s3_port, stats)
+        proxy.start()
+        system.write_config(proxy.port)
+        for argv in (["kvtier", "init"], ["kvtier", "mb", BUCKET]):
+            rc, out, err = system.cli(*argv, kill_ok=False)
+            if rc != 0:
+                raise RuntimeError("%s: %s" % (" ".join(argv), err.decode()))
+        system.start_gateway()
+        system.start_fuse()
+
+        nsess = 6
+        sessions = ["s%02d" % i for i in range(nsess)]
+        deadline = time.time() + args.seconds
+        workers, keys = [], []
+        for kind, cls, n in (("s3a", S3Worker, 16), ("s3b", S3Worker, 16),
+                             ("fuse", FuseWorker, 16), ("cli", CliWorker, 12)):
+            ks = [Key("%s/%s-%d" % (sessions[i % nsess], kind, i), kind == "cli" and i % 2 == 0)
+                  for i in range(n)]
+            keys += ks
+            workers.append(cls(kind, system, stats, ks, args.seed ^ hash(kind), deadline))
+        fill = [Key("fill/f-%d" % i, True) for i in range(40)]
+        keys += fill
+        workers.append(Filler("fill", system, stats, fill, args.seed + 7, deadline))
+        threads = workers + [
+            threading.Thread(target=migrator, args=(system, stats, sessions, args.seed + 1,
+                                                    deadline), daemon=True),
+            threading.Thread(target=chaos, args=(system, proxy, stats, args.seed + 2, deadline),
+                             daemon=True)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        driver_errors = [w.failed for w in workers if w.failed]
+
+        log("load over; partner healthy, everything restarted, final check")
+        proxy.mode = None
+        system.restart_gateway()
+        system.restart_fuse()
+        evictable = final_check(system, stats, keys)
+        system.kill_fuse()
+        system.gateway.terminate()
+        system.gateway.wait()
+        rc, out, err = system.cli("kvtier", "stat", kill_ok=False)
+        m = re.search(rb"evicted[ _a-z]*:\s*(\d+)", out)
+        evicted = int(m.group(1)) if m else 0
+        rc, out, err = system.cli("kvtier", "fsck", kill_ok=False, timeout=600)
+        fsck_ok = rc == 0
+        if not fsck_ok:
+            log("fsck exited %d: %s %s" % (rc, out.decode()[-2000:], err.decode()[-2000:]))
+
+        c = stats.c
+        kills = sum(v for n, v in c.items() if n.startswith("kills_"))
+        faults = sum(v for n, v in c.items() if n.startswith("faults_"))
+        report = {
+            "seconds": round(time.time() - t0),
+            "seed": args.seed,
+            "operations": c.get("writes", 0) + c.get("reads", 0) + c.get("deletes", 0) +
+                          c.get("demotions", 0) + c.get("recalls", 0),
+            "writes": c.get("writes", 0), "acked_writes": c.get("acked_writes", 0),
+            "reads": c.get("reads", 0), "lookups": c.get("lookups", 0),
+            "deletes": c.get("deletes", 0),
+            "demotions": c.get("demotions", 0), "recalls": c.get("recalls", 0),
+            "migrate_failures": c.get("migrate_failures", 0),
+            "kills": kills,
+            "kills_by_process": {n[6:]: v for n, v in c.items() if n.startswith("kills_")},
+            "fault_windows": c.get("fault_windows", 0),
+            "faults": faults,
+            "faults_by_kind": {n[7:]: v for n, v in c.items() if n.startswith("faults_")},
+            "enospc": c.get("enospc", 0),
+            "client_errors": {n: v for n, v in c.items() if n.startswith("errors_")},
+            "misses_during_load": c.get("misses", 0),
+            "g4_objects": c.get("g4_objects", 0),
+            "g4_in_manifests": c.get("g4_listed", 0),
+            "verified_at_end": c.get("verified_at_end", 0),
+            "evicted_allowed": evictable, "evicted_objects_counter": evicted,
+            "wrong_bytes": c.get("wrong_bytes", 0),
+            "stale_reads": c.get("stale_reads", 0),
+            "lost_durable_objects": c.get("lost_durable", 0),
+            "unreadable_at_end": c.get("unreadable_at_end", 0),
+            "g4_damaged": c.get("g4_damaged", 0),
+            "fsck_clean": fsck_ok,
+            "error_samples": stats.samples,
+        }
+        print(json.dumps(report, indent=1, sort_keys=False), flush=True)
+        problems = []
+        for name in ("wrong_bytes", "stale_reads", "lost_durable_objects", "g4_damaged",
+                     "unreadable_at_end"):
+            if report[name]:
+                problems.append("%s = %d" % (name, report[name]))
+        if evictable > evicted:
+            problems.append("%d objects missing but only %d evicted" % (evictable, evicted))
+        if not fsck_ok:
+            problems.append("fsck is not clean")
+        if driver_errors:
+            problems.append("driver errors: %s" % driver_errors)
+        if kills == 0 or faults == 0:
+            problems.append("no chaos happened (kills %d, faults %d)" % (kills, faults))
+        if problems:
+            log("FAIL: " + "; ".join(problems))
+        else:
+            log("PASS")
+            ok = True
+    finally:
+        if proxy:
+            proxy.stopping = True
+            proxy.sock.close()
+        system.kill_gateway()
+        system.kill_fuse()
+        with system.lock:
+            for p in list(system.running):
+                p.kill()
+        if system.s3rver:
+            system.s3rver.kill()
+            system.s3rver.wait()
+        if args.keep or not ok:
+            log("kept %s" % tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+#!/bin/sh
+# tests/test_chaos.sh - the short form of the chaos test (tests/chaos/):
+# gateway, FUSE mount, migrator and CLI on one store with s3rver behind a
+# fault proxy as G4, under load, with SIGKILLs, partner faults and a full
+# hot tier, for KVT_CHAOS_SECONDS (default 45). Fails on any wrong byte,
+# lost durable object, damaged G4 object or unclean fsck; skips (77) where
+# FUSE, boto3 or s3rver (npm) are missing. The long form:
+# tests/chaos/run --minutes 10.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+exec "$here/chaos/run" --seconds "${KVT_CHAOS_SECONDS:-45}"
