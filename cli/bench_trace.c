@@ -16,7 +16,9 @@
  * conversation repeats the earlier turn's ids except the last, partial
  * block, and appends new ones; so a request continues the conversation of
  * the latest earlier request it shares the longest prefix with, when that
- * prefix covers at least half of the earlier request. Each conversation is
+ * prefix covers at least 3/4 of the earlier request (in the Mooncake
+ * synthetic trace 95% of such matches cover 83% or more; a shared system
+ * prompt alone covers less and starts a new conversation). Each conversation is
  * the session of the blocks it writes.
  *
  * Each configuration runs the real programs, in OUT/<name>/:
@@ -287,7 +289,7 @@ static int bt_trace_load(struct bt_trace *t, const char *path, size_t max, enum 
 				t->distinct++;
 			}
 		}
-		if (best > 0 && 2 * best >= t->reqs[from].nids) {
+		if (best > 0 && 4 * best >= 3 * (size_t)t->reqs[from].nids) {
 			q->conv = t->reqs[from].conv;
 			q->resumed = 1;
 			t->nresumed++;

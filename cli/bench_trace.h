@@ -65,6 +65,8 @@ struct bt_counts {
 	uint64_t recalled;	/* in the stored prefix, cold at lookup: read recalls */
 	uint64_t missed;	/* after the stored prefix: written */
 	uint64_t lost;		/* in the prefix at lookup, gone at read: written */
+	uint64_t present;	/* missed, but stored after the gap: not written */
+	uint64_t written;	/* blocks written */
 	uint64_t bytes_read;
 	uint64_t bytes_written;
 	uint64_t errors;	/* failed operations */

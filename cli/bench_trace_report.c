@@ -196,8 +196,16 @@ void bt_print_report(const struct bt *b)
 			}
 		}
 	}
-	printf("\nhit ratio = (hot hits + recalls) / blocks requested; misses are written. "
-	       "lost: in the prefix at lookup, gone at read (counted as misses).\n");
+	printf("\nhit ratio = (hot hits + recalls) / blocks requested. A miss is a block after "
+	       "the stored prefix: written unless\nalready stored past a gap. lost: in the prefix "
+	       "at lookup, gone at read (a miss).\n");
+	for (int c = 0; c < BT_NCFGS; c++) {
+		const struct bt_run *r = bt_get(b, (enum bt_cfg)c);
+
+		if (r)
+			printf("%-9s writes %" PRIu64 ", misses already stored %" PRIu64 "\n",
+			       bt_cfg_names[c], r->c.written, r->c.present);
+	}
 	if (k)
 		printf("kvtier: demoted %" PRIu64 " objects (%.0f MiB) in %" PRIu64 " migrator runs "
 		       "(%.1f s in all), %" PRIu64 " failures; evicted by reclaim %" PRIu64 "\n",
@@ -266,8 +274,9 @@ static void bt_json_run(FILE *f, const struct bt *b, const struct bt_run *r)
 		r->demote ? "file" : r->g4_none ? "none" : "unused");
 	fprintf(f, "     \"requests\": %" PRIu64 ", \"blocks\": %" PRIu64 ", \"hot_hits\": %" PRIu64
 		", \"recalls\": %" PRIu64 ", \"misses\": %" PRIu64 ", \"lost_after_lookup\": %" PRIu64
+		", \"misses_already_stored\": %" PRIu64 ", \"writes\": %" PRIu64
 		", \"hit_ratio\": %.4f,\n", r->c.requests, r->c.blocks, r->c.hot, r->c.recalled,
-		r->c.missed, r->c.lost, bt_hit(r));
+		r->c.missed, r->c.lost, r->c.present, r->c.written, bt_hit(r));
 	fprintf(f, "     \"errors\": %" PRIu64 ", \"wrong_blocks\": %" PRIu64 ", \"wrong_bytes\": %"
 		PRIu64 ", \"checksum_failures\": %" PRIu64 ", \"evicted_objects\": %" PRIu64 ",\n",
 		r->c.errors, r->c.wrong_blocks, r->c.wrong_bytes, r->checksum_failures,
