@@ -185,9 +185,11 @@ static int bt_parse_line(char *line, double *ts, uint64_t **ids, size_t *nids, s
 
 /*
  * Loads up to max requests (0: all) of path, then derives conversations
- * (see the top of the file) and the working set.
+ * (see the top of the file), keeps every sample-th conversation with all
+ * its turns (1: all), and counts the working set of what is kept.
  */
-static int bt_trace_load(struct bt_trace *t, const char *path, size_t max, enum bt_via via)
+static int bt_trace_load(struct bt_trace *t, const char *path, size_t max, unsigned sample,
+			 enum bt_via via)
 {
 	FILE *f = fopen(path, "r");
 	char *line = NULL;
@@ -283,21 +285,13 @@ static int bt_trace_load(struct bt_trace *t, const char *path, size_t max, enum 
 				best = k + 1;
 				from = prefixes.vals[s];
 			}
-			s = bt_map_slot(&ids, bt_mix(q->ids[k]));
-			if (!ids.keys[s]) {
-				ids.keys[s] = bt_mix(q->ids[k]);
-				t->distinct++;
-			}
 		}
 		if (best > 0 && 4 * best >= 3 * (size_t)t->reqs[from].nids) {
 			q->conv = t->reqs[from].conv;
 			q->resumed = 1;
-			t->nresumed++;
 		} else {
 			q->conv = t->nconvs++;
 		}
-		q->face = via == BT_VIA_S3 ? BT_S3 : via == BT_VIA_FUSE ? BT_FUSE
-			  : (uint8_t)(q->conv % 2);
 		/* The latest request holding a prefix is the one a later turn continues. */
 		for (uint32_t k = 0; k < q->nids; k++) {
 			size_t s = bt_map_slot(&prefixes, hash[k]);
@@ -305,6 +299,46 @@ static int bt_trace_load(struct bt_trace *t, const char *path, size_t max, enum 
 			prefixes.keys[s] = hash[k];
 			prefixes.vals[s] = (uint32_t)i;
 		}
+	}
+	{
+		/* Every sample-th conversation, renumbered, with all its turns. */
+		size_t kept = 0;
+		uint32_t nconvs = t->nconvs;
+		uint32_t *renum = malloc((nconvs ? nconvs : 1) * sizeof(*renum));
+		double t0 = -1;
+
+		if (!renum)
+			goto nomem;
+		t->nconvs = 0;
+		for (uint32_t c = 0; c < nconvs; c++)
+			renum[c] = c % sample == 0 ? t->nconvs++ : UINT32_MAX;
+		t->nrefs = 0;
+		for (size_t i = 0; i < t->nreqs; i++) {
+			struct bt_req q = t->reqs[i];
+
+			if (renum[q.conv] == UINT32_MAX)
+				continue;
+			q.conv = renum[q.conv];
+			q.face = via == BT_VIA_S3 ? BT_S3 : via == BT_VIA_FUSE ? BT_FUSE
+				 : (uint8_t)(q.conv % 2);
+			if (t0 < 0)
+				t0 = q.ts;
+			q.ts -= t0;
+			t->nresumed += q.resumed;
+			t->nrefs += q.nids;
+			for (uint32_t k = 0; k < q.nids; k++) {
+				size_t s = bt_map_slot(&ids, bt_mix(q.ids[k]));
+
+				if (!ids.keys[s]) {
+					ids.keys[s] = bt_mix(q.ids[k]);
+					t->distinct++;
+				}
+			}
+			t->reqs[kept++] = q;
+		}
+		free(renum);
+		t->nreqs = kept;
+		t->duration = kept ? t->reqs[kept - 1].ts : 0;
 	}
 	goto out;
 nomem:
@@ -1029,7 +1063,7 @@ static void bt_usage(FILE *f)
 	fprintf(f,
 		"usage: kvtier bench trace FILE [--via s3|fuse|both] [--block-size BYTES]\n"
 		"                          [--hot-capacity BYTES] [--speed X] [--idle DURATION]\n"
-		"                          [--requests N] [--workers N] [--out DIR]\n"
+		"                          [--requests N] [--sample N] [--workers N] [--out DIR]\n"
 		"                          [--configs kvtier,unbounded,nog4] [--keep]\n"
 		"\n"
 		"Replays a Mooncake-format trace (one {\"timestamp\": ms, \"hash_ids\": [...]}\n"
@@ -1050,6 +1084,8 @@ static void bt_usage(FILE *f)
 		"                       demoted to G4 (default 60s; the migrator runs every\n"
 		"                       second with --idle/--speed, at least 1 s)\n"
 		"  --requests N         only the first N requests (default all)\n"
+		"  --sample N           only every Nth conversation, with all its turns: the\n"
+		"                       whole trace's shape at 1/N of the load (default 1)\n"
 		"  --workers N          requests served at once (default 8)\n"
 		"  --out DIR            scratch and report directory (default ./kvtier-trace);\n"
 		"                       nothing is written outside it\n"
@@ -1069,6 +1105,7 @@ static int bt_parse_args(int argc, char **argv, struct bt_opts *o)
 	o->workers = 8;
 	o->out = "kvtier-trace";
 	o->configs = (1u << BT_NCFGS) - 1;
+	o->sample = 1;
 
 	for (int i = 1; i < argc && rc == 0; i++) {
 		const char *a = argv[i], *v = NULL;
@@ -1103,6 +1140,8 @@ static int bt_parse_args(int argc, char **argv, struct bt_opts *o)
 
 			rc = m < 0 ? -EINVAL : bench_parse_uint(v, 1, UINT_MAX, &n);
 			o->requests = n;
+		} else if (OPT("--sample", 1)) {
+			rc = m < 0 ? -EINVAL : bench_parse_uint(v, 1, 1000000, &o->sample);
 		} else if (OPT("--workers", 1)) {
 			rc = m < 0 ? -EINVAL : bench_parse_uint(v, 1, 256, &o->workers);
 		} else if (OPT("--out", 1)) {
@@ -1224,7 +1263,7 @@ int bench_trace_main(const struct kvt_config *cfg, int argc, char **argv)
 			goto out;
 		}
 	}
-	if (bt_trace_load(&b->t, b->o.trace, b->o.requests, b->o.via) < 0)
+	if (bt_trace_load(&b->t, b->o.trace, b->o.requests, b->o.sample, b->o.via) < 0)
 		goto out;
 	b->working_set = b->t.distinct * b->o.block_size;
 	b->idle_wall = (uint64_t)llround((double)b->o.idle / b->o.speed);
@@ -1259,10 +1298,10 @@ int bench_trace_main(const struct kvt_config *cfg, int argc, char **argv)
 	bt_stop = 0;
 
 	printf("kvtier bench trace: %s\n", b->date);
-	printf("trace: %s: %zu requests over %.0f s, %" PRIu64 " block references, %" PRIu64
+	printf("trace: %s%s: %zu requests over %.0f s, %" PRIu64 " block references, %" PRIu64
 	       " distinct blocks, %" PRIu32 " conversations (%" PRIu32 " requests continue one)\n",
-	       b->o.trace, b->t.nreqs, b->t.duration, b->t.nrefs, b->t.distinct, b->t.nconvs,
-	       b->t.nresumed);
+	       b->o.trace, b->o.sample > 1 ? " (every Nth conversation of --sample)" : "", b->t.nreqs,
+	       b->t.duration, b->t.nrefs, b->t.distinct, b->t.nconvs, b->t.nresumed);
 	printf("blocks of %" PRIu64 " bytes: working set %.1f MiB; speed %gx (%.0f s of wall time "
 	       "each); idle %" PRIu64 " s of trace = %" PRIu64 " s of wall time; via %s; "
 	       "%u workers\n",

@@ -148,6 +148,7 @@ struct bt_opts {
 	double speed;
 	uint64_t idle;		/* trace seconds */
 	size_t requests;	/* 0: all */
+	unsigned sample;	/* every sample-th conversation */
 	const char *out;
 	unsigned workers;
 	unsigned configs;	/* bit per enum bt_cfg */

@@ -374,7 +374,9 @@ static int bt_fuse_get(struct bt_run *r, struct bt_client *cl, uint64_t id)
 			if (errno == EINTR)
 				continue;
 			rc = -errno;
-			bt_error(r, "read '%s': %s", path, strerror(errno));
+			/* Dropped by reclaim after the open: a miss, as in S3's 404. */
+			if (errno != ENOENT && errno != ESTALE)
+				bt_error(r, "read '%s': %s", path, strerror(errno));
 			break;
 		}
 		if (n == 0)
@@ -382,6 +384,8 @@ static int bt_fuse_get(struct bt_run *r, struct bt_client *cl, uint64_t id)
 		cl->resp_len += (size_t)n;
 	}
 	close(fd);
+	if (rc == -ENOENT || rc == -ESTALE)
+		return -ENOENT;
 	return rc == -EFBIG ? 0 : rc < 0 ? -EIO : 0;
 }
 

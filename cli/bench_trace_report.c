@@ -331,8 +331,9 @@ int bt_write_json(const struct bt *b)
 		b->t.nresumed, b->t.duration);
 	fprintf(f, "  \"block_size\": %" PRIu64 ", \"working_set_bytes\": %" PRIu64
 		", \"speed\": %g, \"idle_trace_s\": %" PRIu64 ", \"idle_wall_s\": %" PRIu64
-		", \"workers\": %u, \"via\": \"%s\", \"interrupted\": %s,\n",
+		", \"workers\": %u, \"sample\": %u, \"via\": \"%s\", \"interrupted\": %s,\n",
 		b->o.block_size, b->working_set, b->o.speed, b->o.idle, b->idle_wall, b->o.workers,
+		b->o.sample,
 		b->o.via == BT_VIA_S3 ? "s3" : b->o.via == BT_VIA_FUSE ? "fuse" : "both",
 		bt_stop ? "true" : "false");
 	fprintf(f, "  \"configs\": [\n");
