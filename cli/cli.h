@@ -29,6 +29,13 @@ int bench_engine_main(const struct kvt_config *cfg, int argc, char **argv);
  */
 int bench_gateway_main(const struct kvt_config *cfg, int argc, char **argv);
 
+/*
+ * `kvtier bench trace FILE [options]`: replays a Mooncake-format trace
+ * through kvtier-gateway and kvtier-fuse on scratch stores, kvtier against
+ * an unbounded and a no-G4 hot tier (bench_trace*.c). argv[0] is "trace".
+ */
+int bench_trace_main(const struct kvt_config *cfg, int argc, char **argv);
+
 /* ---- shared by the benchmarks (bench.c) ---- */
 
 int bench_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out);
