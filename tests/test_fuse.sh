@@ -428,6 +428,27 @@ fuse_umount "$M3"
 FUSE_PID=$m1_pid
 rm "$B/ra"
 
+step "a file being written is listed, with its size so far, before it is closed"
+python3 - "$B" <<'EOF'
+import os, sys
+d = sys.argv[1]
+p = os.path.join(d, "being-written")
+with open(p, "wb") as f:
+    f.write(b"x" * 5000)
+    f.flush()
+    names = os.listdir(d)
+    assert "being-written" in names, "not listed while open: %r" % names
+    st = [e for e in os.scandir(d) if e.name == "being-written"][0].stat()
+    assert st.st_size == 5000, st.st_size
+    f.write(b"y" * 3000000)
+    f.flush()
+    assert os.listdir(d).count("being-written") == 1
+assert os.listdir(d).count("being-written") == 1, "listed twice or not at all after close"
+assert os.stat(p).st_size == 3005000
+os.unlink(p)
+assert "being-written" not in os.listdir(d)
+EOF
+
 step "many writers and readers at once (16 writers x 20 files, 8 readers)"
 head -c 3000000 /dev/urandom >"$T/src"
 mkdir "$B/par"
