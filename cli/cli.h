@@ -4,6 +4,8 @@
 #ifndef KVT_CLI_H
 #define KVT_CLI_H
 
+#include <sys/types.h>
+
 #include "kvtier.h"
 
 /* Exit codes of kvtier(1). */
@@ -36,6 +38,19 @@ int bench_gateway_main(const struct kvt_config *cfg, int argc, char **argv);
  */
 int bench_trace_main(const struct kvt_config *cfg, int argc, char **argv);
 
+/*
+ * `kvtier bench fuse [options]`: kvtier-fuse against a plain file (fio) and
+ * against s3fs over kvtier-gateway (cp -r, ls -l). argv[0] is "fuse".
+ */
+int bench_fuse_main(const struct kvt_config *cfg, int argc, char **argv);
+
+/*
+ * `kvtier bench migrate [options]`: kvtier-migrate demotion and recall
+ * against `aws s3 cp --recursive`, recall latency against a plain GET, on
+ * one partner (s3rver on loopback). argv[0] is "migrate".
+ */
+int bench_migrate_main(const struct kvt_config *cfg, int argc, char **argv);
+
 /* ---- shared by the benchmarks (bench.c) ---- */
 
 int bench_parse_uint(const char *s, unsigned min, unsigned max, unsigned *out);
@@ -49,5 +64,36 @@ int bench_opt_match(const char *arg, const char *name, int takes_value, int *i, 
 int bench_cmp_double(const void *a, const void *b);
 /* Sorts v. */
 double bench_median(double *v, unsigned n);
+
+int64_t bench_mono_ns(void);
+/* A program installed next to this binary (kvtier-fuse, kvtier-gateway ...). */
+int bench_find_sibling(const char *name, char *out, size_t len);
+/* PATH, then the sbin directories a non-root PATH lacks. */
+int bench_find_program(const char *name, char *out, size_t len);
+/* First line of `PROG ARG 2>&1`, for the report. */
+void bench_version(const char *prog, const char *arg, char *out, size_t len);
+int bench_write_file(const char *path, mode_t mode, const void *data, size_t len);
+/* rm -rf that does not cross into mounts. */
+void bench_rm_rf(const char *path);
+/* A loopback port nobody listens on now. */
+int bench_free_port(void);
+/* 0 once 127.0.0.1:port accepts; -ECHILD if pid exited first. */
+int bench_wait_port(pid_t pid, int port, unsigned seconds);
+/* fork + execvp, stdout and stderr appended to log (NULL: /dev/null); the
+ * child gets SIGTERM if this process dies. */
+pid_t bench_spawn(char *const argv[], const char *log);
+/* SIGTERM, up to 20 s, then SIGKILL; reaps. Accepts pid <= 0. */
+void bench_stop(pid_t pid);
+/* Runs argv to its end: its exit status (128 + signal), or -errno; the
+ * wall time in *seconds if not NULL. */
+int bench_run(char *const argv[], const char *log, double *seconds);
+/* Incompressible bytes, the same for the same seed. */
+void bench_random_fill(void *buf, size_t len, uint64_t seed);
+/* n - 1 hex digits from /dev/urandom (at most 64). */
+int bench_secret(char *out, size_t n);
+/* "CPU model, N CPUs, N GiB RAM, Linux RELEASE ARCH". */
+void bench_machine(char *out, size_t len);
+/* The 1-minute load average, -1 if unknown. */
+double bench_load1(void);
 
 #endif /* KVT_CLI_H */

@@ -1141,7 +1141,12 @@ static int cmd_bench(struct cli *c, int argc, char **argv)
 		return bench_gateway_main(&c->cfg, argc - 1, argv + 1);
 	if (strcmp(argv[1], "trace") == 0)
 		return bench_trace_main(&c->cfg, argc - 1, argv + 1);
-	cli_error(c, "unknown benchmark '%s' (known: engine, gateway, trace)", argv[1]);
+	if (strcmp(argv[1], "fuse") == 0)
+		return bench_fuse_main(&c->cfg, argc - 1, argv + 1);
+	if (strcmp(argv[1], "migrate") == 0)
+		return bench_migrate_main(&c->cfg, argc - 1, argv + 1);
+	cli_error(c, "unknown benchmark '%s' (known: engine, gateway, fuse, migrate, trace)",
+		  argv[1]);
 	return CLI_USAGE;
 }
 
@@ -1164,8 +1169,9 @@ static const struct cli_cmd cli_cmds[] = {
 	{ "stat", cmd_stat, "[--json]", "show the store's space, objects and counters" },
 	{ "fsck", cmd_fsck, "[--repair]", "check the catalog and every checksum" },
 	{ "reclaim", cmd_reclaim, "", "free segments down to the low watermark now" },
-	{ "bench", cmd_bench, "engine|gateway|trace [OPTIONS]",
+	{ "bench", cmd_bench, "engine|gateway|fuse|migrate|trace [OPTIONS]",
 	  "measure the engine against fio, the gateway against nginx and redis, "
+	  "the mount against a plain file and s3fs, the migrator against the aws cli, "
 	  "a replayed inference trace against two baselines" },
 	{ "help", cmd_help, "", "show this help" },
 };

@@ -12,6 +12,11 @@
  * names over 255 bytes, and a prefix that has the name of a file (attr.c:
  * the file wins).
  *
+ * Files created through this mount and not yet closed exist only here (a
+ * file is published when it is closed): the end of a listing adds them,
+ * so that `ls` while cp or an inference engine writes shows the files being
+ * written, as on any file system, with their size so far.
+ *
  * readdirplus hands the kernel an inode per entry: its lookup count is
  * raised only for entries that fit in the reply.
  */
@@ -113,6 +118,71 @@ static int bucket_cb(void *arg, const char *name, int64_t ctime_ns)
 	return dh_push(bw->d, name, strlen(name), NODE_BUCKET, 1, &st);
 }
 
+static int dent_listed(const struct dh *d, const char *name)
+{
+	for (size_t i = 0; i < d->n; i++)
+		if (strcmp(d->ents[i].name, name) == 0)
+			return 1;
+	return 0;
+}
+
+/*
+ * Appends the files of this directory that are being written here and not
+ * yet published (node.pending). They are found by a walk of the inode
+ * table, once per listing, under its lock; their names are copied there,
+ * since a rename may change them once it is dropped.
+ */
+static int dh_add_pending(struct kvfs *kv, struct dh *d)
+{
+	struct node **v = NULL;
+	char **names = NULL;
+	size_t nv = 0, cap = 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&kv->lock);
+	for (size_t b = 0; b < kv->nbuckets && rc == 0; b++) {
+		for (struct node *n = kv->by_ino[b]; n && rc == 0; n = n->ino_next) {
+			if (n->parent != d->node || !n->pending || !n->hashed ||
+			    n->type != NODE_FILE)
+				continue;
+			if (nv == cap) {
+				size_t c = cap ? 2 * cap : 16;
+				struct node **nvv = realloc(v, c * sizeof(*v));
+				char **nn = nvv ? realloc(names, c * sizeof(*names)) : NULL;
+
+				if (nvv)
+					v = nvv;
+				if (nn)
+					names = nn;
+				if (!nvv || !nn) {
+					rc = -ENOMEM;
+					break;
+				}
+				cap = c;
+			}
+			if (!(names[nv] = strdup(n->name))) {
+				rc = -ENOMEM;
+				break;
+			}
+			n->refs++;
+			v[nv++] = n;
+		}
+	}
+	pthread_mutex_unlock(&kv->lock);
+	for (size_t i = 0; i < nv; i++) {
+		struct kvfs_stat s;
+
+		/* Published meanwhile: then the listing may already have it. */
+		if (rc == 0 && !dent_listed(d, names[i]) && kvfs_stat_node(kv, v[i], &s) == 0)
+			rc = dh_push(d, names[i], strlen(names[i]), NODE_FILE, 1, &s.st);
+		node_put(kv, v[i]);
+		free(names[i]);
+	}
+	free(v);
+	free(names);
+	return rc;
+}
+
 /* Appends the next page of the listing. */
 static int dh_fetch(struct kvfs *kv, struct dh *d)
 {
@@ -169,6 +239,8 @@ static int dh_fetch(struct kvfs *kv, struct dh *d)
 			rc = -ENOMEM;
 	}
 	kvt_list_free(l);
+	if (rc == 0 && d->done)
+		rc = dh_add_pending(kv, d);
 	return rc;
 }
 

@@ -46,8 +46,9 @@
  * writer's size: a known limit). Shared writable mmap is the price: the
  * kernel refuses it on direct-I/O files.
  *
- * flush (every close(2)) publishes, so close returns the error; release
- * publishes what a flush could not and frees. fsync publishes, then makes
+ * flush (every close(2) of a writable handle; read-only opens ask the
+ * kernel for none, FOPEN_NOFLUSH) publishes, so close returns the error;
+ * release publishes what a flush could not and frees. fsync publishes, then makes
  * the store durable. A handle is locked while it works: the kernel may send
  * requests for one handle from several threads at once.
  */
@@ -951,6 +952,9 @@ done:
 		pthread_mutex_unlock(&kv->lock);
 		fi->direct_io = 1;	/* see "The page cache" above */
 		fi->keep_cache = 0;
+	} else {
+		/* Nothing to publish at close: spare the reader a FLUSH round trip. */
+		fi->noflush = 1;
 	}
 	fi->fh = (uint64_t)(uintptr_t)h;
 	kvt_object_free(o);

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages kvtier needs to build and test; with the
 # argument "bench", also the baselines the benchmarks compare against (nginx,
-# Redis), without starting their system services: the benchmarks start their
+# Redis, s3fs), without starting their system services: the benchmarks start their
 # own on loopback. Run as root (or through sudo). Safe to run again.
 set -eu
 
@@ -13,7 +13,7 @@ packages="
 	fio python3 curl attr openssl gnuplot-nox
 	awscli python3-boto3 s3cmd
 "
-bench_packages="nginx-light redis-server"
+bench_packages="nginx-light redis-server s3fs"
 
 if [ "$(id -u)" -ne 0 ]; then
 	exec sudo "$0" "$@"

@@ -393,6 +393,62 @@ step "statfs reports the hot tier"
 [ "$(stat -f -c '%b %S' "$M" | awk '{print $1 * $2}')" -eq $((1024 * 1024 * 1024)) ] ||
 	fail "statfs: $(stat -f -c '%b blocks of %S' "$M")"
 
+step "reads: readahead of one extent; a read-only close sends no FLUSH"
+# The kernel starts a FUSE mount at 128 KiB of readahead; the daemon raises
+# it (as root: /sys is root's) so that a 2 MiB block is two requests.
+if [ "$(id -u)" -eq 0 ]; then
+	ra_dev=$(mountpoint -d "$M")
+	ra_kb=$(cat "/sys/class/bdi/$ra_dev/read_ahead_kb")
+	[ "$ra_kb" -eq 1024 ] || fail "readahead of the mount is $ra_kb KiB, not 1024"
+fi
+# A daemon with -d logs every request: closing a read-only file must cost
+# no FLUSH, closing a written one must (that is where it is published).
+M3=$T/mnt3
+mkdir "$M3"
+m1_pid=$FUSE_PID
+fuse_mount "$KVTIER_CONF" "$M3" -d
+m3_pid=$FUSE_PID
+head -c 3000000 /dev/urandom >"$T/ra"
+cp "$T/ra" "$M3/models/ra"
+sleep 0.5
+fl_before=$(grep -c "opcode: FLUSH" "$T/fuse.log" || :)
+cmp "$T/ra" "$M3/models/ra" || fail "read back other bytes through a -d mount"
+cat "$M3/models/ra" >/dev/null
+sleep 0.5
+fl_after=$(grep -c "opcode: FLUSH" "$T/fuse.log" || :)
+[ "$fl_after" -eq "$fl_before" ] ||
+	fail "read-only opens sent $((fl_after - fl_before)) FLUSH requests"
+echo more >>"$M3/models/ra"
+sleep 0.5
+fl_write=$(grep -c "opcode: FLUSH" "$T/fuse.log" || :)
+[ "$fl_write" -gt "$fl_after" ] || fail "closing a written file sent no FLUSH"
+same "$M3/models/ra" models ra
+FUSE_PID=$m3_pid
+fuse_umount "$M3"
+FUSE_PID=$m1_pid
+rm "$B/ra"
+
+step "a file being written is listed, with its size so far, before it is closed"
+python3 - "$B" <<'EOF'
+import os, sys
+d = sys.argv[1]
+p = os.path.join(d, "being-written")
+with open(p, "wb") as f:
+    f.write(b"x" * 5000)
+    f.flush()
+    names = os.listdir(d)
+    assert "being-written" in names, "not listed while open: %r" % names
+    st = [e for e in os.scandir(d) if e.name == "being-written"][0].stat()
+    assert st.st_size == 5000, st.st_size
+    f.write(b"y" * 3000000)
+    f.flush()
+    assert os.listdir(d).count("being-written") == 1
+assert os.listdir(d).count("being-written") == 1, "listed twice or not at all after close"
+assert os.stat(p).st_size == 3005000
+os.unlink(p)
+assert "being-written" not in os.listdir(d)
+EOF
+
 step "many writers and readers at once (16 writers x 20 files, 8 readers)"
 head -c 3000000 /dev/urandom >"$T/src"
 mkdir "$B/par"
