@@ -12,8 +12,8 @@
 # The tree is configured in place, so a true VPATH build (configure run from
 # build-asan/ against the source tree) is impossible: automake refuses a
 # source tree that is configured itself. Each build directory therefore holds
-# a copy of the sources (what git tracks, plus new files it does not ignore),
-# refreshed on every run; make rebuilds only what changed.
+# a copy of the sources (scripts/copy-sources.sh), refreshed on every run;
+# make rebuilds only what changed.
 #
 # Every sanitizer report goes to a file under BUILD/sanitizer-logs as well as
 # to stderr, and the run fails if any file appears: a daemon a test script
@@ -30,20 +30,6 @@ kinds=${*:-address thread}
 tsan_tests="tests/test_segment tests/test_catalog tests/test_object tests/test_multiproc
 	tests/test_cold tests/test_gateway.sh"
 
-copy_sources() {
-	dest=$1
-	mkdir -p "$dest"
-	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-		# Files deleted in the work tree but still in the index are skipped.
-		git ls-files -z --cached --others --exclude-standard |
-			xargs -0 sh -c 'for f; do [ -f "$f" ] && printf "%s\0" "$f"; done' sh |
-			tar --null -T - -cf - | tar -C "$dest" -xf -
-	else
-		tar --exclude=./build-asan --exclude=./build-tsan -cf - . | tar -C "$dest" -xf -
-		[ ! -f "$dest/Makefile" ] || make -C "$dest" distclean >/dev/null
-	fi
-}
-
 run_kind() {
 	kind=$1
 	case $kind in
@@ -52,7 +38,7 @@ run_kind() {
 	*) echo "test-sanitizers: unknown kind '$kind' (address or thread)" >&2; return 2 ;;
 	esac
 	start=$(date +%s)
-	copy_sources "$dir"
+	scripts/copy-sources.sh "$dir"
 	logs=$top/$dir/sanitizer-logs
 	rm -rf "$logs"
 	mkdir -p "$logs"
