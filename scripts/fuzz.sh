@@ -29,6 +29,10 @@ usage() {
 
 build() {
 	command -v clang >/dev/null || { echo "fuzz: needs clang (apt-get install clang)" >&2; exit 1; }
+	mkdir -p "$build"
+	# Campaigns run side by side: one build of the tree at a time.
+	exec 9>"$build.lock"
+	flock 9
 	scripts/copy-sources.sh "$build"
 	(
 		cd "$build"
@@ -40,6 +44,7 @@ build() {
 		fi
 		make -s -j2 "tests/libfuzzer/fuzz_$1" >/dev/null
 	)
+	flock -u 9
 }
 
 known() {
@@ -82,6 +87,8 @@ mkdir -p "$work" "$art" "$logs"
 log=$logs/$target-$(date -u +%Y%m%dT%H%M%SZ).log
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:print_stacktrace=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+stamp=$build/.fuzz-start-$target
+touch "$stamp"
 status=0
 # Stays in the build tree: targets that write scratch files put them there.
 (cd "$build" && TMPDIR=${TMPDIR:-/tmp} "./tests/libfuzzer/fuzz_$target" \
@@ -92,7 +99,7 @@ execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
 cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
 ft=$(grep -o 'ft: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
 corp=$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' "$log" | tail -n 1 | cut -d' ' -f2)
-crashes=$(find "$art" -type f -newer "$log" 2>/dev/null | wc -l)
+crashes=$(find "$art" -type f -newer "$stamp" 2>/dev/null | wc -l)
 [ "$status" = 0 ] || crashes=$((crashes > 0 ? crashes : 1))
 echo "fuzz: $target ${seconds}s execs=${execs:-?} cov=${cov:-?} ft=${ft:-?} corpus=${corp:-?}" \
 	"crashes=$crashes log=$log"

@@ -364,10 +364,10 @@ static void fuzz_exchange(const char *req, size_t len, struct gw_buf *resp)
 /* Checks every response in resp; returns how many 2xx came. */
 static unsigned fuzz_check(const struct gw_buf *resp)
 {
-	const char *p = resp->data, *end = resp->data + resp->len;
+	const char *p = resp->data, *end = p ? p + resp->len : NULL;
 	unsigned ok = 0;
 
-	while (p < end) {
+	while (p && p < end) {
 		const char *eol = memchr(p, '\n', (size_t)(end - p));
 		unsigned status = 0;
 		bool has_id = false;
