@@ -75,6 +75,8 @@ enum fh_state { FH_BASE, FH_BUF, FH_STREAM, FH_STAGE };
 
 struct fh {
 	pthread_mutex_t lock;
+	struct kvfs *kv;
+	struct fh *open_next, **open_prev;	/* kvfs.open_fhs, under kv->lock */
 	struct node *node;
 	int flags;		/* open(2) flags */
 	int writable;
@@ -316,6 +318,11 @@ static void fh_free(struct fh *h)
 {
 	if (!h)
 		return;
+	pthread_mutex_lock(&h->kv->lock);
+	if (h->open_next)
+		h->open_next->open_prev = h->open_prev;
+	*h->open_prev = h->open_next;
+	pthread_mutex_unlock(&h->kv->lock);
 	kvt_reader_close(h->r);
 	kvt_writer_abort(h->w);
 	if (h->tfd >= 0)
@@ -343,9 +350,15 @@ static struct fh *fh_new(struct kvfs *kv, struct node *n, int flags)
 	h->tfd = -1;
 	h->flags = flags;
 	h->writable = (flags & O_ACCMODE) != O_RDONLY;
+	h->kv = kv;
 	pthread_mutex_lock(&kv->lock);
 	n->refs++;
 	h->node = n;
+	h->open_next = kv->open_fhs;
+	if (kv->open_fhs)
+		kv->open_fhs->open_prev = &h->open_next;
+	h->open_prev = &kv->open_fhs;
+	kv->open_fhs = h;
 	pthread_mutex_unlock(&kv->lock);
 	return h;
 }
@@ -1039,6 +1052,20 @@ void fh_release(struct kvfs *kv, struct fh *h)
 	pthread_mutex_unlock(&kv->lock);
 	h->node = NULL;
 	fh_free(h);
+}
+
+void fh_release_orphans(struct kvfs *kv)
+{
+	for (;;) {
+		struct fh *h;
+
+		pthread_mutex_lock(&kv->lock);
+		h = kv->open_fhs;
+		pthread_mutex_unlock(&kv->lock);
+		if (!h)
+			return;
+		fh_release(kv, h);	/* what the lost RELEASE would have done */
+	}
 }
 
 /* ---- read, write, truncate, flush ------------------------------------------ */

@@ -117,6 +117,7 @@ struct kvfs {
 	size_t nbuckets, count;
 	fuse_ino_t next_ino;
 	struct node root;
+	struct fh *open_fhs;		/* every open file handle, under lock */
 };
 
 /* ---- node.c --------------------------------------------------------------- */
@@ -201,6 +202,12 @@ int fh_fsync(struct kvfs *kv, struct fh *h);
 int fh_truncate(struct kvfs *kv, struct fh *h, uint64_t size);
 int fh_writable(const struct fh *h);
 void fh_release(struct kvfs *kv, struct fh *h);
+/*
+ * Releases the handles whose RELEASE the kernel never delivered: a close(2)
+ * just before SIGTERM queues one that the stopped loop no longer reads. Run
+ * once the loop has ended, while the store is still open.
+ */
+void fh_release_orphans(struct kvfs *kv);
 /* truncate(2) of a file nobody here has open for writing: a new version. */
 int kvfs_truncate_key(struct kvfs *kv, const char *bucket, const char *key, uint64_t size);
 int kvfs_parts_init(struct kvfs *kv);

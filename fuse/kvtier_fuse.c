@@ -256,13 +256,25 @@ static int has_opt(const struct fuse_args *args, const char *name)
 	return 0;
 }
 
-/* The mount table shows "kvtier" and the configuration, not "fuse.kvtier-fuse". */
+/* The mount table shows "kvtier" and the configuration, not "fuse.kvtier-fuse";
+ * allow_other always comes with default_permissions. */
 static int add_names(struct fuse_args *args)
 {
 	if (!has_opt(args, "subtype=") && fuse_opt_add_arg(args, "-osubtype=kvtier") < 0)
 		return -1;
 	if (!has_opt(args, "fsname=") && fuse_opt_add_arg(args, "-ofsname=kvtier") < 0)
 		return -1;
+	/*
+	 * The daemon makes no permission checks of its own (no access op, no
+	 * checks in open or create): the kernel's default_permissions does
+	 * them from the modes and owners we report. With allow_other but
+	 * without it, every local user could read and write every file.
+	 */
+	if (has_opt(args, "allow_other") && !has_opt(args, "default_permissions")) {
+		log_info("allow_other: adding default_permissions (the kernel checks modes)");
+		if (fuse_opt_add_arg(args, "-odefault_permissions") < 0)
+			return -1;
+	}
 	return 0;
 }
 
@@ -393,6 +405,8 @@ int main(int argc, char **argv)
 	log_info("unmounting '%s'", fo.mountpoint);
 out:
 	notify(&notify_fd, status ? status : 1);
+	if (kv.st)
+		fh_release_orphans(&kv);
 	kvfs_notify_stop(&kv);
 	if (mounted)
 		fuse_session_unmount(kv.se);

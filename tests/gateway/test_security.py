@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""tests/gateway/test_security.py - the gateway's security promises of
+docs/security.md, each as a test: who gets in on which path, what the
+operator endpoints show, header injection, request smuggling, limits, and
+keys that try to climb out of the data directory.
+
+Run by tests/test_security.sh, which starts the gateways and passes, besides
+what tests/gateway/test_s3.py takes (whose signer and raw HTTP helpers this
+file reuses):
+  GW_METRICS_ENDPOINT   a gateway started with --metrics-listen: its S3 side
+  GW_METRICS_ONLY       ... and its metrics listener
+  GW_LIMITS_ENDPOINT    a gateway with --max-connections 4 --max-object 1M
+Exit status: 0 all passed, 1 a failure.
+"""
+import hashlib
+import os
+import socket
+import sys
+import time
+import unittest
+import urllib.parse
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_s3  # noqa: E402  (the environment must be read first)
+from test_s3 import ACCESS, HOST, PORT, SECRET, SCOPED_ACCESS, SCOPED_BUCKET, SCOPED_SECRET  # noqa: E402
+from test_s3 import client, raw_http, send, sign  # noqa: E402
+
+METRICS_ENDPOINT = os.environ.get("GW_METRICS_ENDPOINT")
+METRICS_ONLY = os.environ.get("GW_METRICS_ONLY")
+LIMITS_ENDPOINT = os.environ.get("GW_LIMITS_ENDPOINT")
+BUCKET = "sec-bucket-visible"
+SECRET_KEY_NAME = "very-private/key-name"
+
+
+def host_port(endpoint):
+    u = urllib.parse.urlparse(endpoint)
+    return u.hostname, u.port
+
+
+def raw_exchange(data, endpoint=None, timeout=10, shut=True):
+    """Bytes in, every byte the server sends until it closes (or timeout)."""
+    h, p = host_port(endpoint) if endpoint else (HOST, PORT)
+    s = socket.create_connection((h, p), timeout=timeout)
+    s.sendall(data)
+    if shut:
+        s.shutdown(socket.SHUT_WR)
+    out = b""
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            out += b
+    except (socket.timeout, ConnectionResetError):
+        pass
+    s.close()
+    return out
+
+
+def signed_head(method, path, query=(), headers=None, body=b"", access=ACCESS, secret=SECRET,
+                host=None, payload_hash=None):
+    """The head of a signed request as bytes (for raw sockets)."""
+    headers = dict(headers or {})
+    if method in ("PUT", "POST") and "Content-Length" not in headers:
+        headers["Content-Length"] = str(len(body))
+    sign(method, path, list(query), headers, payload_hash or hashlib.sha256(body).hexdigest(),
+         access=access, secret=secret, host=host)
+    url = path
+    if query:
+        url += "?" + "&".join("%s=%s" % (urllib.parse.quote(k, safe="~"),
+                                         urllib.parse.quote(v, safe="~")) for k, v in query)
+    return (("%s %s HTTP/1.1\r\n" % (method, url)) +
+            "".join("%s: %s\r\n" % kv for kv in headers.items()) + "\r\n").encode()
+
+
+class Security(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.s3 = client()
+        try:
+            cls.s3.create_bucket(Bucket=BUCKET)
+        except Exception:
+            pass
+        cls.s3.put_object(Bucket=BUCKET, Key=SECRET_KEY_NAME, Body=b"private bytes")
+
+    def exists(self, key, bucket=BUCKET):
+        try:
+            self.s3.head_object(Bucket=bucket, Key=key)
+            return True
+        except Exception:
+            return False
+
+    # ---- authentication on every path --------------------------------------
+
+    # (method, path, query, body): every operation the router knows.
+    OPS = [
+        ("GET", "/", [], b""),
+        ("PUT", "/newbkt-anon", [], b""),
+        ("DELETE", "/" + BUCKET, [], b""),
+        ("HEAD", "/" + BUCKET, [], b""),
+        ("GET", "/" + BUCKET, [("list-type", "2")], b""),
+        ("GET", "/" + BUCKET, [], b""),
+        ("GET", "/" + BUCKET, [("location", "")], b""),
+        ("GET", "/" + BUCKET, [("uploads", "")], b""),
+        ("POST", "/" + BUCKET, [("delete", "")],
+         b"<Delete><Object><Key>%s</Key></Object></Delete>" % SECRET_KEY_NAME.encode()),
+        ("POST", "/" + BUCKET, [("kvtier-lookup", "")], SECRET_KEY_NAME.encode()),
+        ("POST", "/" + BUCKET, [("kvtier-prestage", "")], SECRET_KEY_NAME.encode()),
+        ("GET", "/%s/%s" % (BUCKET, SECRET_KEY_NAME), [], b""),
+        ("HEAD", "/%s/%s" % (BUCKET, SECRET_KEY_NAME), [], b""),
+        ("PUT", "/%s/anon-put" % BUCKET, [], b"forged"),
+        ("DELETE", "/%s/%s" % (BUCKET, SECRET_KEY_NAME), [], b""),
+        ("POST", "/%s/anon-mpu" % BUCKET, [("uploads", "")], b""),
+        ("PUT", "/%s/anon-mpu" % BUCKET, [("partNumber", "1"), ("uploadId", "0" * 32)], b"p"),
+        ("POST", "/%s/anon-mpu" % BUCKET, [("uploadId", "0" * 32)], b"<CompleteMultipartUpload/>"),
+        ("DELETE", "/%s/anon-mpu" % BUCKET, [("uploadId", "0" * 32)], b""),
+        ("GET", "/%s/anon-mpu" % BUCKET, [("uploadId", "0" * 32)], b""),
+    ]
+
+    def test_every_path_needs_a_signature(self):
+        for method, path, query, body in self.OPS:
+            hdrs = {"Host": "%s:%d" % (HOST, PORT)}
+            if method in ("PUT", "POST"):
+                hdrs["Content-Length"] = str(len(body))
+            st, h, resp = raw_http(method, path, query, hdrs, body)
+            self.assertEqual(st, 403, (method, path, query, resp))
+            self.assertNotIn(b"private bytes", resp)
+            # A wrong secret is no better than none.
+            st, _, resp = send(method, path, query, body=body, secret="not-the-secret")
+            self.assertEqual(st, 403, (method, path, query, resp))
+        # The virtual-host form, too.
+        st, _, _ = raw_http("GET", "/" + SECRET_KEY_NAME, [],
+                            {"Host": "%s.localhost:%d" % (BUCKET, PORT)}, b"")
+        self.assertEqual(st, 403)
+        self.assertTrue(self.exists(SECRET_KEY_NAME))
+        self.assertFalse(self.exists("anon-put"))
+        self.assertNotIn("newbkt-anon", [b["Name"] for b in self.s3.list_buckets()["Buckets"]])
+
+    def test_operator_endpoints_anonymous_and_bare(self):
+        # /health and /metrics answer anyone on the S3 listener (no
+        # --metrics-listen), and name no bucket, key or user.
+        for path in ("/health", "/metrics"):
+            st, _, body = raw_http("GET", path, [], {"Host": "%s:%d" % (HOST, PORT)}, b"")
+            self.assertEqual(st, 200, path)
+            for secret in (BUCKET.encode(), SECRET_KEY_NAME.encode(), b"very-private",
+                           ACCESS.encode(), SECRET.encode(), b"private bytes"):
+                self.assertNotIn(secret, body, path)
+        # Only exactly those paths: no prefix games.
+        for path in ("/health/", "/metrics/x", "/health%2F..", "//metrics"):
+            st, _, _ = raw_http("GET", path, [], {"Host": "%s:%d" % (HOST, PORT)}, b"")
+            self.assertNotEqual(st, 200, path)
+        # A write to them is not the endpoint either.
+        st, _, _ = raw_http("PUT", "/health", [], {"Host": "%s:%d" % (HOST, PORT),
+                                                    "Content-Length": "0"}, b"")
+        self.assertEqual(st, 403)
+
+    def test_metrics_listener_apart(self):
+        if not METRICS_ENDPOINT:
+            self.skipTest("no gateway with --metrics-listen")
+        mh, mp = host_port(METRICS_ONLY)
+        sh, sp = host_port(METRICS_ENDPOINT)
+        for path in ("/health", "/metrics"):
+            resp = raw_exchange(b"GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                                % path.encode(), METRICS_ONLY)
+            self.assertTrue(resp.startswith(b"HTTP/1.1 200"), resp[:200])
+            # The S3 listener then treats them as S3 paths: signature needed.
+            resp = raw_exchange(b"GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                                % path.encode(), METRICS_ENDPOINT)
+            self.assertTrue(resp.startswith(b"HTTP/1.1 403"), resp[:200])
+        # The metrics listener serves nothing else, signed or not.
+        resp = raw_exchange(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", METRICS_ONLY)
+        self.assertTrue(resp.startswith(b"HTTP/1.1 404"), resp[:200])
+        del mh, mp, sh, sp
+
+    # ---- bucket scoping, beyond test_s3.py's test_scoped_user ---------------
+
+    def test_scoped_user_everywhere(self):
+        if not SCOPED_ACCESS:
+            self.skipTest("no scoped user")
+        try:
+            self.s3.create_bucket(Bucket=SCOPED_BUCKET)
+        except Exception:
+            pass
+        for method, path, query, body in self.OPS:
+            if path == "/":
+                continue	# ListBuckets: allowed, and filtered (test_scoped_user)
+            st, _, resp = send(method, path, query, body=body, access=SCOPED_ACCESS,
+                               secret=SCOPED_SECRET)
+            self.assertEqual(st, 403, (method, path, query, resp))
+            if method != "HEAD":
+                self.assertIn(b"AccessDenied", resp)
+        # Copy from a bucket out of scope into one in scope.
+        st, _, resp = send("PUT", "/%s/stolen" % SCOPED_BUCKET,
+                           headers={"x-amz-copy-source": "/%s/%s" % (BUCKET, SECRET_KEY_NAME)},
+                           access=SCOPED_ACCESS, secret=SCOPED_SECRET)
+        self.assertEqual(st, 403, resp)
+        # Virtual-host style names the bucket in Host: scoped all the same.
+        st, _, _ = send("GET", "/" + SECRET_KEY_NAME, host="%s.localhost:%d" % (BUCKET, PORT),
+                        access=SCOPED_ACCESS, secret=SCOPED_SECRET)
+        self.assertEqual(st, 403)
+        self.assertTrue(self.exists(SECRET_KEY_NAME))
+
+    # ---- names that try to escape -------------------------------------------
+
+    def test_keys_are_names_not_paths(self):
+        # Stored and served as the exact key, whatever a path would make of it.
+        for key in ("../../../../escape", "/abs/olute", "a/./b/../c", "..", ".", "%2E%2E/x",
+                    "a//b", "trailing/", "back\\slash\\..", "k" * 1024):
+            self.s3.put_object(Bucket=BUCKET, Key=key, Body=key.encode())
+            got = self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+            self.assertEqual(got, key.encode(), key)
+        listed = [o["Key"] for o in self.s3.list_objects_v2(Bucket=BUCKET)["Contents"]]
+        self.assertIn("../../../../escape", listed)
+        # NUL cannot be a key: %00 is refused, not cut short.
+        st, _, body = send("PUT", "/%s/nul%%00../x" % BUCKET, body=b"x")
+        self.assertEqual(st, 400, body)
+        self.assertFalse(self.exists("nul"))
+
+    def test_bucket_names_that_climb(self):
+        for name in ("..", ".", "a/../b", ".uploads", "..%2F..", "%2E%2E", "-x-", "A" * 3,
+                     "x" * 64, "192.168.0.1"):
+            st, _, body = send("PUT", "/" + name)
+            self.assertIn(st, (400, 403, 404), (name, body))
+        names = [b["Name"] for b in self.s3.list_buckets()["Buckets"]]
+        for n in names:
+            self.assertNotIn("/", n)
+            self.assertFalse(n.startswith("."), n)
+
+    # ---- header injection ---------------------------------------------------
+
+    def test_no_header_injection(self):
+        key = "inject"
+        self.s3.put_object(Bucket=BUCKET, Key=key, Body=b"x")
+        # response-* overrides with CR LF in them.
+        for name in ("response-content-type", "response-content-disposition",
+                     "response-cache-control", "response-content-language",
+                     "response-expires", "response-content-encoding"):
+            st, h, _ = send("GET", "/%s/%s" % (BUCKET, key),
+                            query=[(name, "text/plain\r\nSet-Cookie: injected=1")])
+            self.assertNotIn("set-cookie", h, name)
+            for v in h.values():
+                self.assertNotIn("\r", v)
+                self.assertNotIn("\n", v)
+        # Metadata with a bare CR (http.client refuses to send one: raw bytes).
+        head = signed_head("PUT", "/%s/meta-cr" % BUCKET,
+                           headers={"x-amz-meta-note": "a"}, body=b"y")
+        head = head.replace(b"x-amz-meta-note: a\r\n", b"x-amz-meta-note: a\rSet-Cookie: x=1\r\n")
+        resp = raw_exchange(head + b"y")
+        self.assertTrue(resp.startswith(b"HTTP/1.1 "), resp[:100])
+        if self.exists("meta-cr"):
+            raw = raw_exchange(signed_head("GET", "/%s/meta-cr" % BUCKET) +
+                               b"")
+            head_part = raw.split(b"\r\n\r\n", 1)[0]
+            for line in head_part.split(b"\r\n"):
+                self.assertNotIn(b"\r", line)
+                self.assertFalse(line.lower().startswith(b"set-cookie"), raw[:500])
+
+    # ---- request smuggling --------------------------------------------------
+
+    def test_content_length_with_transfer_encoding(self):
+        # A victim the smuggled request would delete.
+        self.s3.put_object(Bucket=BUCKET, Key="victim", Body=b"v")
+        smuggled = signed_head("DELETE", "/%s/victim" % BUCKET)
+        chunked = b"0\r\n\r\n"
+        body = chunked + smuggled
+        # Front end trusting Content-Length would see one request; a back end
+        # trusting Transfer-Encoding would see two. We must not run the second.
+        head = (b"POST /%s?kvtier-lookup HTTP/1.1\r\nHost: %s:%d\r\n"
+                b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n"
+                % (BUCKET.encode(), HOST.encode(), PORT, len(body)))
+        resp = raw_exchange(head + body)
+        self.assertTrue(resp.startswith(b"HTTP/1.1 4"), resp[:200])
+        time.sleep(0.3)
+        self.assertTrue(self.exists("victim"), "the smuggled DELETE ran")
+        # Two Content-Lengths that disagree: refused outright.
+        resp = raw_exchange(b"PUT /%s/two-cl HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n"
+                            b"Content-Length: 5\r\n\r\nhello" % BUCKET.encode())
+        self.assertTrue(resp.startswith(b"HTTP/1.1 4"), resp[:200])
+        self.assertFalse(self.exists("two-cl"))
+
+    # ---- limits -------------------------------------------------------------
+
+    def test_limits(self):
+        if not LIMITS_ENDPOINT:
+            self.skipTest("no gateway with limits")
+        h, p = host_port(LIMITS_ENDPOINT)
+        client(endpoint=LIMITS_ENDPOINT).create_bucket(Bucket="lim")
+        # --max-object 1M: refused from the headers, before any body byte.
+        head = signed_head("PUT", "/lim/big", headers={"Content-Length": str(2 << 20)},
+                           host="%s:%d" % (h, p), payload_hash="UNSIGNED-PAYLOAD")
+        s = socket.create_connection((h, p), timeout=10)
+        s.sendall(head)
+        resp = s.recv(4096)
+        s.close()
+        self.assertTrue(resp.startswith(b"HTTP/1.1 400"), resp[:300])
+        self.assertIn(b"EntityTooLarge", resp)
+        # --max-connections 4: a fifth connection waits in the kernel's
+        # backlog, unserved, until --timeout (3 s) closes an idle one.
+        idle = [socket.create_connection((h, p), timeout=5) for _ in range(4)]
+        time.sleep(0.3)
+        extra = socket.create_connection((h, p), timeout=1.5)
+        extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            got = extra.recv(100)
+        except (ConnectionResetError, socket.timeout):
+            got = b""
+        extra.close()
+        self.assertEqual(got, b"", "a connection beyond --max-connections was served")
+        for s in idle:
+            s.close()
+        time.sleep(1)
+        resp = raw_exchange(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                            LIMITS_ENDPOINT)
+        self.assertTrue(resp.startswith(b"HTTP/1.1 200"), resp[:100])
+        # Headers: many small ones add up to the same limit as one big one.
+        many = "".join("x-h%d: %s\r\n" % (i, "v" * 60) for i in range(400))
+        resp = raw_exchange(("GET /health HTTP/1.1\r\nHost: x\r\n%s\r\n" % many).encode(),
+                            LIMITS_ENDPOINT)
+        self.assertRegex(resp[:12].decode(), r"HTTP/1.1 4\d\d")
+        # An XML body past its bound (2 MiB) is refused, not buffered.
+        big = b"<Delete>" + b"<Object><Key>k</Key></Object>" * 80000 + b"</Delete>"
+        st, _, body = send("POST", "/" + BUCKET, query=[("delete", "")], body=big)
+        self.assertEqual(st, 400, body[:300])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2, warnings="ignore")
