@@ -518,7 +518,8 @@ class S3Worker(Worker):
             return True
         except Exception as e:
             code = s3_code(e)
-            if code in ("InsufficientStorage", "507"):
+            # The gateway answers a full hot tier with 503 SlowDown.
+            if code in ("InsufficientStorage", "507") or "hot tier is full" in str(e):
                 self.stats.add("enospc")
             self.stats.add("errors_s3")
             self.stats.sample("s3", repr(e)[:160])
