@@ -971,6 +971,8 @@ static void cli_stat_json(const struct cli *c, const struct kvt_store_stat *s)
 		{ "evicted_objects", s->evicted_objects },
 		{ "reclaimed_segments", s->reclaimed_segments },
 		{ "checksum_failures", s->checksum_failures },
+		{ "demoted_objects", s->demoted_objects },
+		{ "recalled_objects", s->recalled_objects },
 	};
 
 	printf("{\"dir\":");
@@ -1011,6 +1013,8 @@ static void cli_stat_text(const struct cli *c, const struct kvt_store_stat *s)
 	printf("evicted objects:     %" PRIu64 "\n", s->evicted_objects);
 	printf("reclaimed segments:  %" PRIu64 "\n", s->reclaimed_segments);
 	printf("checksum failures:   %" PRIu64 "\n", s->checksum_failures);
+	printf("demoted to G4:       %" PRIu64 "\n", s->demoted_objects);
+	printf("recalled from G4:    %" PRIu64 "\n", s->recalled_objects);
 	printf("io:                  %s\n", s->io);
 }
 

@@ -12,7 +12,9 @@
  * which flushes batched access times.
  *
  * Signals are blocked before any thread starts, so they reach only the main
- * thread's sigwait(); no handler runs in a random worker.
+ * thread's sigwait(); no handler runs in a random worker. SIGHUP rereads the
+ * credentials file (a bad file is refused and the old users stay) and
+ * reopens the access log, for key rotation and logrotate.
  */
 #include "config.h"
 
@@ -158,6 +160,53 @@ static void gw_mhd_log(void *cls, const char *fmt, va_list ap)
 	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
 		msg[--n] = '\0';
 	log_warn(0, "libmicrohttpd: %s", msg);
+}
+
+static void gw_creds_free(struct auth_creds *c)
+{
+	if (!c)
+		return;
+	auth_creds_release(c);
+	free(c);
+}
+
+/*
+ * SIGHUP: reread the credentials file and reopen the access log. The new
+ * users take effect for requests that start after the swap; a file that
+ * fails to load (bad line, wrong mode) leaves the old users in place.
+ */
+static void gw_reload(struct gw_server *srv)
+{
+	struct auth_creds *fresh = calloc(1, sizeof(*fresh)), **r;
+	char err[512];
+
+	if (!fresh || auth_creds_load(fresh, srv->opt.credentials, err, sizeof(err)) < 0) {
+		log_err(0, "SIGHUP: credentials not reloaded, the old users stay: %s",
+			fresh ? err : strerror(ENOMEM));
+		free(fresh);
+		fresh = NULL;
+	}
+	r = fresh ? realloc(srv->retired, (srv->nretired + 1) * sizeof(*r)) : NULL;
+	if (fresh && !r) {
+		log_err(-ENOMEM, "SIGHUP: credentials not reloaded");
+		gw_creds_free(fresh);
+		fresh = NULL;
+	}
+	if (fresh) {
+		srv->retired = r;
+		srv->retired[srv->nretired++] = srv->creds;
+		__atomic_store_n(&srv->creds, fresh, __ATOMIC_RELEASE);
+		log_info("SIGHUP: %zu users from '%s'", fresh->nusers, srv->opt.credentials);
+	}
+	if (srv->access_fd > STDERR_FILENO) {
+		/* dup2 swaps the file under the same descriptor: no writer sees -1. */
+		int fd = open(srv->opt.access_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+
+		if (fd < 0 || dup3(fd, srv->access_fd, O_CLOEXEC) < 0)
+			log_err(-errno, "SIGHUP: cannot reopen access log '%s'", srv->opt.access_log);
+		if (fd >= 0)
+			close(fd);
+	}
 }
 
 int main(int argc, char **argv)
@@ -324,9 +373,11 @@ int main(int argc, char **argv)
 		status = 2;
 		goto out;
 	}
-	rc = auth_creds_load(&srv.creds, o->credentials, err, sizeof(err));
+	srv.creds = calloc(1, sizeof(*srv.creds));
+	rc = srv.creds ? auth_creds_load(srv.creds, o->credentials, err, sizeof(err)) : -ENOMEM;
 	if (rc < 0) {
-		fprintf(stderr, "kvtier-gateway: credentials: %s\n", err);
+		fprintf(stderr, "kvtier-gateway: credentials: %s\n",
+			srv.creds ? err : strerror(ENOMEM));
 		status = 2;
 		goto out;
 	}
@@ -446,7 +497,7 @@ int main(int argc, char **argv)
 		if (sigwait(&sigs, &sig) != 0)
 			continue;
 		if (sig == SIGHUP) {
-			log_info("SIGHUP: nothing to reload yet (restart to reread credentials)");
+			gw_reload(&srv);
 			continue;
 		}
 		log_info("%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -465,7 +516,10 @@ out:
 	}
 	gw_prestage_wait(&srv);
 	kvt_store_close(srv.st);
-	auth_creds_release(&srv.creds);
+	gw_creds_free(srv.creds);
+	for (size_t i = 0; i < srv.nretired; i++)
+		gw_creds_free(srv.retired[i]);
+	free(srv.retired);
 	kvt_config_release(&srv.cfg);
 	if (srv.access_fd > STDERR_FILENO)
 		close(srv.access_fd);

@@ -65,7 +65,14 @@ struct gw_server {
 	struct gw_options opt;
 	struct kvt_config cfg;
 	struct kvt_store *st;
-	struct auth_creds creds;
+	/*
+	 * The users. SIGHUP swaps in a newly read set; requests in flight keep
+	 * pointers into the old one, so retired sets stay allocated (a few
+	 * hundred bytes a reload) until exit. Read with gw_creds().
+	 */
+	struct auth_creds *creds;
+	struct auth_creds **retired;
+	size_t nretired;
 	struct MHD_Daemon *mhd;
 	struct MHD_Daemon *metrics_mhd;	/* only with --metrics-listen */
 	uint64_t reqid_base;
@@ -73,6 +80,11 @@ struct gw_server {
 	int access_fd;			/* -1: no access log */
 	unsigned prestaging;		/* atomic: prestage threads still running */
 };
+
+static inline const struct auth_creds *gw_creds(struct gw_server *srv)
+{
+	return __atomic_load_n(&srv->creds, __ATOMIC_ACQUIRE);
+}
 
 enum gw_body_mode {
 	GW_BODY_DISCARD,		/* an operation without a body: ignored */

@@ -465,7 +465,7 @@ static void http_begin(struct gw_req *rq)
 		.hdrs = rq->hdrs,
 		.nhdrs = rq->nhdrs,
 		.now = time(NULL),
-		.creds = &srv->creds,
+		.creds = gw_creds(srv),
 		.region = srv->opt.region,
 	};
 	code = auth_verify(&in, &rq->auth);

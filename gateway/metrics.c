@@ -28,6 +28,8 @@ static uint64_t metrics_requests[S3_OP_COUNT][METRICS_NSTATUS];
 static uint64_t metrics_latency[S3_OP_COUNT][METRICS_NBUCKETS];
 static uint64_t metrics_latency_sum_us[S3_OP_COUNT];
 static uint64_t metrics_bytes_in, metrics_bytes_out;
+/* Keys answered by ?kvtier-lookup: hot, cold (a recall away), missing. */
+static uint64_t metrics_lookup_keys[3];
 
 static void metrics_add(uint64_t *p, uint64_t v)
 {
@@ -58,8 +60,16 @@ void metrics_request(enum s3_op op, unsigned status, uint64_t bytes_in, uint64_t
 	metrics_add(&metrics_bytes_out, bytes_out);
 }
 
+void metrics_lookup(uint64_t hot, uint64_t cold, uint64_t missing)
+{
+	metrics_add(&metrics_lookup_keys[0], hot);
+	metrics_add(&metrics_lookup_keys[1], cold);
+	metrics_add(&metrics_lookup_keys[2], missing);
+}
+
 void metrics_render(struct gw_buf *b, struct kvt_store *st)
 {
+	static const char *const lookup_results[] = { "hot", "cold", "missing" };
 	struct kvt_store_stat ss;
 
 	gw_buf_puts(b, "# HELP kvtier_gateway_requests_total S3 requests answered, by operation "
@@ -87,6 +97,12 @@ void metrics_render(struct gw_buf *b, struct kvt_store *st)
 		      "# TYPE kvtier_gateway_sent_bytes_total counter\n"
 		      "kvtier_gateway_sent_bytes_total %llu\n",
 		      (unsigned long long)metrics_get(&metrics_bytes_out));
+	gw_buf_puts(b, "# HELP kvtier_gateway_lookup_keys_total Keys asked about by kvtier-lookup, "
+		       "by what they were: hot, cold (in G4) or missing.\n"
+		       "# TYPE kvtier_gateway_lookup_keys_total counter\n");
+	for (size_t i = 0; i < GW_ARRAY_SIZE(lookup_results); i++)
+		gw_buf_printf(b, "kvtier_gateway_lookup_keys_total{result=\"%s\"} %llu\n",
+			      lookup_results[i], (unsigned long long)metrics_get(&metrics_lookup_keys[i]));
 	gw_buf_puts(b, "# HELP kvtier_gateway_request_duration_seconds Time from the request "
 		       "line to the last byte sent.\n"
 		       "# TYPE kvtier_gateway_request_duration_seconds histogram\n");
@@ -137,12 +153,17 @@ void metrics_render(struct gw_buf *b, struct kvt_store *st)
 		"# HELP kvtier_reclaimed_segments_total Segments freed by reclaim.\n"
 		"# TYPE kvtier_reclaimed_segments_total counter\nkvtier_reclaimed_segments_total %llu\n"
 		"# HELP kvtier_checksum_failures_total Extents whose checksum did not match.\n"
-		"# TYPE kvtier_checksum_failures_total counter\nkvtier_checksum_failures_total %llu\n",
+		"# TYPE kvtier_checksum_failures_total counter\nkvtier_checksum_failures_total %llu\n"
+		"# HELP kvtier_demoted_objects_total Objects moved to G4 and freed from the hot tier.\n"
+		"# TYPE kvtier_demoted_objects_total counter\nkvtier_demoted_objects_total %llu\n"
+		"# HELP kvtier_recalled_objects_total Objects brought back from G4.\n"
+		"# TYPE kvtier_recalled_objects_total counter\nkvtier_recalled_objects_total %llu\n",
 		(unsigned long long)ss.capacity, (unsigned long long)ss.used_bytes,
 		(unsigned long long)ss.live_bytes, (unsigned long long)ss.objects,
 		(unsigned long long)ss.object_bytes, (unsigned long long)ss.buckets,
 		(unsigned long long)ss.sessions, (unsigned long long)ss.evicted_objects,
-		(unsigned long long)ss.reclaimed_segments, (unsigned long long)ss.checksum_failures);
+		(unsigned long long)ss.reclaimed_segments, (unsigned long long)ss.checksum_failures,
+		(unsigned long long)ss.demoted_objects, (unsigned long long)ss.recalled_objects);
 	gw_buf_puts(b, "# HELP kvtier_objects_by_tier Objects by tier state.\n"
 		       "# TYPE kvtier_objects_by_tier gauge\n");
 	for (int t = 0; t < 4; t++)

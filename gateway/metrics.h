@@ -14,6 +14,8 @@
 /* Counts one finished request. Thread-safe (atomics), never blocks. */
 void metrics_request(enum s3_op op, unsigned status, uint64_t bytes_in, uint64_t bytes_out,
 		     int64_t latency_ns);
+/* Counts the keys of one kvtier-lookup by what they were. */
+void metrics_lookup(uint64_t hot, uint64_t cold, uint64_t missing);
 /* The whole exposition into b. */
 void metrics_render(struct gw_buf *b, struct kvt_store *st);
 

@@ -29,6 +29,7 @@
 
 #include "gw.h"
 #include "log.h"
+#include "metrics.h"
 #include "s3_xml.h"
 
 #define S3_KV_MAX_KEYS 10000
@@ -232,6 +233,8 @@ static void s3_kv_run(struct gw_req *rq, bool prestage)
 		xml_close(&items, "Key");
 		kvt_object_free(o);
 	}
+	if (!prestage)
+		metrics_lookup(hot, cold, missing);
 	if (job && job->nkeys > 0 && job->bucket)
 		prestage_start(job);
 	else if (job)

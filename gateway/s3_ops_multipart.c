@@ -796,16 +796,26 @@ static int s3_upload_cmp(const void *a, const void *b)
 	return x->initiated_ns < y->initiated_ns ? -1 : x->initiated_ns > y->initiated_ns;
 }
 
+/* One entry of a ListMultipartUploads page: an upload, or the common prefix
+ * (its key's first cp_len bytes) that it and its neighbours roll up into. */
+struct s3_upload_pick {
+	const struct s3_upload *e;
+	size_t cp_len;
+};
+
 void s3_op_list_multipart_uploads(struct gw_req *rq)
 {
 	const char *prefix = s3_route_param(&rq->route, "prefix");
+	const char *delim = s3_route_param(&rq->route, "delimiter");
 	const char *key_marker = s3_route_param(&rq->route, "key-marker");
 	const char *id_marker = s3_route_param(&rq->route, "upload-id-marker");
 	const char *max_s = s3_route_param(&rq->route, "max-uploads");
+	const size_t plen = prefix ? strlen(prefix) : 0;
 	struct s3_uploads u = { .rq = rq };
+	struct s3_upload_pick *pick = NULL;
 	char bprefix[KVT_BUCKET_MAX + 2];
 	unsigned long max = 1000;
-	size_t shown = 0, i;
+	size_t npick = 0, i;
 	bool truncated = false, started;
 	const struct s3_upload *lastu = NULL;
 	struct gw_buf b;
@@ -824,14 +834,57 @@ void s3_op_list_multipart_uploads(struct gw_req *rq)
 		if (max > 1000)
 			max = 1000;
 	}
+	if (delim && !*delim)
+		delim = NULL;
 	snprintf(bprefix, sizeof(bprefix), "%s/", rq->route.bucket);
 	rc = s3_uploads_walk(rq, bprefix, "/", s3_uploads_add, &u);
+	if (rc == 0 && u.n && !(pick = calloc(u.n, sizeof(*pick))))
+		rc = -ENOMEM;
 	if (rc < 0) {
 		http_send_errno(rq, rc, S3_CTX_ANY);
 		goto out;
 	}
 	if (u.n > 1)
 		qsort(u.v, u.n, sizeof(*u.v), s3_upload_cmp);
+	/*
+	 * The page: entries under prefix past (key-marker, upload-id-marker),
+	 * as S3 pages them. With a delimiter, keys holding one after the prefix
+	 * roll up into a common prefix that counts once against max-uploads.
+	 */
+	started = !key_marker || !*key_marker;
+	for (i = 0; i < u.n; i++) {
+		const struct s3_upload *e = &u.v[i];
+		const char *d;
+		size_t cp_len = 0;
+
+		if (prefix && strncmp(e->key, prefix, plen) != 0)
+			continue;
+		if (!started) {
+			int c = strcmp(e->key, key_marker);
+
+			if (c < 0 || (c == 0 && (!id_marker || !*id_marker)))
+				continue;
+			if (c == 0) {
+				if (strcmp(e->id, id_marker) == 0)
+					started = true;
+				continue;
+			}
+			started = true;
+		}
+		if (delim && (d = strstr(e->key + plen, delim)))
+			cp_len = (size_t)(d - e->key) + strlen(delim);
+		if (cp_len && npick && pick[npick - 1].cp_len == cp_len &&
+		    strncmp(pick[npick - 1].e->key, e->key, cp_len) == 0) {
+			lastu = e;	/* one more upload under the same common prefix */
+			continue;
+		}
+		if (npick == max) {
+			truncated = true;
+			break;
+		}
+		pick[npick++] = (struct s3_upload_pick){ e, cp_len };
+		lastu = e;
+	}
 	gw_buf_init(&b);
 	xml_begin(&b, "ListMultipartUploadsResult");
 	xml_elem(&b, "Bucket", rq->route.bucket);
@@ -839,59 +892,20 @@ void s3_op_list_multipart_uploads(struct gw_req *rq)
 	xml_elem(&b, "UploadIdMarker", id_marker ? id_marker : "");
 	if (prefix)
 		xml_elem(&b, "Prefix", prefix);
+	if (delim)
+		xml_elem(&b, "Delimiter", delim);
 	xml_elemf(&b, "MaxUploads", "%lu", max);
-	/* Entries past (key-marker, upload-id-marker), as S3 pages them. */
-	started = !key_marker || !*key_marker;
-	for (i = 0; i < u.n; i++) {
-		const struct s3_upload *e = &u.v[i];
-
-		if (prefix && strncmp(e->key, prefix, strlen(prefix)) != 0)
-			continue;
-		if (!started) {
-			int c = strcmp(e->key, key_marker);
-
-			if (c < 0 || (c == 0 && (!id_marker || !*id_marker)))
-				continue;
-			if (c == 0) {
-				if (strcmp(e->id, id_marker) == 0)
-					started = true;
-				continue;
-			}
-			started = true;
-		}
-		if (shown == max) {
-			truncated = true;
-			break;
-		}
-		shown++;
-		lastu = e;
-	}
 	xml_elem(&b, "IsTruncated", truncated ? "true" : "false");
 	if (truncated && lastu) {
 		xml_elem(&b, "NextKeyMarker", lastu->key);
 		xml_elem(&b, "NextUploadIdMarker", lastu->id);
 	}
-	/* Second pass writes the entries chosen above. */
-	started = !key_marker || !*key_marker;
-	shown = 0;
-	for (i = 0; i < u.n && shown < max; i++) {
-		const struct s3_upload *e = &u.v[i];
+	for (i = 0; i < npick; i++) {
+		const struct s3_upload *e = pick[i].e;
 		char date[40];
 
-		if (prefix && strncmp(e->key, prefix, strlen(prefix)) != 0)
+		if (pick[i].cp_len)
 			continue;
-		if (!started) {
-			int c = strcmp(e->key, key_marker);
-
-			if (c < 0 || (c == 0 && (!id_marker || !*id_marker)))
-				continue;
-			if (c == 0) {
-				if (strcmp(e->id, id_marker) == 0)
-					started = true;
-				continue;
-			}
-			started = true;
-		}
 		gw_time_iso(date, sizeof(date), e->initiated_ns);
 		xml_open(&b, "Upload");
 		xml_elem(&b, "Key", e->key);
@@ -907,7 +921,21 @@ void s3_op_list_multipart_uploads(struct gw_req *rq)
 		xml_elem(&b, "StorageClass", "STANDARD");
 		xml_elem(&b, "Initiated", date);
 		xml_close(&b, "Upload");
-		shown++;
+	}
+	for (i = 0; i < npick; i++) {
+		char *cp;
+
+		if (!pick[i].cp_len)
+			continue;
+		cp = strndup(pick[i].e->key, pick[i].cp_len);
+		if (!cp) {
+			b.failed = true;	/* http_send_xml answers 500 */
+			break;
+		}
+		xml_open(&b, "CommonPrefixes");
+		xml_elem(&b, "Prefix", cp);
+		xml_close(&b, "CommonPrefixes");
+		free(cp);
 	}
 	xml_close(&b, "ListMultipartUploadsResult");
 	http_send_xml(rq, 200, &b);
@@ -915,4 +943,5 @@ out:
 	for (i = 0; i < u.n; i++)
 		free(u.v[i].key);
 	free(u.v);
+	free(pick);
 }

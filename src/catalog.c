@@ -1640,7 +1640,9 @@ int cat_stat(struct cat *c, struct kvt_store_stat *st)
 	    (rc = cat_segment_counts(c, counts)) < 0 ||
 	    (rc = cat_counter_get(c, "evicted_objects", &st->evicted_objects)) < 0 ||
 	    (rc = cat_counter_get(c, "reclaimed_segments", &st->reclaimed_segments)) < 0 ||
-	    (rc = cat_counter_get(c, "checksum_failures", &st->checksum_failures)) < 0)
+	    (rc = cat_counter_get(c, "checksum_failures", &st->checksum_failures)) < 0 ||
+	    (rc = cat_counter_get(c, "demoted_objects", &st->demoted_objects)) < 0 ||
+	    (rc = cat_counter_get(c, "recalled_objects", &st->recalled_objects)) < 0)
 		goto out;
 	st->objects = objs[0];
 	st->object_bytes = objs[1];
@@ -2109,6 +2111,8 @@ int cat_g4_mark_cold(struct cat *c, int64_t id, uint64_t vid)
 		rc = -ENOENT;	/* overwritten or deleted meanwhile: stays as it is */
 	if (rc == 0)
 		rc = cat_release_extents(c, id);
+	if (rc == 0)
+		rc = cat_counter_add(c, "demoted_objects", 1);
 	if (rc < 0)
 		goto fail;
 	return cat_commit(c);
@@ -2139,6 +2143,8 @@ int cat_g4_recalled(struct cat *c, int64_t id, uint64_t vid, const struct cat_ex
 		rc = -ESTALE;	/* recalled by another, overwritten or deleted */
 	if (rc == 0)
 		rc = cat_insert_extents(c, id, ext, n, now_ns);
+	if (rc == 0)
+		rc = cat_counter_add(c, "recalled_objects", 1);
 	if (rc < 0)
 		goto fail;
 	return cat_commit(c);
@@ -2192,6 +2198,39 @@ fail:
 	cat_rollback(c);
 out:
 	free(meta);
+	return rc;
+}
+
+int cat_g4_victim(struct cat *c, int64_t id, uint64_t vid, char **bucket, char **key,
+		  char **session, int *in_g4)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT b.name, o.key, o.session, o.g4_vid = o.vid"
+				      " FROM objects o JOIN buckets b ON b.id = o.bucket"
+				      " WHERE o.id = ?1 AND o.vid = ?2");
+	int rc;
+
+	*bucket = *key = *session = NULL;
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)vid);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		*bucket = col_strdup(s, 0);
+		*key = col_strdup(s, 1);
+		*session = col_strdup(s, 2);
+		*in_g4 = sqlite3_column_int(s, 3);
+		rc = *bucket && *key && *session ? 0 : -ENOMEM;
+	} else {
+		rc = rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "g4 victim");
+	}
+	sqlite3_finalize(s);
+	if (rc < 0) {
+		free(*bucket);
+		free(*key);
+		free(*session);
+		*bucket = *key = *session = NULL;
+	}
 	return rc;
 }
 

@@ -71,6 +71,40 @@ if command -v curl >/dev/null 2>&1; then
 fi
 gw_stop "$g_pid"
 
+step "SIGHUP rereads the credentials (a bad file keeps the old users) and reopens the log"
+if command -v curl >/dev/null 2>&1; then
+	H=$T/hup-creds
+	(umask 077 && printf 'AKIDHUPOLD oldsecret\n' >"$H")
+	gw_start hup 8M 1M --credentials "$H"
+	hup_pid=$GW_PID
+	hup_status() {
+		curl -s -o /dev/null -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" \
+			--user "$1" "$GW_ENDPOINT/"
+	}
+	hup_wait() {
+		i=0
+		until grep -q "$1" "$GW_LOG"; do
+			i=$((i + 1))
+			[ "$i" -lt 100 ] || fail "no '$1' after SIGHUP: $(cat "$GW_LOG")"
+			sleep 0.1
+		done
+	}
+	[ "$(hup_status AKIDHUPOLD:oldsecret)" = 200 ] || fail "the first user cannot sign in"
+	(umask 077 && printf 'AKIDHUPNEW newsecret\n' >"$H.new")
+	mv "$H.new" "$H"
+	mv "$T/hup.access" "$T/hup.access.1"
+	kill -HUP "$hup_pid"
+	hup_wait "SIGHUP: 1 users from"
+	[ "$(hup_status AKIDHUPNEW:newsecret)" = 200 ] || fail "the new user cannot sign in"
+	[ "$(hup_status AKIDHUPOLD:oldsecret)" = 403 ] || fail "the removed user still signs in"
+	[ -s "$T/hup.access" ] || fail "the access log was not reopened after SIGHUP"
+	chmod 644 "$H"
+	kill -HUP "$hup_pid"
+	hup_wait "credentials not reloaded, the old users stay"
+	[ "$(hup_status AKIDHUPNEW:newsecret)" = 200 ] || fail "a refused file dropped the users"
+	gw_stop "$hup_pid"
+fi
+
 pythons=""
 for py in python3 /usr/bin/python3; do
 	p=$(command -v "$py" 2>/dev/null) || continue
@@ -103,6 +137,47 @@ n=$(wc -l <"$KVT_TMP/main.access")
 [ "$n" -gt 1000 ] || fail "only $n access-log lines"
 grep -Eq '^[0-9T:.-]+Z 127\.0\.0\.1 [0-9A-F]{16} AKIDKVTIERTEST PUT /' "$KVT_TMP/main.access" ||
 	fail "no PUT line in the access log: $(head -3 "$KVT_TMP/main.access")"
+
+step "cold objects: GET recalls from G4 byte-exact, prestage of a session brings it back"
+if command -v curl >/dev/null 2>&1; then
+	MC=$KVT_TMP/main.conf
+	s3get() {
+		curl -s -D "$T/h" -o "$2" -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" \
+			--user "$GW_ACCESS:$GW_SECRET" "$GW_ENDPOINT/$1"
+	}
+	tier_of() {
+		"$KVTIER" -c "$MC" head "$1" "$2" >"$T/head" || fail "head $1/$2 failed"
+		sed -n 's/^tier: *//p' "$T/head"
+	}
+	kvt_expect 0 "$KVTIER" -c "$MC" mb coldb
+	for i in 0 1 2 3; do
+		head -c $((1048576 + i * 4097)) /dev/urandom >"$T/cold.$i"
+		kvt_expect 0 "$KVTIER" -c "$MC" put coldb "conv9/blk$i" "$T/cold.$i"
+	done
+	kvt_expect 0 "$top_builddir/kvtier-migrate" -c "$MC" --session coldb/conv9
+	[ "$(tier_of coldb conv9/blk0)" = cold ] || fail "conv9/blk0 not cold after demotion"
+	[ "$(s3get coldb/conv9/blk0 "$T/got")" = 200 ] || fail "GET of a cold object failed"
+	cmp "$T/cold.0" "$T/got" || fail "a recalled object differs"
+	[ "$(tier_of coldb conv9/blk0)" = hot ] || fail "a GET did not leave the object hot"
+	[ "$(tier_of coldb conv9/blk1)" = cold ] || fail "a GET recalled more than its object"
+	kvt_expect 0 curl -s -o /dev/null -w '%{http_code}' -X POST --aws-sigv4 \
+		"aws:amz:us-east-1:s3" --user "$GW_ACCESS:$GW_SECRET" \
+		"$GW_ENDPOINT/coldb?kvtier-prestage&session=conv9"
+	kvt_grep out '^202$'
+	i=0
+	until [ "$(tier_of coldb conv9/blk3)" = hot ] && [ "$(tier_of coldb conv9/blk1)" = hot ]; do
+		i=$((i + 1))
+		[ "$i" -lt 100 ] || fail "prestage of conv9 did not bring it back in 10 s"
+		sleep 0.1
+	done
+	for i in 1 2 3; do
+		[ "$(s3get "coldb/conv9/blk$i" "$T/got")" = 200 ] || fail "GET conv9/blk$i failed"
+		cmp "$T/cold.$i" "$T/got" || fail "prestaged conv9/blk$i differs"
+		grep -qi '^x-kvtier-tier: hot' "$T/h" || fail "conv9/blk$i not served hot"
+	done
+else
+	echo "    skipped: no curl"
+fi
 
 step "TLS (boto3 streams aws-chunked with a CRC32 trailer over HTTPS), --metrics-listen"
 if command -v openssl >/dev/null 2>&1 && command -v curl >/dev/null 2>&1; then

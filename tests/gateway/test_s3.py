@@ -16,9 +16,11 @@ import concurrent.futures
 import datetime
 import hashlib
 import hmac
+import json
 import http.client
 import os
 import random
+import re
 import socket
 import sys
 import threading
@@ -519,6 +521,37 @@ class Multipart(Base):
                                self.s3.list_multipart_uploads(Bucket=self.bucket).get("Uploads", [])])
         self.s3.delete_object(Bucket=self.bucket, Key="big/100m")
 
+    def test_list_uploads_prefix_delimiter_pages(self):
+        bucket = self.bucket + "-lmu"
+        self.s3.create_bucket(Bucket=bucket)
+        ids = {}
+        for key in ("conv1/a", "conv1/b", "conv2/x/y", "top", "top"):
+            up = self.s3.create_multipart_upload(Bucket=bucket, Key=key)
+            ids.setdefault(key, []).append(up["UploadId"])
+        r = self.s3.list_multipart_uploads(Bucket=bucket, Delimiter="/")
+        self.assertEqual([u["Key"] for u in r["Uploads"]], ["top", "top"])
+        self.assertEqual([p["Prefix"] for p in r["CommonPrefixes"]], ["conv1/", "conv2/"])
+        self.assertEqual(r["Delimiter"], "/")
+        r = self.s3.list_multipart_uploads(Bucket=bucket, Prefix="conv2/", Delimiter="/")
+        self.assertNotIn("Uploads", r)
+        self.assertEqual([p["Prefix"] for p in r["CommonPrefixes"]], ["conv2/x/"])
+        r = self.s3.list_multipart_uploads(Bucket=bucket, Prefix="conv1/")
+        self.assertEqual([u["Key"] for u in r["Uploads"]], ["conv1/a", "conv1/b"])
+        # Pages of one: a common prefix counts once, markers resume after it.
+        seen, kw = [], {}
+        for _ in range(10):
+            r = self.s3.list_multipart_uploads(Bucket=bucket, Delimiter="/", MaxUploads=1, **kw)
+            seen += [u["Key"] for u in r.get("Uploads", [])]
+            seen += [p["Prefix"] for p in r.get("CommonPrefixes", [])]
+            if not r["IsTruncated"]:
+                break
+            kw = {"KeyMarker": r["NextKeyMarker"], "UploadIdMarker": r["NextUploadIdMarker"]}
+        self.assertEqual(seen, ["conv1/", "conv2/", "top", "top"])
+        for key, uids in ids.items():
+            for uid in uids:
+                self.s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=uid)
+        self.s3.delete_bucket(Bucket=bucket)
+
     def test_upload_file_transfer(self):
         from boto3.s3.transfer import TransferConfig
         data = os.urandom(12 * MiB + 123)
@@ -896,10 +929,21 @@ class BadInput(Base):
         self.fail("64 MiB of pinned objects fitted in the small store")
 
 
+def metric(name):
+    """The value of one sample of /metrics, 0 when absent."""
+    text = urllib.request.urlopen(ENDPOINT + "/metrics").read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 class KvExtensions(Base):
     def test_lookup_and_prestage(self):
         for k in ("conv1/blk0", "conv1/blk1", "conv1/blk2", "conv1/blk4"):
             self.s3.put_object(Bucket=self.bucket, Key=k, Body=b"kv" * 100)
+        hot0 = metric('kvtier_gateway_lookup_keys_total{result="hot"}')
+        missing0 = metric('kvtier_gateway_lookup_keys_total{result="missing"}')
         keys = ["conv1/blk%d" % i for i in range(6)]
         st, h, body = send("POST", "/" + self.bucket, query=[("kvtier-lookup", "")],
                            body="\n".join(keys).encode() + b"\n")
@@ -912,6 +956,9 @@ class KvExtensions(Base):
         xml = b"<Lookup>" + b"".join(b"<Key>%s</Key>" % k.encode() for k in keys[:2]) + b"</Lookup>"
         st, h, body = send("POST", "/" + self.bucket, query=[("kvtier-lookup", "")], body=xml)
         self.assertEqual((st, h["x-kvtier-stored"]), (200, "2"))
+        # The two lookups counted their keys: 4 + 2 hot, 2 missing.
+        self.assertEqual(metric('kvtier_gateway_lookup_keys_total{result="hot"}') - hot0, 6)
+        self.assertEqual(metric('kvtier_gateway_lookup_keys_total{result="missing"}') - missing0, 2)
         st, h, body = send("POST", "/" + self.bucket, query=[("kvtier-prestage", "")],
                            body=b"conv1/blk0\r\nconv1/blk9\r\n")
         self.assertEqual(st, 200, body)
@@ -936,8 +983,21 @@ class Operator(Base):
                      "kvtier_gateway_request_duration_seconds_bucket",
                      "kvtier_gateway_received_bytes_total", "kvtier_hot_capacity_bytes",
                      "kvtier_hot_used_bytes", "kvtier_evicted_objects_total",
-                     "kvtier_checksum_failures_total"):
+                     "kvtier_checksum_failures_total", "kvtier_demoted_objects_total",
+                     "kvtier_recalled_objects_total", "kvtier_gateway_lookup_keys_total"):
             self.assertIn(name, m)
+
+    def test_dashboard_metrics_exist(self):
+        """Every series etc/grafana/kvtier.json plots is one /metrics exports."""
+        top = os.environ.get("top_srcdir",
+                             os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+        with open(os.path.join(top, "etc", "grafana", "kvtier.json")) as f:
+            exprs = [t["expr"] for p in json.load(f)["panels"] for t in p["targets"]]
+        names = set(re.findall(r"kvtier_[a-z_]+", " ".join(exprs)))
+        self.assertGreater(len(names), 8)
+        m = urllib.request.urlopen(ENDPOINT + "/metrics").read().decode()
+        exported = set(re.findall(r"^(kvtier_[a-z_]+)", m, re.M))
+        self.assertEqual(names - exported, set())
 
 
 if __name__ == "__main__":
