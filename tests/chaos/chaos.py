@@ -22,19 +22,19 @@ client. The model of a key: the last acknowledged version (or deleted), and
 the versions of writes whose outcome is unknown (the process died, the
 connection broke) since then, any of which may have won.
 
-What may be missing at the end: an object whose last acknowledged write was
-not pinned and whose version G4 does not hold verified. Reclaim
-(src/reclaim.c, cat_object_drop) drops such objects as cache when the hot
-tier fills (counted in evicted_objects); a pinned object is relocated, and
-one whose version G4 holds verified (g4_vid = vid, which is what the
-session's manifest lists) goes cold, never away. An object being demoted is
-not yet verified in G4 and may be dropped too. So:
+What may be missing at the end (src/reclaim.c, cat_object_drop): with G4
+configured, reclaim drops only plain cache, an unpinned object whose key is
+its own session (here: a key without '/'), and only when G4 does not hold
+its version. Session state, an object whose key names a session, is
+demoted to G4 before its segment is freed and then goes cold, never away;
+if the demotion fails the segment stays whole and writers get ENOSPC. A
+pinned object is relocated. So:
   wrong bytes         a read that does not verify, or names another key
   stale reads         a verified read of a version the model excludes
-  lost durable        a pinned or manifest-listed acknowledged version that is missing
+  lost durable        an acknowledged version that is not plain cache, missing
                       or unreadable at the end
   G4 damaged          an object in the partner bucket that does not verify
-  evicted (allowed)   unpinned, never in G4, missing; at most evicted_objects
+  evicted (allowed)   plain cache, missing; at most evicted_objects
 and `kvtier fsck` must be clean. Exit 0 when all of these hold, 1 if not.
 """
 
@@ -117,12 +117,20 @@ class Key:
     def __init__(self, name, pinned):
         self.name = name
         self.pinned = pinned
+        # Plain cache: its own session (session_depth 1), not pinned.
+        self.cache = "/" not in name and not pinned
         self.acked = None
         self.maybe = set()
+        self.late = set()   # writes that timed out: they may still land later
+        self.history = []   # (time, what) for a post-mortem
         self.lock = threading.Lock()
 
+    def note(self, what):
+        self.history.append((time.strftime("%H:%M:%S"), what))
+        del self.history[:-12]
+
     def allowed(self):
-        return {self.acked} | self.maybe
+        return {self.acked} | self.maybe | self.late
 
 
 class Stats:
@@ -485,20 +493,27 @@ class Worker(threading.Thread):
                         k.maybe.add(ver)
                     ok = self.write(k, ver, data)
                     self.stats.add("writes")
-                    if ok:
-                        with k.lock:
+                    with k.lock:
+                        k.note("put v%d %s" % (ver, ok))
+                        if ok:
                             k.acked = ver
                             k.maybe = set()
+                        elif ok is None:
+                            k.late.add(ver)
+                    if ok:
                         self.stats.add("acked_writes")
                 elif r < 0.52:
                     with k.lock:
                         k.maybe.add(None)
                     ok = self.delete(k)
                     self.stats.add("deletes")
-                    if ok:
-                        with k.lock:
+                    with k.lock:
+                        k.note("delete %s" % ok)
+                        if ok:
                             k.acked = None
                             k.maybe = set()
+                        elif ok is None:
+                            k.late.add(None)
                 else:
                     self.read(k)
                     self.stats.add("reads")
@@ -517,8 +532,12 @@ class S3Worker(Worker):
             self.client().put_object(Bucket=BUCKET, Key=k.name, Body=data)
             return True
         except Exception as e:
+            if "timeout" in repr(e).lower():
+                self.stats.add("timeouts_s3")
+                return None     # the gateway may still be working on it
             code = s3_code(e)
-            if code in ("InsufficientStorage", "507"):
+            # The gateway answers a full hot tier with 503 SlowDown.
+            if code in ("InsufficientStorage", "507") or "hot tier is full" in str(e):
                 self.stats.add("enospc")
             self.stats.add("errors_s3")
             self.stats.sample("s3", repr(e)[:160])
@@ -543,7 +562,10 @@ class S3Worker(Worker):
         try:
             self.client().delete_object(Bucket=BUCKET, Key=k.name)
             return True
-        except Exception:
+        except Exception as e:
+            if "timeout" in repr(e).lower():
+                self.stats.add("timeouts_s3")
+                return None
             self.stats.add("errors_s3")
             return False
 
@@ -773,8 +795,6 @@ def final_check(system, stats, keys):
                     break
                 time.sleep(1)
         allowed = k.allowed()
-        durable = {v for v in allowed if v is not None and
-                   (k.pinned or (k.name, v) in listed)}
         if data is not None:
             ver = check_payload(k.name, data)
             if ver is None:
@@ -790,14 +810,17 @@ def final_check(system, stats, keys):
             # hold is plain cache (not pinned, never in G4) that reclaim may drop.
             if None in allowed:
                 continue
-            if len(durable) < len(allowed):
+            if k.cache:
                 missing_evictable += 1
             else:
                 stats.add("lost_durable")
-                log("LOST: %s: versions %s all pinned or in G4 (acked %s)" %
-                    (k.name, sorted(durable), k.acked))
+                in_manifest = sorted(v for v in allowed if (k.name, v) in listed)
+                log("LOST: %s: acked %s, in doubt %s, listed in a manifest %s, in G4 %s; "
+                    "history %s" % (k.name, k.acked, sorted(v for v in k.maybe if v),
+                                    in_manifest, sorted(v for (n, v) in in_g4 if n == k.name),
+                                    k.history))
         else:
-            stats.add("lost_durable" if durable else "unreadable_at_end")
+            stats.add("unreadable_at_end")
             log("UNREADABLE at the end: %s: %s" % (k.name, err))
     stats.add("evicted_allowed", missing_evictable)
     return missing_evictable
@@ -840,6 +863,9 @@ def main():
                              ("fuse", FuseWorker, 16), ("cli", CliWorker, 12)):
             ks = [Key("%s/%s-%d" % (sessions[i % nsess], kind, i), kind == "cli" and i % 2 == 0)
                   for i in range(n)]
+            if kind.startswith("s3"):
+                # Plain cache: keys that are their own session.
+                ks += [Key("cache-%s-%d" % (kind, i), False) for i in range(6)]
             keys += ks
             workers.append(cls(kind, system, stats, ks, args.seed ^ hash(kind), deadline))
         fill = [Key("fill/f-%d" % i, True) for i in range(40)]
@@ -900,6 +926,7 @@ def main():
             "wrong_bytes": c.get("wrong_bytes", 0),
             "stale_reads": c.get("stale_reads", 0),
             "lost_durable_objects": c.get("lost_durable", 0),
+            "client_timeouts": c.get("timeouts_s3", 0),
             "unreadable_at_end": c.get("unreadable_at_end", 0),
             "g4_damaged": c.get("g4_damaged", 0),
             "fsck_clean": fsck_ok,
