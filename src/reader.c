@@ -165,7 +165,9 @@ static int reader_pass(struct kvt_reader *r, struct io_ctx *io, char *out, uint6
 			s->e = e;
 			s->req = (struct io_req){
 				.op = IO_READ,
-				.fd = seg_fd(st->sf, e->segment),
+				.fd = e->length <= st->cached_read_max ?
+					seg_cached_fd(st->sf, e->segment) :
+					seg_fd(st->sf, e->segment),
 				.buf = io_buf(io, i),
 				.buf_index = (int)i,
 				.len = seg_extent_space(e->length),
