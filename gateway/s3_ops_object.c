@@ -4,11 +4,12 @@
  * copy sources).
  *
  * GET streams through libmicrohttpd's callback responses over
- * kvt_reader_pread(). There is no sendfile(2) path, on purpose: the engine
- * verifies every extent's checksum on every read (a wrong KV byte silently
- * corrupts a model's output) and an extent carries a header inside the
- * segment file, so the bytes a client must get are never a plain file range
- * the kernel could send unchecked. A checksum failure mid-stream ends the
+ * kvt_reader_pread(); a body of at most one read block is read whole before
+ * the response starts (s3_whole_response). There is no sendfile(2) path, on
+ * purpose: the engine verifies every extent's checksum on every read (a
+ * wrong KV byte silently corrupts a model's output) and an extent carries a
+ * header inside the segment file, so the bytes a client must get are never
+ * a plain file range the kernel could send unchecked. A checksum failure mid-stream ends the
  * response with an error (the client sees a short body and retries), never
  * with wrong bytes.
  *

@@ -12,6 +12,11 @@
  * returns a byte that is not the object's. When reclaim moved a pinned
  * object's extents (same version, new place), the reader looks them up
  * again and goes on; when it dropped them, the read fails with -ESTALE.
+ *
+ * Extents of at most store.cached_read_max payload bytes are read through
+ * the page cache (seg_cached_fd), larger ones with O_DIRECT. Both are
+ * verified the same way: the cache saves the device I/O of a small object
+ * read again (on a virtual machine most of its cost), not the check.
  */
 #include "config.h"
 
