@@ -1078,6 +1078,8 @@ static int bench_setup(struct bench *b, const struct kvt_config *cfg)
 	b->cfg.store.capacity = b->o.capacity;
 	b->cfg.store.segment_size = 256ull << 20;
 	b->cfg.store.io = KVT_IO_URING;		/* the store falls back to sync by itself */
+	/* fio reads with O_DIRECT: so does the engine, whatever the config says. */
+	b->cfg.store.cached_read_max = 0;
 	if (cfg) {
 		b->cfg.store.high_watermark = cfg->store.high_watermark;
 		b->cfg.store.low_watermark = cfg->store.low_watermark;

@@ -94,6 +94,7 @@ struct gb_opts {
 	unsigned runs;
 	unsigned threads;		/* the gateway's --threads; 0: its default */
 	uint64_t capacity;
+	const char *cached_read_max;	/* [store] cached_read_max; NULL: the default */
 	int keep;
 	const char *out;
 };
@@ -973,7 +974,9 @@ static int gb_start_gateway(struct gb *b)
 	snprintf(creds, sizeof(creds), "%s/credentials", b->scratch);
 	snprintf(log, sizeof(log), "%s/gateway.log", b->scratch);
 	snprintf(text, sizeof(text), "[store]\ndir = %s/store\ncapacity = %" PRIu64
-		 "\nsegment_size = 64M\n", b->scratch, b->o.capacity);
+		 "\nsegment_size = 64M\n%s%s%s", b->scratch, b->o.capacity,
+		 b->o.cached_read_max ? "cached_read_max = " : "",
+		 b->o.cached_read_max ? b->o.cached_read_max : "", b->o.cached_read_max ? "\n" : "");
 	if ((rc = gb_write_file(conf, 0644, text, strlen(text))))
 		return rc;
 	snprintf(text, sizeof(text), GB_ACCESS " %s\n", b->secret);
@@ -1201,7 +1204,8 @@ static void gb_usage(FILE *f)
 	fprintf(f,
 		"usage: kvtier bench gateway [--dir DIR] [--sizes 4K,256K,2M,32M] [--conns 1,16,64]\n"
 		"                            [--seconds N] [--runs N] [--threads N]\n"
-		"                            [--capacity SIZE] [--keep] [--out FILE]\n"
+		"                            [--capacity SIZE] [--cached-read-max SIZE]\n"
+		"                            [--keep] [--out FILE]\n"
 		"\n"
 		"kvtier-gateway (S3, SigV4) against nginx (static GET, WebDAV PUT) and\n"
 		"redis-server (GET, SET) on 127.0.0.1, all started here on scratch ports\n"
@@ -1218,6 +1222,9 @@ static void gb_usage(FILE *f)
 		"  --runs N          runs per cell, alternating the three (default 3)\n"
 		"  --threads N       the gateway's worker threads (default: its own)\n"
 		"  --capacity SIZE   the scratch store's capacity (default 8G)\n"
+		"  --cached-read-max SIZE  the store's cached_read_max: extents up to\n"
+		"                    SIZE are read through the page cache (default: the\n"
+		"                    store's default, 256K; 0: all O_DIRECT)\n"
 		"  --keep            leave the scratch directory\n"
 		"  --out FILE        also write the results as JSON\n");
 }
@@ -1263,6 +1270,11 @@ static int gb_parse_args(const struct kvt_config *cfg, int argc, char **argv, st
 			rc = m < 0 ? -EINVAL : bench_parse_uint(v, 1, 1024, &o->threads);
 		} else if (OPT("--capacity", 1)) {
 			rc = m < 0 ? -EINVAL : kvt_parse_size(v, &o->capacity);
+		} else if (OPT("--cached-read-max", 1)) {
+			uint64_t sz;
+
+			rc = m < 0 ? -EINVAL : kvt_parse_size(v, &sz);
+			o->cached_read_max = v;
 		} else if (OPT("--keep", 0)) {
 			o->keep = 1;
 		} else if (OPT("--out", 1)) {

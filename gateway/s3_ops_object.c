@@ -4,11 +4,12 @@
  * copy sources).
  *
  * GET streams through libmicrohttpd's callback responses over
- * kvt_reader_pread(). There is no sendfile(2) path, on purpose: the engine
- * verifies every extent's checksum on every read (a wrong KV byte silently
- * corrupts a model's output) and an extent carries a header inside the
- * segment file, so the bytes a client must get are never a plain file range
- * the kernel could send unchecked. A checksum failure mid-stream ends the
+ * kvt_reader_pread(); a body of at most one read block is read whole before
+ * the response starts (s3_whole_response). There is no sendfile(2) path, on
+ * purpose: the engine verifies every extent's checksum on every read (a
+ * wrong KV byte silently corrupts a model's output) and an extent carries a
+ * header inside the segment file, so the bytes a client must get are never
+ * a plain file range the kernel could send unchecked. A checksum failure mid-stream ends the
  * response with an error (the client sees a short body and retries), never
  * with wrong bytes.
  *
@@ -554,6 +555,44 @@ static void s3_checksum_header(struct gw_req *rq, struct MHD_Response *resp,
 	MHD_add_response_header(resp, "x-amz-checksum-crc32c", b64);
 }
 
+/*
+ * A body of at most one read block is read before the response starts, into
+ * a buffer of its own size: a callback response would allocate a whole
+ * S3_READ_BLOCK per request, and allocating and freeing 1 MiB per request is
+ * an mmap and an munmap, whose TLB shootdown is the largest cost of a small
+ * GET on a virtual machine. Reading first also turns a failed read into an
+ * error status rather than a short body. NULL when the request was answered
+ * with an error.
+ */
+static struct MHD_Response *s3_whole_response(struct gw_req *rq, struct kvt_reader *r,
+					      uint64_t start, uint64_t len)
+{
+	struct MHD_Response *resp;
+	char *buf = malloc(len);
+	ssize_t n;
+
+	if (!buf) {
+		http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+		return NULL;
+	}
+	n = kvt_reader_pread(r, buf, len, start);
+	if (n != (ssize_t)len) {
+		log_err(n < 0 ? (int)n : -EIO, "request %s: read failed at %llu", rq->id,
+			(unsigned long long)start);
+		free(buf);
+		http_send_errno_obj(rq, rq->route.bucket, n < 0 ? (int)n : -EIO, S3_CTX_OBJECT);
+		return NULL;
+	}
+	resp = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(buf);
+		http_send(rq, 500, NULL);
+		return NULL;
+	}
+	rq->bytes_out += len;
+	return resp;
+}
+
 void s3_op_get_object(struct gw_req *rq)
 {
 	struct gw_server *srv = rq->srv;
@@ -616,6 +655,10 @@ void s3_op_get_object(struct gw_req *rq)
 							 4096, s3_head_read, NULL, NULL);
 	} else if (o->size == 0) {
 		resp = http_response_empty();
+	} else if (last - first + 1 <= S3_READ_BLOCK) {
+		resp = s3_whole_response(rq, r, first, last - first + 1);
+		if (!resp)
+			goto out;	/* answered */
 	} else {
 		s = calloc(1, sizeof(*s));
 		if (!s) {

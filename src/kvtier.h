@@ -51,6 +51,7 @@ struct kvt_config {
 		enum kvt_io_kind io;
 		unsigned session_depth;	/* leading key components naming a session */
 		unsigned access_flush_ms; /* how often access times reach the catalog */
+		uint64_t cached_read_max; /* extents up to this size are read through the page cache */
 	} store;
 	struct {
 		char *listen;		/* "ADDR:PORT", "[::1]:PORT" */

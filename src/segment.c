@@ -41,6 +41,7 @@ struct seg_files {
 	uint64_t size;
 	int direct;
 	int *fds;
+	int *cfds;		/* without O_DIRECT, opened on first use; -1: not yet */
 	int map_fd;
 	size_t map_len;
 	void *map;
@@ -219,12 +220,13 @@ int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, i
 	sf->size = size;
 	sf->direct = direct;
 	sf->fds = malloc(nsegs * sizeof(*sf->fds));
-	if (!sf->dir || !sf->fds) {
+	sf->cfds = malloc(nsegs * sizeof(*sf->cfds));
+	if (!sf->dir || !sf->fds || !sf->cfds) {
 		rc = -ENOMEM;
 		goto fail;
 	}
 	for (uint32_t i = 0; i < nsegs; i++)
-		sf->fds[i] = -1;
+		sf->fds[i] = sf->cfds[i] = -1;
 	snprintf(path, sizeof(path), "%s/segments", dir);
 	if (create && mkdir(path, 0700) < 0 && errno != EEXIST) {
 		rc = -errno;
@@ -253,6 +255,10 @@ void seg_files_close(struct seg_files *sf)
 	for (uint32_t i = 0; sf->fds && i < sf->nsegs; i++)
 		if (sf->fds[i] >= 0)
 			close(sf->fds[i]);
+	for (uint32_t i = 0; sf->cfds && i < sf->nsegs; i++)
+		if (sf->cfds[i] >= 0)
+			close(sf->cfds[i]);
+	free(sf->cfds);
 	if (sf->map)
 		munmap(sf->map, sf->map_len);
 	if (sf->map_fd >= 0)
@@ -265,6 +271,38 @@ void seg_files_close(struct seg_files *sf)
 int seg_fd(struct seg_files *sf, uint32_t id)
 {
 	return id < sf->nsegs ? sf->fds[id] : -1;
+}
+
+/*
+ * Opened on first use and never closed before seg_files_close(): most
+ * segments may never hold a small extent, and a store with thousands of
+ * segments should not hold twice as many descriptors for nothing. Racing
+ * openers agree through a compare-and-swap; the loser closes its own.
+ */
+int seg_cached_fd(struct seg_files *sf, uint32_t id)
+{
+	char path[4200];
+	int fd, none = -1;
+
+	if (id >= sf->nsegs)
+		return -1;
+	if (!sf->direct)
+		return sf->fds[id];	/* already through the page cache */
+	fd = __atomic_load_n(&sf->cfds[id], __ATOMIC_ACQUIRE);
+	if (fd >= 0)
+		return fd;
+	snprintf(path, sizeof(path), "%s/segments/%06u", sf->dir, id);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		log_err(-errno, "cannot open segment '%s'", path);
+		return sf->fds[id];	/* read it with O_DIRECT then */
+	}
+	if (!__atomic_compare_exchange_n(&sf->cfds[id], &none, fd, 0, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE)) {
+		close(fd);
+		fd = none;
+	}
+	return fd;
 }
 
 uint32_t seg_count(const struct seg_files *sf)

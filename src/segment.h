@@ -79,6 +79,12 @@ int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, i
 void seg_files_close(struct seg_files *sf);
 
 int seg_fd(struct seg_files *sf, uint32_t id);
+/*
+ * A descriptor of segment id that reads through the page cache (the O_DIRECT
+ * one where it cannot be opened). The kernel keeps cached pages coherent
+ * with O_DIRECT writes, and a reader verifies what it reads either way.
+ */
+int seg_cached_fd(struct seg_files *sf, uint32_t id);
 uint32_t seg_count(const struct seg_files *sf);
 uint64_t seg_size(const struct seg_files *sf);
 

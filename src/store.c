@@ -680,6 +680,7 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	st->low_watermark = cfg->store.low_watermark;
 	st->session_depth = cfg->store.session_depth ? cfg->store.session_depth : 1;
 	st->access_flush_ms = cfg->store.access_flush_ms ? cfg->store.access_flush_ms : 1000;
+	st->cached_read_max = cfg->store.cached_read_max;
 	st->pool = calloc(POOL_MAX, sizeof(*st->pool));
 	st->access = calloc(ACCESS_BUCKETS, sizeof(*st->access));
 	st->seg_access = calloc(st->nsegs ? st->nsegs : 1, sizeof(*st->seg_access));

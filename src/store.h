@@ -68,6 +68,7 @@ struct kvt_store {
 	struct access_entry **access;	/* hash table of sessions touched */
 	int64_t *seg_access;		/* per segment, last read or write (ns) */
 	unsigned access_flush_ms;
+	uint64_t cached_read_max;	/* extents up to this payload: page cache reads */
 	pthread_t flusher;
 	int flusher_running;
 	int stopping;
