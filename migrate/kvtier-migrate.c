@@ -36,7 +36,7 @@
 #include "kvtier.h"
 
 #define EXIT_LOCKED 75
-#define RETRIES 5	/* about 8 s of backoff in all before a transfer fails */
+#define RETRIES 6	/* about 16 s of backoff in all before a transfer fails */
 
 enum { OPT_IDLE = 256, OPT_DRY_RUN, OPT_JOBS, OPT_SESSION, OPT_RECALL, OPT_IMPORT,
        OPT_PROGRESS, OPT_JSON, OPT_VERSION, OPT_LIMIT_RATE, OPT_RECALL_KEYS };

@@ -102,6 +102,9 @@ static int s3_errno(struct cold_s3 *s, const struct s3_call *c, const char *what
 		rc = -EAGAIN;
 		break;
 	case S3StatusConnectionFailed:	/* also a connection dropped half way */
+	case S3StatusInternalError:	/* libs3's word for other curl failures (a
+					 * send or receive cut off by a partner that
+					 * went away: test_migrate_s3.sh) */
 	case S3StatusNameLookupError:
 	case S3StatusFailedToConnect:
 		rc = -EHOSTUNREACH;

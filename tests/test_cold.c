@@ -772,6 +772,21 @@ static void test_jobs_retries_rate(void **state)
 		snprintf(key, sizeof(key), "s%d/k%d", i % 8, i / 8);
 		assert_int_equal(test_check(st, "kvs", key, 300000 + (size_t)i, 300 + (uint64_t)i), 0);
 	}
+	/* A partner that takes 100 ms per put and get. The sixteen objects
+	 * recalled above go back (a manifest put for each of their eight
+	 * sessions) with eight new sessions of one object (put, read-back,
+	 * manifest): 3.2 s in one job, under half of that in four. */
+	for (int i = 0; i < 8; i++) {
+		snprintf(key, sizeof(key), "slow%d/x", i);
+		assert_int_equal(test_put(st, "kvs", key, 4096, 700 + (uint64_t)i), 0);
+	}
+	plan.stall_ms = 100;
+	o = (struct kvt_g4_opts){ .jobs = 4 };
+	t0 = mono_ns();
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 16 + 8);
+	assert_true(mono_ns() - t0 < 1600000000);
+	plan.stall_ms = 0;
 	/* 4 MiB up and 4 MiB read back at 8 MiB/s: about a second. */
 	assert_int_equal(test_put(st, "kvs", "rate/x", 4u << 20, 99), 0);
 	o = (struct kvt_g4_opts){ .bucket = "kvs", .session = "rate", .limit_rate = 8u << 20,
