@@ -380,6 +380,7 @@ int kvfs_errno(int rc)
 		return 0;
 	case ESTALE:	/* a version reclaimed under a reader: not the kernel's ESTALE */
 	case EPIPE:
+	case EHOSTUNREACH:	/* a recall the partner store did not answer */
 		return EIO;
 	default:
 		return e < 4096 ? e : EIO;

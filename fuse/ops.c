@@ -1061,11 +1061,13 @@ struct prestage_job {
 static void *prestage_main(void *arg)
 {
 	struct prestage_job *j = arg;
+	/* [g4] jobs fetches in parallel; a partner hiccup is retried. */
+	const struct kvt_g4_opts o = { .jobs = j->kv->cfg.g4.jobs, .retries = 3 };
 	struct kvt_g4_report rep;
 	int rc;
 
 	if (j->session)
-		rc = kvt_g4_recall_session(j->kv->st, j->bucket, j->name, NULL, &rep);
+		rc = kvt_g4_recall_session(j->kv->st, j->bucket, j->name, &o, &rep);
 	else
 		rc = kvt_object_recall(j->kv->st, j->bucket, j->name);
 	if (rc < 0)

@@ -103,11 +103,13 @@ static void prestage_job_free(struct prestage_job *j)
 static void *prestage_main(void *arg)
 {
 	struct prestage_job *j = arg;
+	/* [g4] jobs fetches in parallel; a partner hiccup is retried. */
+	const struct kvt_g4_opts o = { .jobs = j->srv->cfg.g4.jobs, .retries = 3 };
 	struct kvt_g4_report rep;
 	int rc = 0;
 
 	if (j->session) {
-		rc = kvt_g4_recall_session(j->srv->st, j->bucket, j->session, NULL, &rep);
+		rc = kvt_g4_recall_session(j->srv->st, j->bucket, j->session, &o, &rep);
 	} else {
 		for (size_t i = 0; i < j->nkeys; i++) {
 			int r = kvt_object_recall(j->srv->st, j->bucket, j->keys[i]);

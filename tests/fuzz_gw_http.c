@@ -55,7 +55,8 @@ static const char fuzz_users[] =
 	"full fullsecretfullsecretfullsecret00\n"
 	"scoped scopedsecretscopedsecretscoped00 mine\n";
 
-static struct gw_server fuzz_srv = { .access_fd = -1 };
+static struct auth_creds fuzz_creds;
+static struct gw_server fuzz_srv = { .access_fd = -1, .creds = &fuzz_creds };
 static char fuzz_root[PATH_MAX / 2];
 
 static void fuzz_fail(const char *what, const char *resp, size_t len)
@@ -73,7 +74,7 @@ static void fuzz_cleanup(void)
 		MHD_stop_daemon(fuzz_srv.mhd);
 	gw_prestage_wait(&fuzz_srv);
 	kvt_store_close(fuzz_srv.st);
-	auth_creds_release(&fuzz_srv.creds);
+	auth_creds_release(&fuzz_creds);
 	kvt_config_release(&fuzz_srv.cfg);
 	xml_global_release();
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fuzz_root);
@@ -113,7 +114,7 @@ static void fuzz_init(void)
 	o->max_connections = 16;
 	o->max_object = 1u << 20;
 	o->min_part = 16;
-	if (auth_creds_parse(&fuzz_srv.creds, fuzz_users, "fuzz", err, sizeof(err)) < 0 ||
+	if (auth_creds_parse(&fuzz_creds, fuzz_users, "fuzz", err, sizeof(err)) < 0 ||
 	    kvt_store_open(&fuzz_srv.cfg, KVT_OPEN_CREATE, &fuzz_srv.st) < 0 ||
 	    kvt_bucket_create_internal(fuzz_srv.st, GW_UPLOADS_BUCKET) < 0) {
 		fprintf(stderr, "fuzz_gw_http: cannot set up: %s\n", err);
@@ -159,7 +160,7 @@ static int fuzz_cmp_names(const void *a, const void *b)
 
 static const char *fuzz_secret(const char *access)
 {
-	const struct auth_user *u = auth_creds_find(&fuzz_srv.creds, access);
+	const struct auth_user *u = auth_creds_find(&fuzz_creds, access);
 
 	return u ? u->secret : NULL;
 }
