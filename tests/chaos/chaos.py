@@ -453,8 +453,8 @@ class Worker(threading.Thread):
         ver = check_payload(k.name, data)
         if ver is None:
             self.stats.add("wrong_bytes")
-            log("WRONG BYTES: %s via %s (%d bytes, header %r)" % (k.name, where, len(data),
-                                                                  data[:80]))
+            log("WRONG BYTES: %s via %s (%d bytes, header %r); history %s" %
+                (k.name, where, len(data), data[:80], k.history))
             return
         with k.lock:
             if ver not in k.allowed():
@@ -589,6 +589,8 @@ class FuseWorker(Worker):
         except OSError as e:
             if e.errno == 28:
                 self.stats.add("enospc")
+            with k.lock:
+                k.note("fuse write v%d: %r" % (ver, e))
             self.stats.add("errors_fuse")
             self.stats.sample("fuse", repr(e)[:160])
             return False
@@ -799,7 +801,7 @@ def final_check(system, stats, keys):
             ver = check_payload(k.name, data)
             if ver is None:
                 stats.add("wrong_bytes")
-                log("WRONG BYTES at the end: %s" % k.name)
+                log("WRONG BYTES at the end: %s; history %s" % (k.name, k.history))
             elif ver not in allowed:
                 stats.add("stale_reads")
                 log("STALE at the end: %s version %d, acked %s" % (k.name, ver, k.acked))
