@@ -121,6 +121,8 @@ static const struct {
 	/* -ESTALE: reclaim took the version being read; a retry reads the new one. */
 	{ ESTALE, S3_CTX_ANY, S3_SLOW_DOWN },
 	{ ENOMEM, S3_CTX_ANY, S3_SERVICE_UNAVAILABLE },
+	/* -EHOSTUNREACH: a cold object's recall found G4 not answering. */
+	{ EHOSTUNREACH, S3_CTX_ANY, S3_SERVICE_UNAVAILABLE },
 	/* -ENODATA: the object is only in G4 (cold) until it is recalled. */
 	{ ENODATA, S3_CTX_ANY, S3_INVALID_OBJECT_STATE },
 	{ EACCES, S3_CTX_ANY, S3_ACCESS_DENIED },

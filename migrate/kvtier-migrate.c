@@ -2,12 +2,16 @@
  * kvtier-migrate.c - moves idle sessions from the hot tier to G4, and back.
  *
  *   kvtier-migrate [-c FILE] [--idle DURATION] [--dry-run] [--jobs N]
- *                  [--session BUCKET/SESSION | --recall BUCKET/SESSION |
+ *                  [--limit-rate BYTES/s] [--session BUCKET/SESSION |
+ *                   --recall BUCKET/SESSION | --recall-keys FILE |
  *                   --import BUCKET/SESSION] [--progress] [--json] [-v|-q]
  *
  * Runs from cron. A thin front end over the library (kvt_g4_demote() and
  * friends in src/migrate.c), which keeps every step in the catalog, so a
- * run killed at any point is finished by the next one.
+ * run killed at any point is finished by the next one. --jobs sessions (or,
+ * for a recall, objects) move in parallel; a transfer the partner fails
+ * with 500, 503 or no answer is tried RETRIES more times with exponential
+ * backoff before it counts as a failure.
  *
  * One run at a time per store: an flock on DIR/migrate.lock. Exit codes,
  * for cron: 0 done, 1 some objects failed (the rest done), 2 usage or
@@ -32,9 +36,10 @@
 #include "kvtier.h"
 
 #define EXIT_LOCKED 75
+#define RETRIES 6	/* about 16 s of backoff in all before a transfer fails */
 
 enum { OPT_IDLE = 256, OPT_DRY_RUN, OPT_JOBS, OPT_SESSION, OPT_RECALL, OPT_IMPORT,
-       OPT_PROGRESS, OPT_JSON, OPT_VERSION };
+       OPT_PROGRESS, OPT_JSON, OPT_VERSION, OPT_LIMIT_RATE, OPT_RECALL_KEYS };
 
 struct progress {
 	int on;
@@ -44,10 +49,12 @@ struct progress {
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: kvtier-migrate [-c FILE] [--idle DURATION] [--dry-run] [--jobs N]\n"
-		   "                      [--session BUCKET/SESSION | --recall BUCKET/SESSION |\n"
+		   "                      [--limit-rate BYTES/s] [--session BUCKET/SESSION |\n"
+		   "                       --recall BUCKET/SESSION | --recall-keys FILE |\n"
 		   "                       --import BUCKET/SESSION] [--progress] [--json] [-v|-q]\n"
 		   "Demotes sessions idle longer than [g4] idle to G4 ([g4] url); --recall brings\n"
-		   "one back, --import makes one another node demoted known here (cold).\n");
+		   "one back, --recall-keys the BUCKET/KEY lines of FILE (- for stdin), --import\n"
+		   "makes a session another node demoted known here (cold).\n");
 }
 
 static double mono_s(void)
@@ -73,6 +80,42 @@ static void on_object(void *arg, const char *bucket, const char *key, uint64_t s
 			p->objects, p->bytes / 1048576.0, p->failures, bucket, key);
 }
 
+/* The BUCKET/KEY lines of path ("-": stdin), without blank and # lines. */
+static int read_keys(const char *path, char ***out, size_t *n)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
+	char *line = NULL, **v = NULL;
+	size_t cap = 0, lcap = 0;
+	ssize_t len;
+
+	*n = 0;
+	if (!f) {
+		fprintf(stderr, "kvtier-migrate: cannot open '%s': %s\n", path, strerror(errno));
+		return -1;
+	}
+	while ((len = getline(&line, &lcap, f)) >= 0) {
+		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			line[--len] = '\0';
+		if (len == 0 || line[0] == '#')
+			continue;
+		if (*n == cap) {
+			char **nv = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof(*nv));
+
+			if (!nv)
+				break;
+			v = nv;
+		}
+		if (!(v[*n] = strdup(line)))
+			break;
+		(*n)++;
+	}
+	free(line);
+	if (f != stdin)
+		fclose(f);
+	*out = v;
+	return 0;
+}
+
 /* "BUCKET/SESSION" into its parts (session may hold '/'). */
 static int split_session(char *arg, const char **bucket, const char **session)
 {
@@ -96,6 +139,8 @@ int main(int argc, char **argv)
 		{ "session", required_argument, NULL, OPT_SESSION },
 		{ "recall", required_argument, NULL, OPT_RECALL },
 		{ "import", required_argument, NULL, OPT_IMPORT },
+		{ "recall-keys", required_argument, NULL, OPT_RECALL_KEYS },
+		{ "limit-rate", required_argument, NULL, OPT_LIMIT_RATE },
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -105,7 +150,9 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *conf = NULL, *idle_arg = NULL, *action = "demote";
-	char *target = NULL, err[512], lockpath[4096];
+	char *target = NULL, err[512], lockpath[4096], **keys = NULL;
+	size_t nkeys = 0;
+	long jobs = 0;
 	struct kvt_config cfg;
 	struct kvt_store *st = NULL;
 	struct kvt_g4_opts go = { 0 };
@@ -127,24 +174,30 @@ int main(int argc, char **argv)
 		case OPT_DRY_RUN: go.dry_run = 1; break;
 		case OPT_JOBS: {
 			char *end;
-			long j = strtol(optarg, &end, 10);
-
-			/* Accepted and checked; transfers run one at a time for now. */
-			if (*end || j < 1 || j > 64) {
+			jobs = strtol(optarg, &end, 10);
+			if (*end || jobs < 1 || jobs > 64) {
 				fprintf(stderr, "kvtier-migrate: --jobs must be from 1 to 64\n");
 				goto out;
 			}
 			break;
 		}
-		case OPT_SESSION: case OPT_RECALL: case OPT_IMPORT:
+		case OPT_LIMIT_RATE:
+			if (kvt_parse_size(optarg, &go.limit_rate) < 0 || go.limit_rate == 0) {
+				fprintf(stderr, "kvtier-migrate: bad --limit-rate '%s': expected bytes"
+						" per second like 500K or 20M\n", optarg);
+				goto out;
+			}
+			break;
+		case OPT_SESSION: case OPT_RECALL: case OPT_IMPORT: case OPT_RECALL_KEYS:
 			if (mode) {
-				fprintf(stderr, "kvtier-migrate: --session, --recall and --import"
-						" exclude each other\n");
+				fprintf(stderr, "kvtier-migrate: --session, --recall, --recall-keys and"
+						" --import exclude each other\n");
 				goto out;
 			}
 			mode = ch;
 			target = optarg;
-			action = ch == OPT_RECALL ? "recall" : ch == OPT_IMPORT ? "import" : "demote";
+			action = ch == OPT_RECALL || ch == OPT_RECALL_KEYS ? "recall" :
+				 ch == OPT_IMPORT ? "import" : "demote";
 			break;
 		case OPT_PROGRESS: want_progress = 1; break;
 		case OPT_JSON: json = 1; break;
@@ -159,13 +212,24 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvtier-migrate: %s\n", err);
 		goto out;
 	}
+	if (cfg.g4.url && strcmp(cfg.g4.url, "none") == 0) {
+		fprintf(stderr, "kvtier-migrate: [g4] url = none in %s: this node has no cold tier,"
+			" nothing to demote, recall or import\n",
+			cfg.path ? cfg.path : "the configuration");
+		goto out;
+	}
 	go.idle = cfg.g4.idle;
 	if (idle_arg && kvt_parse_duration(idle_arg, &go.idle) < 0) {
 		fprintf(stderr, "kvtier-migrate: bad --idle '%s': expected 90s, 15m, 24h or 7d\n",
 			idle_arg);
 		goto out;
 	}
-	if (target && split_session(target, &go.bucket, &go.session) < 0) {
+	go.jobs = jobs ? (unsigned)jobs : cfg.g4.jobs;
+	go.retries = RETRIES;
+	if (mode == OPT_RECALL_KEYS) {
+		if (read_keys(target, &keys, &nkeys) < 0)
+			goto out;
+	} else if (target && split_session(target, &go.bucket, &go.session) < 0) {
 		fprintf(stderr, "kvtier-migrate: expected BUCKET/SESSION, not '%s'\n", target);
 		goto out;
 	}
@@ -202,6 +266,8 @@ int main(int argc, char **argv)
 	{
 		if (mode == OPT_RECALL)
 			rc = kvt_g4_recall_session(st, go.bucket, go.session, &go, &rep);
+		else if (mode == OPT_RECALL_KEYS)
+			rc = kvt_g4_recall_keys(st, (const char *const *)keys, nkeys, &go, &rep);
 		else if (mode == OPT_IMPORT)
 			rc = kvt_g4_import_session(st, go.bucket, go.session, &go, &rep);
 		else
@@ -239,6 +305,9 @@ int main(int argc, char **argv)
 	       rep.objects, rep.bytes, secs, rep.failures);
 	closelog();
 out:
+	for (size_t i = 0; i < nkeys; i++)
+		free(keys[i]);
+	free(keys);
 	kvt_store_close(st);
 	if (lock_fd >= 0)
 		close(lock_fd);	/* the lock goes with it */

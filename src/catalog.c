@@ -2195,6 +2195,39 @@ out:
 	return rc;
 }
 
+int cat_g4_victim(struct cat *c, int64_t id, uint64_t vid, char **bucket, char **key,
+		  char **session, int *in_g4)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT b.name, o.key, o.session, o.g4_vid = o.vid"
+				      " FROM objects o JOIN buckets b ON b.id = o.bucket"
+				      " WHERE o.id = ?1 AND o.vid = ?2");
+	int rc;
+
+	*bucket = *key = *session = NULL;
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)vid);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		*bucket = col_strdup(s, 0);
+		*key = col_strdup(s, 1);
+		*session = col_strdup(s, 2);
+		*in_g4 = sqlite3_column_int(s, 3);
+		rc = *bucket && *key && *session ? 0 : -ENOMEM;
+	} else {
+		rc = rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "g4 victim");
+	}
+	sqlite3_finalize(s);
+	if (rc < 0) {
+		free(*bucket);
+		free(*key);
+		free(*session);
+		*bucket = *key = *session = NULL;
+	}
+	return rc;
+}
+
 /*
  * Reclaim's drop, inside its transaction: if G4 holds version vid verified
  * (g4_vid = vid), the object becomes COLD and its extents are released;

@@ -222,6 +222,11 @@ int cat_g4_mark_cold(struct cat *c, int64_t id, uint64_t vid);
 /* COLD -> HOT with these extents, if still vid and cold; else -ESTALE. */
 int cat_g4_recalled(struct cat *c, int64_t id, uint64_t vid, const struct cat_extent *ext,
 		    size_t n, int64_t now_ns);
+/* What reclaim needs to know of a victim object at version vid: its
+ * bucket, key and session (caller frees the strings) and whether G4 holds
+ * that version verified. -ENOENT if it is gone or changed. */
+int cat_g4_victim(struct cat *c, int64_t id, uint64_t vid, char **bucket, char **key,
+		  char **session, int *in_g4);
 /* A COLD object known from a manifest (no extents); -EEXIST if the key is taken. */
 int cat_g4_import(struct cat *c, const struct cat_put *put, const char *g4_etag);
 

@@ -23,6 +23,8 @@ int cold_new(const char *url, const char *endpoint, const char *credentials,
 		snprintf(def, sizeof(def), "file://%s/g4", store_dir);
 		url = def;
 	}
+	if (strcmp(url, COLD_URL_NONE) == 0)
+		return -ENODEV;	/* a pure cache node: nothing to demote to */
 	if (strncmp(url, "file://", 7) == 0) {
 		if (url[7] != '/') {
 			log_err(0, "g4 url '%s' must name an absolute directory: file:///DIR", url);

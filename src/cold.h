@@ -11,8 +11,8 @@
  * A put is atomic: a reader sees the whole new object or the old one (or
  * none), never a part; so re-running an interrupted put leaves no
  * duplicate. Every function returns 0 or a negative errno: -ENOENT (no such
- * key), -EIO (the partner failed), -EAGAIN (the partner is unreachable or
- * asked us to retry later).
+ * key), -EIO (the partner failed), -EAGAIN (the partner answered 500 or 503:
+ * retry later), -EHOSTUNREACH (no answer: refused, dropped, timed out).
  */
 #ifndef KVT_COLD_H
 #define KVT_COLD_H
@@ -53,10 +53,12 @@ struct cold {
 
 /*
  * A cold tier from [g4]: url "file:///DIR" or "s3://BUCKET/PREFIX" (with
- * endpoint and credentials). NULL url means
- * file://<store_dir>/g4. -EINVAL for a url it cannot parse, -ENOTSUP for a
- * scheme this build lacks. Free with cold_free().
+ * endpoint and credentials). NULL url means file://<store_dir>/g4; "none"
+ * (COLD_URL_NONE) means this node has no cold tier: -ENODEV, and reclaim
+ * drops what it must free. -EINVAL for a url it cannot parse, -ENOTSUP for
+ * a scheme this build lacks. Free with cold_free().
  */
+#define COLD_URL_NONE "none"
 int cold_new(const char *url, const char *endpoint, const char *credentials,
 	     const char *store_dir, struct cold **out);
 /* Accepts NULL. */
@@ -67,12 +69,17 @@ int cold_file_new(const char *dir, struct cold **out);
 int cold_s3_new(const char *url, const char *endpoint, const char *credentials,
 		struct cold **out);
 
-/* Faults for tests: counts of the next operations to fail, or to corrupt. */
+/* Faults for tests: counts of the next operations to fail, or to corrupt.
+ * Counters change with atomic operations, so the plan may sit in memory
+ * that several threads, or processes (MAP_SHARED), share. */
 struct cold_fault_plan {
 	unsigned fail_puts;	/* the next N puts fail with err */
 	unsigned fail_gets;	/* the next N gets fail with err */
 	unsigned corrupt_gets;	/* the next N gets flip one bit of the first byte */
 	unsigned short_puts;	/* the next N puts store one byte less, and succeed */
+	unsigned drop_puts;	/* the next N puts send half, then fail with err */
+	unsigned drop_gets;	/* the next N gets deliver half, then fail with err */
+	unsigned stall_ms;	/* every put and get waits this long first */
 	int err;		/* negative errno; -EIO if 0 */
 	unsigned puts, gets;	/* counted: operations that reached the injector */
 };

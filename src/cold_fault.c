@@ -1,7 +1,8 @@
 /*
  * cold_fault.c - a cold tier that fails on purpose, for tests: it wraps a
  * real one and, as its plan says, fails the next puts or gets with an
- * errno (a partner answering 500 or 503, a dropped connection), stores a
+ * errno (a partner answering 500 or 503, unreachable), drops them half
+ * way, stalls every one (a slow partner; recalls that overlap), stores a
  * put short while reporting success (a partner that lies), or flips a bit
  * of what a get returns (damage in transit). Verification upstream must
  * catch the last two; nothing may be lost through any of them.
@@ -11,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cold.h"
 
@@ -25,6 +27,62 @@ static int cfa_err(const struct cold_fault_plan *p)
 	return p->err ? p->err : -EIO;
 }
 
+/* Takes one from *n if it is not 0: whether this operation is one of them. */
+static int cfa_take(unsigned *n)
+{
+	unsigned v = __atomic_load_n(n, __ATOMIC_SEQ_CST);
+
+	while (v > 0)
+		if (__atomic_compare_exchange_n(n, &v, v - 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+			return 1;
+	return 0;
+}
+
+/* A partner that is slow to answer. */
+static void cfa_stall(const struct cold_fault_plan *p)
+{
+	unsigned ms = __atomic_load_n(&p->stall_ms, __ATOMIC_SEQ_CST);
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+
+	if (ms)
+		nanosleep(&ts, NULL);
+}
+
+/* A connection that drops half way: the source is read (or the sink fed)
+ * up to half of the object, then the transfer fails. */
+struct drop_src {
+	cold_source_fn src;
+	void *arg;
+	uint64_t half;
+	int err;
+};
+
+static int cfa_drop_source(void *arg, void *buf, size_t len, uint64_t off)
+{
+	struct drop_src *d = arg;
+
+	if (off + len > d->half)
+		return d->err;
+	return d->src(d->arg, buf, len, off);
+}
+
+struct drop_sink {
+	cold_sink_fn sink;
+	void *arg;
+	uint64_t half, got;
+	int err;
+};
+
+static int cfa_drop_sink(void *arg, const void *buf, size_t len)
+{
+	struct drop_sink *d = arg;
+	size_t n = d->got + len > d->half ? (size_t)(d->half - d->got) : len;
+	int rc = n ? d->sink(d->arg, buf, n) : 0;
+
+	d->got += n;
+	return rc < 0 ? rc : n < len ? d->err : 0;
+}
+
 struct short_src {
 	cold_source_fn src;
 	void *arg;
@@ -36,14 +94,17 @@ static int cfa_put(struct cold *c, const char *key, uint64_t size, const char *c
 	struct cold_fault *f = (struct cold_fault *)c;
 	struct cold_fault_plan *p = f->plan;
 
-	p->puts++;
-	if (p->fail_puts > 0) {
-		p->fail_puts--;
+	__atomic_add_fetch(&p->puts, 1, __ATOMIC_SEQ_CST);
+	cfa_stall(p);
+	if (cfa_take(&p->fail_puts))
 		return cfa_err(p);
-	}
-	if (p->short_puts > 0 && size > 0) {
-		p->short_puts--;
+	if (size > 0 && cfa_take(&p->short_puts))
 		return cold_put(f->inner, key, size - 1, ctype, src, arg, etag);
+	if (size > 0 && cfa_take(&p->drop_puts)) {
+		struct drop_src d = { src, arg, size / 2, cfa_err(p) };
+		int rc = cold_put(f->inner, key, size, ctype, cfa_drop_source, &d, etag);
+
+		return rc < 0 ? rc : -EIO;	/* the inner put must have failed */
 	}
 	return cold_put(f->inner, key, size, ctype, src, arg, etag);
 }
@@ -78,16 +139,25 @@ static int cfa_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg
 	struct cold_fault *f = (struct cold_fault *)c;
 	struct cold_fault_plan *p = f->plan;
 
-	p->gets++;
-	if (p->fail_gets > 0) {
-		p->fail_gets--;
+	__atomic_add_fetch(&p->gets, 1, __ATOMIC_SEQ_CST);
+	cfa_stall(p);
+	if (cfa_take(&p->fail_gets))
 		return cfa_err(p);
-	}
-	if (p->corrupt_gets > 0) {
+	if (cfa_take(&p->corrupt_gets)) {
 		struct flip_sink fs = { sink, arg, 0 };
 
-		p->corrupt_gets--;
 		return cold_get(f->inner, key, cfa_flip, &fs, size);
+	}
+	if (cfa_take(&p->drop_gets)) {
+		uint64_t sz = 0;
+		struct drop_sink d = { sink, arg, 0, 0, cfa_err(p) };
+		int rc = cold_head(f->inner, key, &sz);
+
+		if (rc < 0)
+			return rc;
+		d.half = sz / 2;
+		rc = cold_get(f->inner, key, cfa_drop_sink, &d, size);
+		return rc < 0 ? rc : cfa_err(p);	/* an empty object cannot drop */
 	}
 	return cold_get(f->inner, key, sink, arg, size);
 }

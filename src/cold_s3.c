@@ -9,9 +9,9 @@
  * with virtual-host style. [g4] credentials is a file of two lines,
  * "access_key = ..." and "secret_key = ...", readable by its owner only.
  *
- * Errors: 404 -> -ENOENT; 503, SlowDown and connection failures -> -EAGAIN
- * (retry later, nothing lost); anything else -> -EIO, logged with the
- * partner's message.
+ * Errors: 404 -> -ENOENT; 500, 503 and SlowDown -> -EAGAIN (retry later,
+ * nothing lost); no answer (refused, dropped, timed out) -> -EHOSTUNREACH;
+ * anything else -> -EIO, logged with the partner's message.
  *
  * TODO(issue 5): multipart uploads with parallel parts ([g4] part_size),
  * aborting stale ones in cleanup(); SigV4 with [g4] region (libs3 2.0 signs
@@ -97,12 +97,17 @@ static int s3_errno(struct cold_s3 *s, const struct s3_call *c, const char *what
 		return -ENOENT;
 	case S3StatusHttpErrorUnknown:	/* 500, 503: libs3 has no name for them */
 	case S3StatusErrorSlowDown:
-	case S3StatusConnectionFailed:
+	case S3StatusErrorInternalError:
+	case S3StatusErrorRequestTimeout:	/* the partner's word: we were slow */
+		rc = -EAGAIN;
+		break;
+	case S3StatusConnectionFailed:	/* also a connection dropped half way */
+	case S3StatusInternalError:	/* libs3's word for other curl failures (a
+					 * send or receive cut off by a partner that
+					 * went away: test_migrate_s3.sh) */
 	case S3StatusNameLookupError:
 	case S3StatusFailedToConnect:
-	case S3StatusErrorRequestTimeout:
-	case S3StatusErrorInternalError:
-		rc = -EAGAIN;
+		rc = -EHOSTUNREACH;
 		break;
 	default:
 		rc = -EIO;

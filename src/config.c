@@ -631,14 +631,15 @@ static int cfg_check_store(const struct kvt_config *cfg, char *msg, size_t len)
 	return 0;
 }
 
-/* [g4]: a url kvtier can open; S3 parts within S3's limits (5M to 5G). */
+/* [g4]: a url kvtier can open, or "none" (a pure cache node without a cold
+ * tier); S3 parts within S3's limits (5M to 5G). */
 static int cfg_check_g4(const struct kvt_config *cfg, char *msg, size_t len)
 {
 	const char *url = cfg->g4.url;
 
-	if (url && !(strncmp(url, "file:///", 8) == 0 ||
+	if (url && !(strncmp(url, "file:///", 8) == 0 || strcmp(url, "none") == 0 ||
 		     (strncmp(url, "s3://", 5) == 0 && url[5] && url[5] != '/'))) {
-		snprintf(msg, len, "[g4] url must be file:///DIR or s3://BUCKET/PREFIX");
+		snprintf(msg, len, "[g4] url must be file:///DIR, s3://BUCKET/PREFIX or none");
 		return -EINVAL;
 	}
 	if (cfg->g4.part_size < (5u << 20) || cfg->g4.part_size > (5ull << 30)) {

@@ -74,7 +74,8 @@ struct kvt_config {
 		unsigned entry_timeout;	/* ... and names */
 	} fuse;
 	struct {
-		char *url;		/* file:///DIR or s3://BUCKET/PREFIX; NULL: file://<store.dir>/g4 */
+		char *url;		/* file:///DIR, s3://BUCKET/PREFIX or "none" (no cold
+					 * tier: a cache node); NULL: file://<store.dir>/g4 */
 		uint64_t idle;		/* seconds without access before a session is demoted */
 		unsigned jobs;		/* transfers in parallel */
 		uint64_t part_size;	/* multipart part size */
@@ -382,7 +383,12 @@ struct kvt_g4_opts {
 	const char *bucket;	/* with session: that one session, idle or not */
 	const char *session;
 	int dry_run;		/* count what would move, move nothing */
-	/* Called for each object moved (or that would be), if not NULL. */
+	unsigned jobs;		/* sessions (objects, for a recall) in parallel; 0: 1 */
+	uint64_t limit_rate;	/* bytes/s to and from G4 in all, 0: no limit */
+	unsigned retries;	/* more tries of a transfer the partner failed with
+				 * 500, 503 or no answer, with exponential backoff */
+	/* Called for each object moved (or that would be), if not NULL; one
+	 * call at a time, from any of the jobs' threads. */
 	void (*progress)(void *arg, const char *bucket, const char *key, uint64_t size, int rc);
 	void *arg;
 };
@@ -403,6 +409,10 @@ int kvt_g4_recall_session(struct kvt_store *st, const char *bucket, const char *
  * this store already has are left alone. -ENOENT: no such manifest. */
 int kvt_g4_import_session(struct kvt_store *st, const char *bucket, const char *session,
 			  const struct kvt_g4_opts *opts, struct kvt_g4_report *rep);
+/* Recalls the cold objects named "BUCKET/KEY", n of them (prestage of a
+ * list); those not cold are left alone. */
+int kvt_g4_recall_keys(struct kvt_store *st, const char *const *keys, size_t n,
+		       const struct kvt_g4_opts *opts, struct kvt_g4_report *rep);
 /* Brings one cold object back; 0 if it is hot already. */
 int kvt_object_recall(struct kvt_store *st, const char *bucket, const char *key);
 /* Removes what interrupted uploads of this host left in G4. */

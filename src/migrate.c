@@ -13,9 +13,9 @@
  *    ^                              cat_g4_set_uploaded()     cat_g4_mark_cold()
  *    |                                                                      |
  *    +----------------------------------------------------------------------+
- *          recall_object(): get, verify size and CRC32C, write extents,
- *          cat_g4_recalled() (RECALLING is never persisted: a recall killed
- *          half way leaves the object cold and its extents garbage)
+ *          recall_object(): under the object's recall lock, get, verify
+ *          size and CRC32C, write extents, cat_g4_recalled() (a recall
+ *          killed half way leaves the object cold and its extents garbage)
  *
  * Invariants: an object's hot extents are freed only after G4 holds its
  * bytes verified and the session's manifest lists it; a G4 put is atomic
@@ -26,17 +26,22 @@
  * Reclaim turns such an object cold instead of dropping it (catalog.c,
  * cat_object_drop).
  *
- * Concurrent recalls of one object each fetch it; the first to commit wins,
- * the others' extents stay uncommitted and reclaim frees them.
- * TODO(issue 5): coalesce them in-process; parallel jobs; multipart.
+ * Concurrent recalls of one object coalesce into one fetch, across threads
+ * and processes (g4_lock(), recall_object()); so do two demotions of one
+ * session. RECALLING is not persisted: the lock, which dies with its
+ * holder, stands for it.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "store.h"
@@ -72,6 +77,181 @@ int kvt_g4_cleanup(struct kvt_store *st)
 	return rc < 0 ? rc : cold_cleanup(cold);
 }
 
+/*
+ * One demotion of a session, and one recall of an object, at a time, across
+ * threads and processes: an OFD byte-range lock on DIR/g4.lock, one byte
+ * chosen by a hash of the name. OFD locks belong to the open file
+ * description, so two threads of one process exclude each other as two
+ * processes do, and the kernel drops the lock of a process that dies: a
+ * recall killed half way leaves nothing to clean up (no persisted RECALLING
+ * state that would need an owner and a lease). Two names that share a byte
+ * are only serialised. Returns the fd that holds the lock (close() drops
+ * it), -EBUSY if it is taken and !wait, or -errno.
+ */
+static int g4_lock(struct kvt_store *st, const char *kind, const char *a, const char *b, int wait)
+{
+	char path[4096];
+	uint64_t h = 14695981039346656037ull;
+	const char *parts[3] = { kind, a, b };
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_len = 1 };
+	int fd;
+
+	for (int i = 0; i < 3; i++)
+		for (const char *p = parts[i]; ; p++) {
+			h = (h ^ (unsigned char)*p) * 1099511628211ull;
+			if (!*p)
+				break;
+		}
+	fl.l_start = (off_t)(h & ((1ull << 40) - 1));
+	snprintf(path, sizeof(path), "%s/g4.lock", st->dir);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		int rc = -errno;
+
+		log_err(rc, "cannot open '%s'", path);
+		return rc;
+	}
+	while (fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl) < 0) {
+		int rc = -errno;
+
+		if (rc == -EINTR)
+			continue;
+		close(fd);
+		if (rc == -EAGAIN || rc == -EACCES)
+			return -EBUSY;
+		log_err(rc, "cannot lock '%s'", path);
+		return rc;
+	}
+	return fd;
+}
+
+static void g4_unlock(int fd)
+{
+	if (fd >= 0)
+		close(fd);
+}
+
+/* ---- what one kvt_g4_* run shares among its jobs --------------------------- */
+
+/*
+ * A run's limits: retries with exponential backoff of transfers the partner
+ * failed with 500, 503 or no answer, and one byte rate over every transfer
+ * of the run, in all its threads (a token bucket: each chunk reserves its
+ * time slot and sleeps until it). NULL: one try, no limit (reads, reclaim).
+ */
+struct g4_ctl {
+	unsigned retries;
+	uint64_t rate;		/* bytes/s, 0: none */
+	pthread_mutex_t lock;
+	int64_t rate_next_ns;	/* when the next byte may go */
+};
+
+static void g4_ctl_init(struct g4_ctl *ctl, const struct kvt_g4_opts *o)
+{
+	memset(ctl, 0, sizeof(*ctl));
+	pthread_mutex_init(&ctl->lock, NULL);
+	ctl->retries = o ? o->retries : 0;
+	ctl->rate = o ? o->limit_rate : 0;
+}
+
+static void g4_ctl_release(struct g4_ctl *ctl)
+{
+	pthread_mutex_destroy(&ctl->lock);
+}
+
+static void g4_sleep_ns(int64_t ns)
+{
+	struct timespec ts = { ns / 1000000000, ns % 1000000000 };
+
+	while (ns > 0 && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* Accounts len bytes against the run's rate; sleeps until their slot. */
+static void g4_rate_take(struct g4_ctl *ctl, size_t len)
+{
+	int64_t now, start;
+
+	if (!ctl || !ctl->rate || !len)
+		return;
+	now = util_now_ns();
+	pthread_mutex_lock(&ctl->lock);
+	start = MAX(now, ctl->rate_next_ns);
+	ctl->rate_next_ns = start + (int64_t)(len * 1000000000.0 / (double)ctl->rate);
+	pthread_mutex_unlock(&ctl->lock);
+	g4_sleep_ns(start - now);
+}
+
+/* Whether rc is the partner saying "later" or not answering. */
+static int g4_transient(int rc)
+{
+	return rc == -EAGAIN || rc == -EHOSTUNREACH || rc == -ETIMEDOUT || rc == -ECONNRESET;
+}
+
+/*
+ * After try number `attempt` (0 first) failed with rc: 1 if it should go
+ * again, after sleeping 250 ms << attempt (at most 8 s) plus up to a
+ * quarter of that at random, so that many jobs do not come back at once.
+ */
+static int g4_backoff(const struct g4_ctl *ctl, unsigned attempt, int rc, const char *what)
+{
+	int64_t ns;
+
+	if (!ctl || !g4_transient(rc) || attempt >= ctl->retries)
+		return 0;
+	ns = MIN((int64_t)250000000 << MIN(attempt, 5u), (int64_t)8000000000);
+	ns += (int64_t)((uint64_t)util_now_ns() % (uint64_t)(ns / 4 + 1));
+	log_info("%s: %s; try %u of %u in %.2f s", what, strerror(-rc), attempt + 2,
+		 ctl->retries + 1, ns / 1e9);
+	g4_sleep_ns(ns);
+	return 1;
+}
+
+/*
+ * Runs fn(arg, i) for i in [0, n) in `jobs` threads (the caller is one of
+ * them); each takes the next i. Threads that cannot start leave the work to
+ * the others.
+ */
+struct g4_pool {
+	pthread_mutex_t lock;
+	size_t next, n;
+	void (*fn)(void *arg, size_t i);
+	void *arg;
+};
+
+static void *g4_pool_worker(void *p)
+{
+	struct g4_pool *pool = p;
+
+	for (;;) {
+		size_t i;
+
+		pthread_mutex_lock(&pool->lock);
+		i = pool->next < pool->n ? pool->next++ : pool->n;
+		pthread_mutex_unlock(&pool->lock);
+		if (i >= pool->n)
+			return NULL;
+		pool->fn(pool->arg, i);
+	}
+}
+
+static void g4_parallel(unsigned jobs, size_t n, void (*fn)(void *arg, size_t i), void *arg)
+{
+	struct g4_pool pool = { .n = n, .fn = fn, .arg = arg };
+	pthread_t th[64];
+	unsigned started = 0;
+
+	pthread_mutex_init(&pool.lock, NULL);
+	jobs = MIN(MAX(jobs, 1u), 64u);
+	while (started + 1 < jobs && started + 1 < n &&
+	       pthread_create(&th[started], NULL, g4_pool_worker, &pool) == 0)
+		started++;
+	g4_pool_worker(&pool);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	pthread_mutex_destroy(&pool.lock);
+}
+
 /* "BUCKET/KEY": caller frees. */
 static char *g4_object_key(const char *bucket, const char *key)
 {
@@ -103,6 +283,7 @@ struct extent_src {
 	const char *payload;	/* of the extent in the buffer */
 	uint64_t ext_off, ext_len;	/* its place in the object */
 	uint32_t crc;		/* of what was served */
+	struct g4_ctl *ctl;
 };
 
 /* Serves [off, off + len) in order; reads and verifies each extent once. */
@@ -133,6 +314,7 @@ static int extent_source(void *arg, void *buf, size_t len, uint64_t off)
 
 			memcpy(out, es->payload + (off - es->ext_off), n);
 			es->crc = kvt_crc32c(es->crc, out, n);
+			g4_rate_take(es->ctl, n);
 			out += n;
 			off += n;
 			len -= n;
@@ -144,12 +326,14 @@ static int extent_source(void *arg, void *buf, size_t len, uint64_t off)
 struct crc_sink {
 	uint32_t crc;
 	uint64_t size;
+	struct g4_ctl *ctl;
 };
 
 static int crc_sink(void *arg, const void *buf, size_t len)
 {
 	struct crc_sink *cs = arg;
 
+	g4_rate_take(cs->ctl, len);
 	cs->crc = kvt_crc32c(cs->crc, buf, len);
 	cs->size += len;
 	return 0;
@@ -159,13 +343,13 @@ static int crc_sink(void *arg, const void *buf, size_t len)
  * Uploads one DEMOTING object and reads it back: G4 must hold exactly its
  * size and CRC32C before the catalog says so. -ENOENT: it changed meanwhile.
  */
-static int demote_upload(struct kvt_store *st, struct cold *cold, const char *bucket,
-			 struct cat_g4_obj *go)
+static int demote_upload_once(struct kvt_store *st, struct cold *cold, const char *bucket,
+			      struct cat_g4_obj *go, struct g4_ctl *ctl)
 {
 	struct cat *c = store_cat(st);
 	struct kvt_object *o = go->co->obj;
-	struct extent_src es = { .st = st };
-	struct crc_sink cs = { 0 };
+	struct extent_src es = { .st = st, .ctl = ctl };
+	struct crc_sink cs = { .ctl = ctl };
 	char etag[KVT_ETAG_MAX] = "", *gkey = g4_object_key(bucket, o->key);
 	uint64_t got = 0;
 	int rc;
@@ -218,6 +402,18 @@ out:
 	return rc;
 }
 
+static int demote_upload(struct kvt_store *st, struct cold *cold, const char *bucket,
+			 struct cat_g4_obj *go, struct g4_ctl *ctl)
+{
+	int rc;
+
+	for (unsigned attempt = 0;; attempt++) {
+		rc = demote_upload_once(st, cold, bucket, go, ctl);
+		if (!g4_backoff(ctl, attempt, rc, go->co->obj->key))
+			return rc;
+	}
+}
+
 /* ---- manifests: JSON, written and read here only ---------------------------- */
 
 static void json_str(FILE *f, const char *s)
@@ -238,7 +434,7 @@ static void json_str(FILE *f, const char *s)
 
 /* The session's manifest: every object G4 holds verified at its version. */
 static int manifest_write(struct cold *cold, const char *bucket, const char *session,
-			  const struct cat_g4_obj *v, size_t n)
+			  const struct cat_g4_obj *v, size_t n, struct g4_ctl *ctl)
 {
 	char *text = NULL, *key = g4_manifest_key(bucket, session);
 	size_t len = 0, count = 0;
@@ -298,7 +494,11 @@ static int manifest_write(struct cold *cold, const char *bucket, const char *ses
 		free(key);
 		return -ENOMEM;
 	}
-	rc = cold_put_buf(cold, key, text, len, "application/json");
+	for (unsigned attempt = 0;; attempt++) {
+		rc = cold_put_buf(cold, key, text, len, "application/json");
+		if (!g4_backoff(ctl, attempt, rc, key))
+			break;
+	}
 	if (rc < 0)
 		log_err(rc, "cannot write the manifest '%s'", key);
 	free(text);
@@ -651,23 +851,34 @@ static int demote_dry(struct cat *c, const struct session_ref *s, const struct k
 }
 
 static int demote_session(struct kvt_store *st, struct cold *cold, const struct session_ref *s,
-			  const struct kvt_g4_opts *o, struct kvt_g4_report *rep)
+			  const struct kvt_g4_opts *o, struct kvt_g4_report *rep,
+			  struct g4_ctl *ctl)
 {
 	struct cat *c = store_cat(st);
 	struct cat_g4_obj *v = NULL;
-	size_t n = 0, moved = 0;
-	int count = 0, rc;
+	size_t n = 0, moved = 0, demoting = 0;
+	int count = 0, lock = -1, rc;
 
 	if (!c)
 		return -ENOMEM;
 	if (o && o->dry_run)
 		return demote_dry(c, s, o, rep);
+	/* Two demotions of one session (the migrator and reclaim under
+	 * pressure, in two processes) would each write the manifest from what
+	 * they saw: the last could omit what the first marked cold. */
+	lock = g4_lock(st, "demote", s->bucket, s->session, 1);
+	if (lock < 0)
+		return lock;
 	rc = cat_g4_demote_begin(c, s->bucket_id, s->session, &count);
 	if (rc == 0)
 		/* Every tier: a recalled object is still in G4 and in the manifest. */
 		rc = cat_g4_session_objects(c, s->bucket_id, s->session, 0xf, &v, &n);
 	if (rc < 0)
-		return rc;
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		demoting += v[i].co->obj->tier == KVT_TIER_DEMOTING;
+	if (demoting == 0)
+		goto out;	/* someone else finished it meanwhile */
 	/* 1. Upload and verify what G4 does not hold yet. */
 	for (size_t i = 0; i < n; i++) {
 		struct cat_g4_obj *go = &v[i];
@@ -685,7 +896,7 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 				continue;
 			go->g4_vid = 0;	/* gone or changed in G4: upload again */
 		}
-		rc = demote_upload(st, cold, s->bucket, go);
+		rc = demote_upload(st, cold, s->bucket, go, ctl);
 		if (rc == -ENOENT)
 			continue;	/* overwritten or deleted meanwhile: not ours to move */
 		if (rc < 0) {
@@ -695,7 +906,7 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 		}
 	}
 	/* 2. The manifest lists everything G4 holds of the session. */
-	rc = manifest_write(cold, s->bucket, s->session, v, n);
+	rc = manifest_write(cold, s->bucket, s->session, v, n, ctl);
 	if (rc < 0) {
 		for (size_t i = 0; i < n; i++)
 			rep->failures += v[i].co->obj->tier == KVT_TIER_DEMOTING;
@@ -724,13 +935,115 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	rc = 0;
 out:
 	cat_g4_objs_free(v, n);
+	g4_unlock(lock);
 	return rc;
+}
+
+int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *session)
+{
+	struct session_ref s = { .bucket = (char *)bucket, .session = (char *)session };
+	struct kvt_g4_report rep = { 0 };
+	struct cold *cold;
+	int rc = store_cold(st, &cold);
+
+	if (rc == 0)
+		rc = store_bucket_id(st, bucket, &s.bucket_id);
+	if (rc == 0)
+		rc = demote_session(st, cold, &s, NULL, &rep, NULL);
+	if (rc == 0 && rep.failures)
+		rc = -EIO;	/* logged by the upload */
+	if (rc == 0)
+		log_info("demoted session '%s' of bucket '%s' under pressure: %" PRIu64
+			 " objects, %" PRIu64 " bytes", session, bucket, rep.objects, rep.bytes);
+	else
+		log_err(rc, "cannot demote session '%s' of bucket '%s' under pressure;"
+			" its objects stay hot", session, bucket);
+	return rc;
+}
+
+/* One run's jobs: the work list, the merged report, one progress call at a time. */
+struct g4_job {
+	struct kvt_store *st;
+	struct cold *cold;
+	const struct kvt_g4_opts *user;	/* as the caller gave them */
+	struct kvt_g4_opts o;		/* progress through job_progress() */
+	struct g4_ctl ctl;
+	pthread_mutex_t lock;
+	struct kvt_g4_report rep;
+	int rc;				/* first error that ends the run */
+	struct session_list *sessions;
+	const char *bucket;		/* recall of one session */
+	struct cat_g4_obj *objs;
+	const char *const *keys;	/* recall of a list */
+};
+
+static void job_progress(void *arg, const char *bucket, const char *key, uint64_t size, int rc)
+{
+	struct g4_job *j = arg;
+
+	pthread_mutex_lock(&j->lock);
+	j->user->progress(j->user->arg, bucket, key, size, rc);
+	pthread_mutex_unlock(&j->lock);
+}
+
+static void job_init(struct g4_job *j, struct kvt_store *st, struct cold *cold,
+		     const struct kvt_g4_opts *o)
+{
+	static const struct kvt_g4_opts none = { 0 };
+
+	memset(j, 0, sizeof(*j));
+	j->st = st;
+	j->cold = cold;
+	j->user = o ? o : &none;
+	j->o = *j->user;
+	if (j->o.progress) {
+		j->o.progress = job_progress;
+		j->o.arg = j;
+	}
+	g4_ctl_init(&j->ctl, o);
+	pthread_mutex_init(&j->lock, NULL);
+}
+
+static void job_release(struct g4_job *j)
+{
+	g4_ctl_release(&j->ctl);
+	pthread_mutex_destroy(&j->lock);
+}
+
+static void job_add(struct g4_job *j, const struct kvt_g4_report *r, int rc)
+{
+	pthread_mutex_lock(&j->lock);
+	j->rep.sessions += r->sessions;
+	j->rep.objects += r->objects;
+	j->rep.bytes += r->bytes;
+	j->rep.failures += r->failures;
+	if (rc < 0 && !j->rc)
+		j->rc = rc;
+	pthread_mutex_unlock(&j->lock);
+}
+
+static void job_demote(void *arg, size_t i)
+{
+	struct g4_job *j = arg;
+	const struct session_ref *s = &j->sessions->v[i];
+	struct kvt_g4_report r = { 0 };
+	int rc;
+
+	if (j->rc)
+		return;		/* out of memory elsewhere: stop */
+	rc = demote_session(j->st, j->cold, s, &j->o, &r, &j->ctl);
+	if (rc < 0 && rc != -ENOMEM) {
+		log_err(rc, "cannot demote session '%s' of bucket '%s'", s->session, s->bucket);
+		rc = 0;	/* the next session may fare better */
+	}
+	job_add(j, &r, rc);
 }
 
 int kvt_g4_demote(struct kvt_store *st, const struct kvt_g4_opts *o, struct kvt_g4_report *rep)
 {
 	struct cat *c = store_cat(st);
 	struct session_list l = { 0 };
+	struct g4_job j;
 	struct cold *cold;
 	int rc;
 
@@ -754,13 +1067,15 @@ int kvt_g4_demote(struct kvt_store *st, const struct kvt_g4_opts *o, struct kvt_
 		rc = cat_g4_sessions(c, util_now_ns() - (int64_t)(o ? o->idle : 0) * 1000000000,
 				     session_collect, &l);
 	}
-	for (size_t i = 0; rc == 0 && i < l.n; i++) {
-		rc = demote_session(st, cold, &l.v[i], o, rep);
-		if (rc < 0 && rc != -ENOMEM) {
-			log_err(rc, "cannot demote session '%s' of bucket '%s'", l.v[i].session,
-				l.v[i].bucket);
-			rc = 0;	/* the next session may fare better */
-		}
+	if (rc == 0) {
+		/* Sessions in parallel, each in one thread: its manifest is
+		 * written from what that thread uploaded. */
+		job_init(&j, st, cold, o);
+		j.sessions = &l;
+		g4_parallel(o ? o->jobs : 1, l.n, job_demote, &j);
+		*rep = j.rep;
+		rc = j.rc;
+		job_release(&j);
 	}
 	session_list_release(&l);
 	return rc;
@@ -779,6 +1094,7 @@ struct recall_sink {
 	uint32_t crc;
 	struct cat_extent *ext;
 	size_t n, cap;
+	struct g4_ctl *ctl;
 };
 
 static int recall_flush(struct recall_sink *rs)
@@ -834,6 +1150,7 @@ static int recall_take(void *arg, const void *buf, size_t len)
 
 	if (rs->size + len > rs->max)
 		return -EFBIG;	/* G4 holds more than the object: not ours */
+	g4_rate_take(rs->ctl, len);
 	while (len > 0) {
 		size_t n = MIN(len, SEG_PAYLOAD_MAX - rs->fill);
 		int rc;
@@ -852,31 +1169,24 @@ static int recall_take(void *arg, const void *buf, size_t len)
 	return 0;
 }
 
-int recall_object(struct kvt_store *st, const char *bucket, const char *key)
+/*
+ * The fetch of one cold object (co), its extents written and committed.
+ * The partner's "retry later" (-EAGAIN) and "no answer" (-EHOSTUNREACH)
+ * both come back as -EHOSTUNREACH, which the gateway answers with 503 and
+ * Retry-After and the mount with EIO; a full hot tier as -ENOSPC. Either
+ * way the object stays cold, and what was written is released garbage.
+ */
+static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
+			const char *bucket, const char *key, const struct cat_object *co,
+			struct g4_ctl *ctl)
 {
-	struct cat *c = store_cat(st);
-	struct cat_object *co = NULL;
-	struct recall_sink rs = { .st = st };
-	struct cold *cold;
-	char *gkey = NULL;
+	struct recall_sink rs = { .st = st, .ctl = ctl };
+	char *gkey = g4_object_key(bucket, key);
 	uint64_t got = 0;
 	int rc;
 
-	if (!c)
+	if (!gkey)
 		return -ENOMEM;
-	rc = cat_object_lookup(c, bucket, key, 0, &co);
-	if (rc < 0)
-		return rc;
-	if (co->obj->tier != KVT_TIER_COLD)
-		goto out;	/* hot already: nothing to do */
-	rc = store_cold(st, &cold);
-	if (rc < 0)
-		goto out;
-	gkey = g4_object_key(bucket, key);
-	if (!gkey) {
-		rc = -ENOMEM;
-		goto out;
-	}
 	rc = store_io_get(st, &rs.io);
 	if (rc < 0)
 		goto out;
@@ -886,6 +1196,17 @@ int recall_object(struct kvt_store *st, const char *bucket, const char *key)
 	rc = cold_get(cold, gkey, recall_take, &rs, &got);
 	if (rc == 0 && rs.fill > 0)
 		rc = recall_flush(&rs);
+	if (rc == -EAGAIN || rc == -EHOSTUNREACH || rc == -ETIMEDOUT || rc == -ECONNRESET) {
+		log_err(rc, "cannot recall '%s/%s': g4 '%s' does not answer; it stays cold, try"
+			" again later", bucket, key, cold->url);
+		rc = -EHOSTUNREACH;
+		goto out;
+	}
+	if (rc == -ENOSPC) {
+		log_err(rc, "cannot recall '%s/%s' from g4: the hot tier is full and nothing more"
+			" can be evicted; it stays cold", bucket, key);
+		goto out;
+	}
 	if (rc < 0) {
 		log_err(rc, "cannot recall '%s/%s' from g4 '%s'", bucket, key, cold->url);
 		goto out;
@@ -898,15 +1219,68 @@ int recall_object(struct kvt_store *st, const char *bucket, const char *key)
 	}
 	rc = cat_g4_recalled(c, co->id, co->vid, rs.ext, rs.n, util_now_ns());
 	if (rc == -ESTALE)
-		rc = 0;	/* another recall won, or it changed: the caller looks again */
+		rc = 0;	/* it changed meanwhile: the caller looks again */
 out:
 	for (size_t i = 0; i < rs.n; i++)
 		store_release(st, rs.ext[i].segment, rs.ext[i].gen);
 	free(rs.ext);
 	store_io_put(st, rs.io);
-	cat_object_free(co);
 	free(gkey);
 	return rc;
+}
+
+/*
+ * Concurrent recalls of one object coalesce: the first takes the object's
+ * recall lock (g4_lock(), threads and processes alike) and fetches; the
+ * others wait for the lock, look again, find the object hot and return.
+ * If the first failed, the next one tries the partner itself.
+ */
+static int recall_object_ctl(struct kvt_store *st, const char *bucket, const char *key,
+			     struct g4_ctl *ctl)
+{
+	struct cat *c = store_cat(st);
+	struct cat_object *co = NULL;
+	struct cold *cold;
+	int lock = -1, rc;
+
+	if (!c)
+		return -ENOMEM;
+	rc = cat_object_lookup(c, bucket, key, 0, &co);
+	if (rc < 0)
+		return rc;
+	if (co->obj->tier != KVT_TIER_COLD)
+		goto out;	/* hot already: nothing to do */
+	rc = store_cold(st, &cold);
+	if (rc < 0) {
+		log_err(rc, "cannot recall '%s/%s': %s", bucket, key, rc == -ENODEV ?
+			"[g4] url = none, this node has no cold tier" : "g4 does not open");
+		goto out;
+	}
+	lock = g4_lock(st, "recall", bucket, key, 1);
+	if (lock < 0) {
+		rc = lock;
+		goto out;
+	}
+	/* Another thread or process may have brought it back meanwhile. */
+	cat_object_free(co);
+	co = NULL;
+	rc = cat_object_lookup(c, bucket, key, 0, &co);
+	if (rc < 0 || co->obj->tier != KVT_TIER_COLD)
+		goto out;
+	for (unsigned attempt = 0;; attempt++) {
+		rc = recall_fetch(st, c, cold, bucket, key, co, ctl);
+		if (!g4_backoff(ctl, attempt, rc, key))
+			break;
+	}
+out:
+	g4_unlock(lock);
+	cat_object_free(co);
+	return rc;
+}
+
+int recall_object(struct kvt_store *st, const char *bucket, const char *key)
+{
+	return recall_object_ctl(st, bucket, key, NULL);
 }
 
 int kvt_object_recall(struct kvt_store *st, const char *bucket, const char *key)
@@ -916,11 +1290,35 @@ int kvt_object_recall(struct kvt_store *st, const char *bucket, const char *key)
 	return rc < 0 ? rc : recall_object(st, bucket, key);
 }
 
+static void job_recall_one(struct g4_job *j, const char *bucket, const char *key, uint64_t size)
+{
+	struct kvt_g4_report r = { 0 };
+	int rc = j->o.dry_run ? 0 : recall_object_ctl(j->st, bucket, key, &j->ctl);
+
+	g4_progress(&j->o, bucket, key, size, rc);
+	if (rc < 0) {
+		r.failures++;
+	} else {
+		r.objects++;
+		r.bytes += size;
+	}
+	job_add(j, &r, rc == -ENOMEM ? rc : 0);
+}
+
+static void job_recall_obj(void *arg, size_t i)
+{
+	struct g4_job *j = arg;
+	const struct kvt_object *ob = j->objs[i].co->obj;
+
+	job_recall_one(j, j->bucket, ob->key, ob->size);
+}
+
 int kvt_g4_recall_session(struct kvt_store *st, const char *bucket, const char *session,
 			  const struct kvt_g4_opts *o, struct kvt_g4_report *rep)
 {
 	struct cat *c = store_cat(st);
 	struct cat_g4_obj *v = NULL;
+	struct g4_job j;
 	size_t n = 0;
 	int64_t bid;
 	int rc;
@@ -933,21 +1331,68 @@ int kvt_g4_recall_session(struct kvt_store *st, const char *bucket, const char *
 		rc = cat_g4_session_objects(c, bid, session, 1u << KVT_TIER_COLD, &v, &n);
 	if (rc < 0)
 		return rc;
-	for (size_t i = 0; i < n; i++) {
-		const struct kvt_object *ob = v[i].co->obj;
-
-		rc = (o && o->dry_run) ? 0 : recall_object(st, bucket, ob->key);
-		g4_progress(o, bucket, ob->key, ob->size, rc);
-		if (rc < 0) {
-			rep->failures++;
-			continue;
-		}
-		rep->objects++;
-		rep->bytes += ob->size;
-	}
+	/* Objects in parallel: a recall is one object's fetch. */
+	job_init(&j, st, NULL, o);
+	j.bucket = bucket;
+	j.objs = v;
+	g4_parallel(o ? o->jobs : 1, n, job_recall_obj, &j);
+	*rep = j.rep;
 	rep->sessions += rep->objects > 0;
+	rc = j.rc;
+	job_release(&j);
 	cat_g4_objs_free(v, n);
-	return 0;
+	return rc;
+}
+
+static void job_recall_key(void *arg, size_t i)
+{
+	struct g4_job *j = arg;
+	struct cat *c = store_cat(j->st);
+	char *bucket = strdup(j->keys[i]), *slash = bucket ? strchr(bucket, '/') : NULL;
+	struct cat_object *co = NULL;
+	struct kvt_g4_report r = { 0 };
+	int rc;
+
+	if (!c || !bucket) {
+		job_add(j, &r, -ENOMEM);
+		free(bucket);
+		return;
+	}
+	if (!slash || slash == bucket || !slash[1] || kvt_key_valid(slash + 1) < 0) {
+		log_err(0, "cannot recall '%s': expected BUCKET/KEY", j->keys[i]);
+		r.failures++;
+		job_add(j, &r, 0);
+		free(bucket);
+		return;
+	}
+	*slash = '\0';
+	rc = cat_object_lookup(c, bucket, slash + 1, 0, &co);
+	if (rc < 0) {
+		log_err(rc, "cannot recall '%s/%s'", bucket, slash + 1);
+		g4_progress(&j->o, bucket, slash + 1, 0, rc);
+		r.failures++;
+		job_add(j, &r, 0);
+	} else if (co->obj->tier == KVT_TIER_COLD) {
+		job_recall_one(j, bucket, slash + 1, co->obj->size);
+	}
+	cat_object_free(co);
+	free(bucket);
+}
+
+int kvt_g4_recall_keys(struct kvt_store *st, const char *const *keys, size_t n,
+		       const struct kvt_g4_opts *o, struct kvt_g4_report *rep)
+{
+	struct g4_job j;
+	int rc;
+
+	memset(rep, 0, sizeof(*rep));
+	job_init(&j, st, NULL, o);
+	j.keys = keys;
+	g4_parallel(o ? o->jobs : 1, n, job_recall_key, &j);
+	*rep = j.rep;
+	rc = j.rc;
+	job_release(&j);
+	return rc;
 }
 
 /* ---- import ---------------------------------------------------------------- */

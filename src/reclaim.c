@@ -18,6 +18,19 @@
  * under the segment's exclusive read lock (no reader in any process is
  * inside it), the segment becomes FREE with a new generation.
  *
+ * Session state is not plain cache. With a cold tier ([g4] url is not
+ * none), an object whose key names a session (the session is not the key
+ * itself) and whose version G4 does not hold yet is demoted before its
+ * segment is freed: reclaim_segment() finds such objects before it drops
+ * anything, puts the victim back to SEALED and returns their sessions;
+ * kvt_store_reclaim() then demotes them with no lock held
+ * (g4_demote_pressure(), migrate.c: upload, verify, manifest, cold), and
+ * takes the victim again, whose objects now drop to COLD. An object G4
+ * holds goes COLD instead of away (cat_object_drop). A session whose
+ * demotion failed is not tried again in the same call: its segment stays
+ * whole (-ENOSPC for the writer, a 503 SlowDown at the gateway), nothing is
+ * lost. With [g4] url = none every unpinned object is plain cache.
+ *
  * A reclaimer holds the victim's append lock from the moment it marks it
  * RECLAIMING; if it dies, recovery finds the lock free and puts the segment
  * back to SEALED. A segment left OPEN by a dead process is sealed (or freed,
@@ -45,6 +58,105 @@ struct victim_list {
 	struct victim_obj *v;
 	size_t n, cap;
 };
+
+/* Sessions to demote under pressure, or tried already in this call. */
+struct session_set {
+	char **bucket, **session;
+	size_t n, cap;
+};
+
+static int session_set_has(const struct session_set *ss, const char *bucket, const char *session)
+{
+	for (size_t i = 0; i < ss->n; i++)
+		if (!strcmp(ss->bucket[i], bucket) && !strcmp(ss->session[i], session))
+			return 1;
+	return 0;
+}
+
+/* Takes ownership of bucket and session. */
+static int session_set_add(struct session_set *ss, char *bucket, char *session)
+{
+	if (session_set_has(ss, bucket, session)) {
+		free(bucket);
+		free(session);
+		return 0;
+	}
+	if (ss->n == ss->cap) {
+		size_t cap = ss->cap ? 2 * ss->cap : 8;
+		char **b = realloc(ss->bucket, cap * sizeof(*b));
+		char **s;
+
+		if (!b) {
+			free(bucket);
+			free(session);
+			return -ENOMEM;
+		}
+		ss->bucket = b;
+		s = realloc(ss->session, cap * sizeof(*s));
+		if (!s) {
+			free(bucket);
+			free(session);
+			return -ENOMEM;
+		}
+		ss->session = s;
+		ss->cap = cap;
+	}
+	ss->bucket[ss->n] = bucket;
+	ss->session[ss->n++] = session;
+	return 0;
+}
+
+static void session_set_release(struct session_set *ss)
+{
+	for (size_t i = 0; i < ss->n; i++) {
+		free(ss->bucket[i]);
+		free(ss->session[i]);
+	}
+	free(ss->bucket);
+	free(ss->session);
+	memset(ss, 0, sizeof(*ss));
+}
+
+/*
+ * Before anything of the victim is dropped: the sessions of its unpinned
+ * objects that are session state G4 does not hold yet go into need, unless
+ * their demotion failed already in this call (tried): then -ENOSPC, the
+ * segment must stay whole.
+ */
+static int reclaim_find_unsynced(struct kvt_store *st, struct cat *c,
+				 const struct victim_list *list, const struct session_set *tried,
+				 struct session_set *need)
+{
+	int rc = 0;
+
+	if (store_g4_none(st))
+		return 0;
+	for (size_t i = 0; rc == 0 && i < list->n; i++) {
+		const struct victim_obj *vo = &list->v[i];
+		char *bucket = NULL, *key = NULL, *session = NULL;
+		int in_g4 = 0;
+
+		if (vo->pinned)
+			continue;
+		rc = cat_g4_victim(c, vo->id, vo->vid, &bucket, &key, &session, &in_g4);
+		if (rc == -ENOENT) {
+			rc = 0;	/* deleted or overwritten meanwhile */
+			continue;
+		}
+		if (rc == 0 && !in_g4 && strcmp(key, session) != 0) {
+			if (session_set_has(tried, bucket, session)) {
+				rc = -ENOSPC;
+			} else {
+				rc = session_set_add(need, bucket, session);
+				bucket = session = NULL;
+			}
+		}
+		free(bucket);
+		free(key);
+		free(session);
+	}
+	return rc;
+}
 
 static int victim_collect(void *arg, int64_t obj, uint64_t vid, int pinned)
 {
@@ -150,8 +262,10 @@ static int reclaim_free(struct kvt_store *st, uint32_t id)
 	return rc;
 }
 
-/* Empties and frees one SEALED segment; -ENOENT if there is none. */
-static int reclaim_segment(struct kvt_store *st, int allow_relocate)
+/* Empties and frees one SEALED segment; -ENOENT if there is none.
+ * -EINPROGRESS: nothing done, the sessions in need must be demoted first. */
+static int reclaim_segment(struct kvt_store *st, int allow_relocate,
+			   const struct session_set *tried, struct session_set *need)
 {
 	struct store_thread *t = store_thread(st);
 	struct victim_list list = { 0 };
@@ -171,6 +285,10 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate)
 		return rc == -ESTALE ? -EAGAIN : rc;
 	}
 	rc = cat_segment_objects(t->cat, id, victim_collect, &list);
+	if (rc == 0)
+		rc = reclaim_find_unsynced(st, t->cat, &list, tried, need);
+	if (rc == 0 && need->n > 0)
+		rc = -EINPROGRESS;
 	/* Pinned objects with nowhere to go: leave the segment whole, drop nothing. */
 	for (size_t i = 0; rc == 0 && !allow_relocate && i < list.n; i++)
 		if (list.v[i].pinned)
@@ -193,7 +311,7 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate)
 		/* Leave it readable: what was not moved is still in place. */
 		if (reclaim_set_state(t->cat, id, SEG_RECLAIMING, SEG_SEALED) < 0)
 			log_err(0, "segment %u left reclaiming (recovery will seal it)", id);
-		if (rc != -ENOSPC)
+		if (rc != -ENOSPC && rc != -EINPROGRESS)
 			log_err(rc, "cannot reclaim segment %u", id);
 		else	/* so that the next pick takes another segment */
 			cat_touch_segment(t->cat, id, util_now_ns());
@@ -206,6 +324,7 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate)
 int kvt_store_reclaim(struct kvt_store *st, unsigned need)
 {
 	struct store_thread *t = store_thread(st);
+	struct session_set tried = { 0 }, todo = { 0 };
 	uint64_t counts[4], target, swept = 0;
 	int rc = 0, tries = 0;
 
@@ -231,7 +350,34 @@ int kvt_store_reclaim(struct kvt_store *st, unsigned need)
 			break;
 		}
 		/* Relocating needs somewhere to go: with no free segment, drop only. */
-		rc = reclaim_segment(st, counts[SEG_FREE] > 0);
+		rc = reclaim_segment(st, counts[SEG_FREE] > 0, &tried, &todo);
+		if (rc == -EINPROGRESS) {
+			/*
+			 * Session state G4 lacks: demote it, then take the victim
+			 * again. The upload waits for the partner: not under
+			 * reclaim_lock (other threads of this process reclaim
+			 * meanwhile), nor the victim's append lock (another process
+			 * may take it), nor a catalog transaction.
+			 */
+			pthread_mutex_unlock(&st->reclaim_lock);
+			rc = 0;
+			for (size_t i = 0; i < todo.n; i++) {
+				int r;
+
+				g4_demote_pressure(st, todo.bucket[i], todo.session[i]);
+				/* Once per call: a failure leaves the segment whole. */
+				r = session_set_add(&tried, todo.bucket[i], todo.session[i]);
+				todo.bucket[i] = todo.session[i] = NULL;
+				if (r < 0)
+					rc = r;
+			}
+			todo.n = 0;
+			pthread_mutex_lock(&st->reclaim_lock);
+			if (rc < 0)
+				break;
+			swept--;
+			continue;
+		}
 		if (rc == -EAGAIN && ++tries < 64) {
 			/*
 			 * Another process holds the victim for a moment (sealing it,
@@ -259,6 +405,8 @@ int kvt_store_reclaim(struct kvt_store *st, unsigned need)
 	}
 	t->in_reclaim = 0;
 	pthread_mutex_unlock(&st->reclaim_lock);
+	session_set_release(&todo);
+	session_set_release(&tried);
 	if (rc == -ENOENT) {
 		/* Nothing sealed is left to take. */
 		rc = counts[SEG_FREE] >= need ? 0 : -ENOSPC;

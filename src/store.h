@@ -7,6 +7,7 @@
 #define KVT_STORE_H
 
 #include <pthread.h>
+#include <string.h>
 
 #include "catalog.h"
 #include "cold.h"
@@ -77,10 +78,21 @@ struct kvt_store {
 	struct cold *cold;
 };
 
-/* The store's cold tier, opened on first use; 0 or -errno (migrate.c). */
+/* True when [g4] url = none: no cold tier, reclaim drops (cold.h). */
+static inline int store_g4_none(const struct kvt_store *st)
+{
+	return st->g4_url && strcmp(st->g4_url, COLD_URL_NONE) == 0;
+}
+
+/* The store's cold tier, opened on first use; 0 or -errno, -ENODEV with
+ * [g4] url = none (migrate.c). */
 int store_cold(struct kvt_store *st, struct cold **out);
 /* Tests: use c (takes ownership; NULL drops the current one). */
 void store_set_cold(struct kvt_store *st, struct cold *c);
+/* Reclaim under pressure: the session to G4 (upload, verify, manifest,
+ * cold), as kvtier-migrate would; 0 or -errno (migrate.c). Call with no
+ * lock held: it waits for the partner. */
+int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *session);
 /* COLD -> HOT for bucket/key: fetch, verify, write back (migrate.c). */
 int recall_object(struct kvt_store *st, const char *bucket, const char *key);
 

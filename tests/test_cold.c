@@ -11,7 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store.h"
@@ -19,6 +23,15 @@
 
 #define CAP (64u << 20)
 #define SEG (4u << 20)
+
+/* A scratch store whose G4 is the default, file://<store dir>/g4 (testlib
+ * makes pure cache nodes). */
+static void g4_env_init(struct test_env *env, uint64_t capacity, uint64_t segment_size)
+{
+	test_env_init(env, capacity, segment_size);
+	free(env->cfg.g4.url);
+	env->cfg.g4.url = NULL;
+}
 
 static int src_bytes(void *arg, void *buf, size_t len, uint64_t off)
 {
@@ -47,7 +60,7 @@ static void test_file_layout(void **state)
 	uint64_t size = 0;
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
+	g4_env_init(&env, CAP, SEG);
 	snprintf(dir, sizeof(dir), "%s/g4", env.dir);
 	assert_int_equal(cold_file_new(dir, &c), 0);
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
@@ -94,7 +107,7 @@ static void test_file_cleanup(void **state)
 	FILE *f;
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
+	g4_env_init(&env, CAP, SEG);
 	snprintf(dir, sizeof(dir), "%s/g4", env.dir);
 	assert_int_equal(cold_file_new(dir, &c), 0);
 	assert_int_equal(cold_put_buf(c, "b/k", "x", 1, NULL), 0);	/* makes .kvtier/tmp */
@@ -145,7 +158,7 @@ static void test_demote_recall(void **state)
 	struct kvt_store_stat ss;
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
+	g4_env_init(&env, CAP, SEG);
 	st = test_store_open(&env);
 	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
 	assert_int_equal(test_put(st, "kvs", "s1/big", 5 * 1024 * 1024 + 17, 1), 0);
@@ -215,7 +228,7 @@ static void test_demote_rules(void **state)
 	struct kvt_put_opts po = { .flags = KVT_PUT_PIN };
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
+	g4_env_init(&env, CAP, SEG);
 	st = test_store_open(&env);
 	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
 	assert_int_equal(test_put(st, "kvs", "s1/a", 100, 1), 0);
@@ -263,7 +276,7 @@ static void test_faults(void **state)
 	struct kvt_reader *r = NULL;
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
+	g4_env_init(&env, CAP, SEG);
 	st = open_faulty(&env, &plan);
 	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
 	assert_int_equal(test_put(st, "kvs", "s1/a", 300000, 1), 0);
@@ -321,8 +334,8 @@ static void test_import(void **state)
 	char url[600];
 
 	(void)state;
-	test_env_init(&a, CAP, SEG);
-	test_env_init(&b, CAP, SEG);
+	g4_env_init(&a, CAP, SEG);
+	g4_env_init(&b, CAP, SEG);
 	snprintf(url, sizeof(url), "file://%s/shared-g4", a.dir);
 	a.cfg.g4.url = strdup(url);
 	b.cfg.g4.url = strdup(url);
@@ -362,7 +375,7 @@ static void test_reclaim_to_cold(void **state)
 	char key[64];
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
+	g4_env_init(&env, CAP, SEG);
 	st = test_store_open(&env);
 	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
 	assert_int_equal(test_put(st, "kvs", "s1/kept", 2 * 1024 * 1024, 11), 0);
@@ -372,9 +385,10 @@ static void test_reclaim_to_cold(void **state)
 	/* Recalled: hot again, and G4 still holds it. */
 	assert_int_equal(test_check(st, "kvs", "s1/kept", 2 * 1024 * 1024, 11), 0);
 	assert_int_equal(tier_of(st, "kvs", "s1/kept"), KVT_TIER_HOT);
-	/* Plain cache, twice the hot tier: reclaim must make room. */
+	/* Plain cache (keys that name no session), twice the hot tier:
+	 * reclaim must make room. */
 	for (int i = 0; i < 64; i++) {
-		snprintf(key, sizeof(key), "cache/%d", i);
+		snprintf(key, sizeof(key), "cache-%d", i);
 		assert_int_equal(test_put(st, "kvs", key, 2 * 1024 * 1024, 100 + (uint64_t)i), 0);
 	}
 	assert_int_equal(tier_of(st, "kvs", "s1/kept"), KVT_TIER_COLD);
@@ -384,8 +398,445 @@ static void test_reclaim_to_cold(void **state)
 	{
 		struct kvt_object *obj = NULL;
 
-		assert_int_equal(kvt_object_head(st, "kvs", "cache/0", &obj), -ENOENT);
+		assert_int_equal(kvt_object_head(st, "kvs", "cache-0", &obj), -ENOENT);
 	}
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+static int exists(struct kvt_store *st, const char *b, const char *k)
+{
+	struct kvt_object *o = NULL;
+	int rc = kvt_object_head(st, b, k, &o);
+
+	kvt_object_free(o);
+	assert_true(rc == 0 || rc == -ENOENT);
+	return rc == 0;
+}
+
+/*
+ * Pressure: twice the hot tier of session state and plain cache. Every
+ * session object stays readable (hot, or cold and recalled), plain cache
+ * is dropped. With the partner down, writes fail with -ENOSPC rather than
+ * lose a session; when it is back, demotion makes room again.
+ */
+static void test_pressure_demote(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	char key[64];
+	int cold = 0, dropped = 0, rc = 0, written = 0;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	for (int i = 0; i < 64; i++) {
+		if (i % 4 == 3)
+			snprintf(key, sizeof(key), "cache-%d", i);
+		else
+			snprintf(key, sizeof(key), "s%d/blk%d", i / 4, i);
+		assert_int_equal(test_put(st, "kvs", key, 2 * 1024 * 1024, 1000 + (uint64_t)i), 0);
+	}
+	assert_true(plan.puts > 0);
+	for (int i = 0; i < 64; i++) {
+		if (i % 4 == 3) {
+			snprintf(key, sizeof(key), "cache-%d", i);
+			if (!exists(st, "kvs", key))
+				dropped++;
+			else
+				assert_int_not_equal(tier_of(st, "kvs", key), KVT_TIER_COLD);
+			continue;
+		}
+		snprintf(key, sizeof(key), "s%d/blk%d", i / 4, i);
+		cold += tier_of(st, "kvs", key) == KVT_TIER_COLD;
+	}
+	assert_true(cold > 0);
+	assert_true(dropped > 0);
+	/* Every session object, byte-exact: reading the cold ones recalls them
+	 * and demotes others to make room. */
+	for (int i = 0; i < 64; i++) {
+		if (i % 4 == 3)
+			continue;
+		snprintf(key, sizeof(key), "s%d/blk%d", i / 4, i);
+		assert_int_equal(test_check(st, "kvs", key, 2 * 1024 * 1024, 1000 + (uint64_t)i), 0);
+	}
+
+	/* The partner goes away: new sessions fill the store, then -ENOSPC. */
+	plan.fail_puts = 1u << 30;
+	plan.err = -EAGAIN;
+	for (int i = 0; i < 64 && rc == 0; i++) {
+		snprintf(key, sizeof(key), "down%d/blk", i);
+		rc = test_put(st, "kvs", key, 2 * 1024 * 1024, 5000 + (uint64_t)i);
+		written += rc == 0;
+	}
+	assert_int_equal(rc, -ENOSPC);
+	for (int i = 0; i < written; i++) {
+		snprintf(key, sizeof(key), "down%d/blk", i);
+		assert_int_equal(test_check(st, "kvs", key, 2 * 1024 * 1024, 5000 + (uint64_t)i), 0);
+	}
+	for (int i = 0; i < 64; i++) {
+		if (i % 4 == 3)
+			continue;
+		snprintf(key, sizeof(key), "s%d/blk%d", i / 4, i);
+		assert_true(exists(st, "kvs", key));
+	}
+	/* It is back: the next write demotes and succeeds. */
+	plan.fail_puts = 0;
+	assert_int_equal(test_put(st, "kvs", "after/blk", 2 * 1024 * 1024, 9000), 0);
+	for (int i = 0; i < written; i++) {
+		snprintf(key, sizeof(key), "down%d/blk", i);
+		assert_int_equal(test_check(st, "kvs", key, 2 * 1024 * 1024, 5000 + (uint64_t)i), 0);
+	}
+	{
+		struct kvt_fsck_report fr;
+
+		assert_int_equal(kvt_store_fsck(st, 0, &fr), 0);
+	}
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/* s1/a (size bytes of seed 21) in G4 and cold, on a store whose G4 obeys plan. */
+static struct kvt_store *cold_one(struct test_env *env, struct cold_fault_plan *plan,
+				  size_t size)
+{
+	struct kvt_store *st = open_faulty(env, plan);
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", size, 21), 0);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	return st;
+}
+
+struct recall_arg {
+	struct kvt_store *st;
+	int rc;
+};
+
+static void *recall_thread(void *arg)
+{
+	struct recall_arg *ra = arg;
+
+	ra->rc = test_check(ra->st, "kvs", "s1/a", 3 * 1024 * 1024, 21);
+	return NULL;
+}
+
+/* Four threads read one cold object at once: one fetch from the partner. */
+static void test_recall_coalesce_threads(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct recall_arg ra[4];
+	pthread_t th[4];
+	unsigned gets;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = cold_one(&env, &plan, 3 * 1024 * 1024);
+	gets = plan.gets;
+	plan.stall_ms = 300;	/* a slow partner: the four overlap */
+	for (int i = 0; i < 4; i++) {
+		ra[i] = (struct recall_arg){ st, 1 };
+		assert_int_equal(pthread_create(&th[i], NULL, recall_thread, &ra[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(ra[i].rc, 0);
+	}
+	assert_int_equal(plan.gets - gets, 1);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/* Two processes, each with its own store handle, read one cold object at
+ * once: one fetch. The plan lives in shared memory, so both count in it. */
+static void test_recall_coalesce_procs(void **state)
+{
+	struct cold_fault_plan *plan;
+	struct test_env env;
+	struct kvt_store *st;
+	pid_t pid[2];
+	unsigned gets;
+
+	(void)state;
+	plan = mmap(NULL, sizeof(*plan), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(plan != MAP_FAILED);
+	memset(plan, 0, sizeof(*plan));
+	g4_env_init(&env, CAP, SEG);
+	st = cold_one(&env, plan, 3 * 1024 * 1024);
+	kvt_store_close(st);
+	gets = plan->gets;
+	plan->stall_ms = 500;
+	for (int i = 0; i < 2; i++) {
+		pid[i] = fork();
+		assert_true(pid[i] >= 0);
+		if (pid[i] == 0) {
+			struct kvt_store *cs = NULL;
+			struct cold *inner = NULL, *f = NULL;
+			char dir[512];
+			int rc = kvt_store_open(&env.cfg, 0, &cs);
+
+			snprintf(dir, sizeof(dir), "%s/g4", env.cfg.store.dir);
+			if (rc == 0)
+				rc = cold_file_new(dir, &inner);
+			if (rc == 0)
+				rc = cold_fault_new(inner, plan, &f);
+			if (rc == 0) {
+				store_set_cold(cs, f);
+				rc = kvt_object_recall(cs, "kvs", "s1/a");
+			}
+			kvt_store_close(cs);
+			_exit(rc == 0 ? 0 : 1);
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		int status = 0;
+
+		assert_int_equal(waitpid(pid[i], &status, 0), pid[i]);
+		assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	assert_int_equal(plan->gets - gets, 1);
+	plan->stall_ms = 0;
+	st = open_faulty(&env, plan);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	assert_int_equal(test_check(st, "kvs", "s1/a", 3 * 1024 * 1024, 21), 0);
+	kvt_store_close(st);
+	munmap(plan, sizeof(*plan));
+	test_env_release(&env);
+}
+
+/* The partner does not answer, answers 503, drops the connection half way:
+ * -EHOSTUNREACH (503 with Retry-After at the gateway, EIO in the mount),
+ * the object stays cold and intact in G4, and a later read works. */
+static void test_recall_unreachable(void **state)
+{
+	static const int errs[] = { -EHOSTUNREACH, -EAGAIN, -ECONNRESET };
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_reader *r = NULL;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = cold_one(&env, &plan, 3 * 1024 * 1024);
+	for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++) {
+		plan.err = errs[i];
+		plan.fail_gets = 1;
+		assert_int_equal(kvt_reader_open(st, "kvs", "s1/a", &r), -EHOSTUNREACH);
+		plan.drop_gets = 1;
+		assert_int_equal(kvt_object_recall(st, "kvs", "s1/a"), -EHOSTUNREACH);
+		assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	}
+	assert_int_equal(test_check(st, "kvs", "s1/a", 3 * 1024 * 1024, 21), 0);
+	{
+		struct kvt_fsck_report fr;
+
+		assert_int_equal(kvt_store_fsck(st, 0, &fr), 0);
+	}
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/* The hot tier is full of pinned objects: the recall fails with -ENOSPC,
+ * loses nothing, and succeeds once there is room. */
+static void test_recall_disk_full(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct kvt_put_opts po = { .flags = KVT_PUT_PIN };
+	struct test_env env;
+	struct kvt_store *st;
+	char key[64];
+	int rc = 0, pinned = 0;
+
+	(void)state;
+	g4_env_init(&env, 32u << 20, SEG);
+	st = cold_one(&env, &plan, 3 * 1024 * 1024);
+	while (rc == 0 && pinned < 64) {
+		struct kvt_writer *w = NULL;
+		char *buf = malloc(1024 * 1024);
+
+		assert_non_null(buf);
+		test_fill(buf, 1024 * 1024, 77, 0);
+		snprintf(key, sizeof(key), "pin-%d", pinned);
+		rc = kvt_writer_open(st, "kvs", key, &po, &w);
+		if (rc == 0)
+			rc = kvt_writer_write(w, buf, 1024 * 1024);
+		if (rc == 0)
+			rc = kvt_writer_commit(w, NULL);
+		else
+			kvt_writer_abort(w);
+		free(buf);
+		pinned += rc == 0;
+	}
+	assert_int_equal(rc, -ENOSPC);
+	assert_int_equal(kvt_object_recall(st, "kvs", "s1/a"), -ENOSPC);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	for (int i = 0; i < 8; i++) {
+		snprintf(key, sizeof(key), "pin-%d", i);
+		assert_int_equal(kvt_object_delete(st, "kvs", key), 0);
+	}
+	assert_int_equal(test_check(st, "kvs", "s1/a", 3 * 1024 * 1024, 21), 0);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void count_progress(void *arg, const char *bucket, const char *key, uint64_t size, int rc)
+{
+	unsigned *calls = arg;
+
+	(void)bucket;
+	(void)key;
+	(void)size;
+	(void)rc;
+	(*calls)++;	/* the library serialises calls: no lock here */
+}
+
+/*
+ * Four jobs over eight sessions while the partner answers 503 now and then
+ * and drops a transfer half way: retries with backoff finish the run with
+ * no failure. Then a recall of a session and of a list, in parallel, and a
+ * rate limit that holds.
+ */
+static void test_jobs_retries_rate(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	unsigned calls = 0;
+	struct kvt_g4_opts o = { .jobs = 4, .retries = 4, .progress = count_progress,
+				 .arg = &calls };
+	const char *keys[] = { "kvs/s0/k0", "kvs/s1/k1", "kvs/nosuch", "nobucketkey" };
+	char key[64];
+	int64_t t0;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	for (int i = 0; i < 16; i++) {
+		snprintf(key, sizeof(key), "s%d/k%d", i % 8, i / 8);
+		assert_int_equal(test_put(st, "kvs", key, 300000 + (size_t)i, 300 + (uint64_t)i), 0);
+	}
+	plan.err = -EAGAIN;
+	plan.fail_puts = 3;
+	plan.drop_puts = 2;
+	plan.fail_gets = 2;	/* the read-backs */
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(rep.objects, 16);
+	assert_int_equal(rep.sessions, 8);
+	assert_int_equal(calls, 16);
+	assert_true(plan.fail_puts == 0 && plan.drop_puts == 0 && plan.fail_gets == 0);
+	for (int i = 0; i < 16; i++) {
+		snprintf(key, sizeof(key), "s%d/k%d", i % 8, i / 8);
+		assert_int_equal(tier_of(st, "kvs", key), KVT_TIER_COLD);
+	}
+	/* Without retries the same faults are failures, and nothing is lost. */
+	o.retries = 0;
+	plan.fail_gets = 1;
+	assert_int_equal(kvt_g4_recall_session(st, "kvs", "s3", &o, &rep), 0);
+	assert_int_equal(rep.failures, 1);
+	assert_int_equal(rep.objects, 1);
+	o.retries = 4;
+	plan.fail_gets = 1;
+	assert_int_equal(kvt_g4_recall_session(st, "kvs", "s3", &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(tier_of(st, "kvs", "s3/k1"), KVT_TIER_HOT);
+	/* A list: the bad lines fail, the good ones come back. */
+	assert_int_equal(kvt_g4_recall_keys(st, keys, 4, &o, &rep), 0);
+	assert_int_equal(rep.failures, 2);
+	assert_int_equal(rep.objects, 2);
+	assert_int_equal(tier_of(st, "kvs", "s0/k0"), KVT_TIER_HOT);
+	assert_int_equal(tier_of(st, "kvs", "s1/k1"), KVT_TIER_HOT);
+	assert_int_equal(tier_of(st, "kvs", "s2/k0"), KVT_TIER_COLD);
+	for (int i = 0; i < 16; i++) {
+		snprintf(key, sizeof(key), "s%d/k%d", i % 8, i / 8);
+		assert_int_equal(test_check(st, "kvs", key, 300000 + (size_t)i, 300 + (uint64_t)i), 0);
+	}
+	/* A partner that takes 100 ms per put and get. The sixteen objects
+	 * recalled above go back (a manifest put for each of their eight
+	 * sessions) with eight new sessions of one object (put, read-back,
+	 * manifest): 3.2 s in one job, under half of that in four. */
+	for (int i = 0; i < 8; i++) {
+		snprintf(key, sizeof(key), "slow%d/x", i);
+		assert_int_equal(test_put(st, "kvs", key, 4096, 700 + (uint64_t)i), 0);
+	}
+	plan.stall_ms = 100;
+	o = (struct kvt_g4_opts){ .jobs = 4 };
+	t0 = mono_ns();
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 16 + 8);
+	assert_true(mono_ns() - t0 < 1600000000);
+	plan.stall_ms = 0;
+	/* 4 MiB up and 4 MiB read back at 8 MiB/s: about a second. */
+	assert_int_equal(test_put(st, "kvs", "rate/x", 4u << 20, 99), 0);
+	o = (struct kvt_g4_opts){ .bucket = "kvs", .session = "rate", .limit_rate = 8u << 20,
+				  .jobs = 4 };
+	t0 = mono_ns();
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_true(mono_ns() - t0 >= 850000000);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/* [g4] url = none: a pure cache node. Nothing to demote to, so reclaim
+ * drops what it must free, and the G4 calls say -ENODEV. */
+static void test_g4_none(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct kvt_object *obj = NULL;
+	char key[64];
+	int dropped = 0;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	free(env.cfg.g4.url);
+	env.cfg.g4.url = strdup("none");
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", 4096, 1), 0);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), -ENODEV);
+	assert_int_equal(kvt_g4_cleanup(st), -ENODEV);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	/* Twice the hot tier: the oldest go, sessions and plain cache alike. */
+	for (int i = 0; i < 64; i++) {
+		snprintf(key, sizeof(key), i % 2 ? "s%d/blk" : "cache-%d", i);
+		assert_int_equal(test_put(st, "kvs", key, 2 * 1024 * 1024, 100 + (uint64_t)i), 0);
+	}
+	for (int i = 0; i < 64; i++) {
+		snprintf(key, sizeof(key), i % 2 ? "s%d/blk" : "cache-%d", i);
+		if (kvt_object_head(st, "kvs", key, &obj) == -ENOENT)
+			dropped++;
+		else
+			kvt_object_free(obj);
+		obj = NULL;
+	}
+	assert_true(dropped >= 32);
+	assert_int_equal(kvt_object_head(st, "kvs", "s1/a", &obj), -ENOENT);
+	assert_int_equal(test_check(st, "kvs", "s63/blk", 2 * 1024 * 1024, 163), 0);
 	kvt_store_close(st);
 	test_env_release(&env);
 }
@@ -400,6 +851,13 @@ int main(void)
 		cmocka_unit_test(test_faults),
 		cmocka_unit_test(test_import),
 		cmocka_unit_test(test_reclaim_to_cold),
+		cmocka_unit_test(test_pressure_demote),
+		cmocka_unit_test(test_recall_coalesce_threads),
+		cmocka_unit_test(test_recall_coalesce_procs),
+		cmocka_unit_test(test_recall_unreachable),
+		cmocka_unit_test(test_recall_disk_full),
+		cmocka_unit_test(test_jobs_retries_rate),
+		cmocka_unit_test(test_g4_none),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

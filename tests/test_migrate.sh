@@ -57,9 +57,15 @@ kvt_grep err "bad --idle 'forever'"
 kvt_expect 2 "$M" --session nosession
 kvt_expect 2 "$M" --recall models/s1 --import models/s1
 kvt_expect 2 "$M" extra-argument
+kvt_expect 2 "$M" --limit-rate fast
+kvt_grep err "bad --limit-rate 'fast'"
+kvt_expect 2 "$M" --jobs 65
 printf '[g4]\nurl = ftp://x\n' >"$T/bad.conf"
 kvt_expect 2 "$M" -c "$T/bad.conf"
-kvt_grep err "url must be file:///DIR or s3://BUCKET/PREFIX"
+kvt_grep err "url must be file:///DIR, s3://BUCKET/PREFIX or none"
+printf '[store]\ndir = %s\n[g4]\nurl = none\n' "$KVT_DIR" >"$T/none.conf"
+kvt_expect 2 "$M" -c "$T/none.conf" --idle 0s
+kvt_grep err "url = none in .*none.conf: this node has no cold tier"
 
 step "nothing is idle for 24h (the default)"
 kvt_expect 0 "$M"
@@ -118,7 +124,7 @@ while [ "$rounds" -lt 30 ]; do
 		done
 	done
 	kvt_expect 0 "$M" --recall models/s4
-	"$M" --idle 0s -q 2>/dev/null &
+	"$M" --idle 0s --jobs 4 -q 2>/dev/null &
 	pid=$!
 	delay=$(shuf -i 0-200 -n 1)
 	sleep "$(printf '0.%03d' "$delay")"
@@ -129,7 +135,7 @@ while [ "$rounds" -lt 30 ]; do
 	kvt_expect 0 "$K" stat
 	grep -Eq "tiers: .* 0 demoting" "$T/out" || midway=$((midway + 1))
 done
-kvt_expect 0 "$M" --idle 0s
+kvt_expect 0 "$M" --idle 0s --jobs 3
 kvt_grep err " 0 failures$"
 kvt_expect 0 "$K" stat
 kvt_grep out "tiers: +1 hot, 0 demoting, $n cold, 0 recalling"
@@ -143,6 +149,15 @@ for s in s1 s2 s3 s4; do
 done
 kvt_expect 0 "$K" fsck
 echo "    $rounds rounds, $midway killed with objects demoting"
+
+step "--recall-keys brings a list back, in parallel, rate-limited"
+kvt_expect 0 "$M" --idle 0s
+printf '# two blocks\nmodels/s1/blk3000000\n\nmodels/s3/blk1048577\nmodels/nosuch\n' >"$T/keys"
+kvt_expect 1 "$M" --recall-keys "$T/keys" --jobs 2 --limit-rate 20M
+kvt_grep err "^kvtier-migrate: recall: 0 sessions, 2 objects, 4048577 bytes in .*, 1 failures$"
+tier_is models s1/blk3000000 hot
+tier_is models s3/blk1048577 hot
+tier_is models s3/blk3000000 cold
 
 step "a second store over the same G4 imports a session and reads it"
 kvt_expect 0 "$M" --session models/s3

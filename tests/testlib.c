@@ -27,6 +27,11 @@ void test_env_init(struct test_env *env, uint64_t capacity, uint64_t segment_siz
 	env->cfg.store.segment_size = segment_size;
 	if (io && strcmp(io, "sync") == 0)
 		env->cfg.store.io = KVT_IO_SYNC;
+	/* The hot tier alone, a pure cache node: with a cold tier, reclaim
+	 * would demote session state instead of evicting it (reclaim.c).
+	 * test_cold.c gives its stores a G4. */
+	free(env->cfg.g4.url);
+	env->cfg.g4.url = strdup("none");
 }
 
 void test_env_release(struct test_env *env)
