@@ -412,10 +412,11 @@ out:
 		fuse_session_unmount(kv.se);
 	if (signals)
 		fuse_remove_signal_handlers(kv.se);
+	/* Cold opens reply from their threads: before the session goes. */
+	kvfs_prestage_wait(&kv);
 	if (kv.se)
 		fuse_session_destroy(kv.se);
 	fuse_loop_cfg_destroy(loop);
-	kvfs_prestage_wait(&kv);
 	if (kv.st)
 		kvfs_parts_release(&kv);
 	kvt_store_close(kv.st);

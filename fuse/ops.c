@@ -715,22 +715,112 @@ out:
 
 /* ---- files ------------------------------------------------------------------ */
 
+/*
+ * Opening a cold object recalls it from G4 (kvt_reader_open does), which
+ * waits on the network: that open is handed to a thread of its own, which
+ * replies, so that no FUSE thread waits on the partner (STYLE.md) and a
+ * burst of cold opens cannot take all of libfuse's threads. Counted with
+ * the prestages, so the daemon waits for them before it closes the store;
+ * past OPEN_COLD_MAX at once, the open is done in the calling thread.
+ */
+#define OPEN_COLD_MAX 64
+
+struct open_job {
+	struct kvfs *kv;
+	fuse_req_t req;
+	struct node *n;		/* a reference, dropped by the job */
+	struct fuse_file_info fi;
+};
+
+static void open_reply(struct kvfs *kv, fuse_req_t req, struct node *n,
+		       struct fuse_file_info *fi)
+{
+	int rc = fh_open(kv, n, fi->flags, fi);
+
+	if (rc < 0)
+		reply_err(req, rc);
+	else if (fuse_reply_open(req, fi) != 0)
+		fh_release(kv, (struct fh *)(uintptr_t)fi->fh);	/* interrupted */
+}
+
+static void *open_cold_main(void *arg)
+{
+	struct open_job *j = arg;
+	struct kvfs *kv = j->kv;
+
+	open_reply(kv, j->req, j->n, &j->fi);
+	node_put(kv, j->n);
+	free(j);
+	atomic_fetch_sub(&kv->prestaging, 1);
+	return NULL;
+}
+
+/* 1 if n's object is in G4 (or on its way back) and this open would read it. */
+static int open_is_cold(struct kvfs *kv, struct node *n, int flags)
+{
+	char *bucket = NULL, *key = NULL;
+	struct kvt_object *o = NULL;
+	int pending, cold = 0;
+
+	if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY)
+		return 0;	/* the old bytes are not needed */
+	pthread_mutex_lock(&kv->lock);
+	pending = n->pending;
+	pthread_mutex_unlock(&kv->lock);
+	if (pending || node_path(kv, n, &bucket, &key) < 0)
+		return 0;
+	if (kvt_object_head(kv->st, bucket, key, &o) == 0)
+		cold = o->tier == KVT_TIER_COLD || o->tier == KVT_TIER_RECALLING;
+	kvt_object_free(o);
+	free(bucket);
+	free(key);
+	return cold;
+}
+
+static int open_cold_start(struct kvfs *kv, fuse_req_t req, struct node *n,
+			   const struct fuse_file_info *fi)
+{
+	struct open_job *j;
+	pthread_attr_t attr;
+	pthread_t tid;
+	int rc;
+
+	if (atomic_fetch_add(&kv->prestaging, 1) >= OPEN_COLD_MAX ||
+	    !(j = calloc(1, sizeof(*j)))) {
+		atomic_fetch_sub(&kv->prestaging, 1);
+		return -EAGAIN;
+	}
+	j->kv = kv;
+	j->req = req;
+	j->n = n;
+	j->fi = *fi;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	rc = -pthread_create(&tid, &attr, open_cold_main, j);
+	pthread_attr_destroy(&attr);
+	if (rc < 0) {
+		free(j);
+		atomic_fetch_sub(&kv->prestaging, 1);
+	}
+	return rc;
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct kvfs *kv = req_kv(req);
 	struct node *n = node_get(kv, ino);
-	int rc;
 
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	rc = n->type == NODE_FILE ? fh_open(kv, n, fi->flags, fi)
-	     : n->type == NODE_SYMLINK ? -ELOOP : -EISDIR;
-	if (rc < 0)
-		reply_err(req, rc);
-	else if (fuse_reply_open(req, fi) != 0)
-		fh_release(kv, (struct fh *)(uintptr_t)fi->fh);	/* interrupted */
+	if (n->type != NODE_FILE) {
+		reply_err(req, n->type == NODE_SYMLINK ? -ELOOP : -EISDIR);
+	} else if (open_is_cold(kv, n, fi->flags) && open_cold_start(kv, req, n, fi) == 0) {
+		return;		/* the job replies, and drops n */
+	} else {
+		open_reply(kv, req, n, fi);
+	}
 	node_put(kv, n);
 }
 
