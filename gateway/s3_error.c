@@ -114,6 +114,8 @@ static const struct {
 	{ E2BIG, S3_CTX_ANY, S3_METADATA_TOO_LARGE },
 	{ EINVAL, S3_CTX_BUCKET, S3_INVALID_BUCKET_NAME },
 	{ EINVAL, S3_CTX_ANY, S3_INVALID_ARGUMENT },
+	/* -EILSEQ: a key that is not UTF-8 (kvt_key_valid): the client's error. */
+	{ EILSEQ, S3_CTX_ANY, S3_INVALID_ARGUMENT },
 	/* -ENOSPC: reclaim could not make room (pinned data, unsynced sessions). */
 	{ ENOSPC, S3_CTX_ANY, S3_SLOW_DOWN },
 	{ EAGAIN, S3_CTX_ANY, S3_SLOW_DOWN },
