@@ -84,7 +84,7 @@ struct fh {
 	uint64_t size;		/* of the content, whatever its state */
 	int dirty;		/* content differs from what was published */
 	int excl;		/* O_EXCL and never published: publish only if absent */
-	int err;		/* sticky: a stream failed and lost bytes */
+	int err;		/* sticky: a write failed, close publishes nothing */
 
 	/* FH_BASE */
 	struct kvt_reader *r;	/* NULL: no bytes (or base_lazy) */
@@ -1174,6 +1174,14 @@ written:
 		h->size = o + size;
 	fh_touch(kv, h);
 out:
+	/*
+	 * A failed write poisons the handle: the file's bytes are no longer
+	 * what the writer meant, so close publishes nothing and reports the
+	 * error, and readers keep the old version. Publishing what happened to
+	 * be written (the POSIX way) would make a truncated KV block an object.
+	 */
+	if (rc < 0 && !h->err)
+		h->err = rc;
 	pthread_mutex_unlock(&h->lock);
 	return rc < 0 ? rc : (ssize_t)size;
 }

@@ -825,8 +825,17 @@ enum s3_code auth_verify(const struct auth_input *in, struct auth_result *out)
 		}
 	}
 	if (code != S3_OK) {
+		const char *clen = auth_hdr_get(in->hdrs, in->nhdrs, "content-length");
+		const bool body = (clen && strcmp(clen, "0") != 0) ||
+				  auth_hdr_get(in->hdrs, in->nhdrs, "transfer-encoding");
+
 		out->user = NULL;
-		auth_fail(out, code, s3_err_message(code));
+		/* curl --aws-sigv4 (before 8.x) signs a body's hash but sends no
+		 * x-amz-content-sha256: say what is missing, not just "mismatch". */
+		auth_fail(out, code, out->implied_empty && body ?
+			  "The request has a body but no x-amz-content-sha256 header, which S3 "
+			  "requires: send the body's SHA-256 there, or UNSIGNED-PAYLOAD" :
+			  s3_err_message(code));
 		goto out;
 	}
 	memcpy(out->signature, a.signature, 65);

@@ -68,6 +68,11 @@ if command -v curl >/dev/null 2>&1; then
 	kvt_expect 0 curl -sf --aws-sigv4 "aws:amz:eu-north-1:s3" --user "$GW_ACCESS:$GW_SECRET" \
 		"http://127.0.0.1:$gport/"
 	kvt_grep out "<ListAllMyBucketsResult"
+	# curl signs the body but sends no x-amz-content-sha256: a clear 403.
+	printf 'some body' >"$T/body"
+	kvt_expect 0 curl -s --aws-sigv4 "aws:amz:eu-north-1:s3" --user "$GW_ACCESS:$GW_SECRET" \
+		-X PUT --data-binary @"$T/body" "http://127.0.0.1:$gport/nob/k"
+	kvt_grep out "no x-amz-content-sha256 header"
 fi
 gw_stop "$g_pid"
 
