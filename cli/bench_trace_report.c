@@ -216,8 +216,9 @@ void bt_print_report(const struct bt *b)
 		       n->g4_none ? "[g4] url = none" : "G4 configured but no demotion runs (this "
 		       "engine has no [g4] url = none)", n->evicted_objects);
 
-	printf("\ngoals (issue 6), with kvtier's hot tier %.0f%% of the working set:\n",
-	       k && b->working_set ? 100.0 * (double)k->capacity / (double)b->working_set : 0.0);
+	printf("\ngoals (issue 6), with a bounded hot tier of %.0f%% of the working set:\n",
+	       (k || n) && b->working_set ? 100.0 * (double)(k ? k : n)->capacity /
+	       (double)b->working_set : 0.0);
 	snprintf(detail, sizeof(detail), "%.3f vs %.3f", k ? bt_hit(k) : 0, u ? bt_hit(u) : 0);
 	bt_goal("hit ratio kvtier / unbounded >= 0.95", k && u && bt_hit(u) > 0,
 		k && u && bt_hit(u) > 0 ? bt_hit(k) / bt_hit(u) : 0,
