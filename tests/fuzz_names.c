@@ -134,8 +134,8 @@ static int fuzz_count(const char *path, const struct stat *sb, int flag, struct 
 {
 	(void)sb;
 	(void)ftw;
-	/* The tier's own temporary files are not objects. */
-	if (flag == FTW_F && !strstr(path + strlen(fuzz_dir), "/.kvtier/tmp/"))
+	/* The tier's own temporary files (DIR/.kvtier/tmp/) are not objects. */
+	if (flag == FTW_F && strncmp(path + strlen(fuzz_dir), "/.kvtier/tmp/", 13) != 0)
 		fuzz_files++;
 	return 0;
 }
