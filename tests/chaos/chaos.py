@@ -709,11 +709,13 @@ def migrator(system, stats, sessions, seed, deadline):
             stats.add("migrate_failures")
 
 
-def chaos(system, proxy, stats, seed, deadline):
+def chaos(system, proxy, stats, seed, deadline, spare=()):
     rnd = random.Random(seed)
     while time.time() < deadline:
         time.sleep(rnd.uniform(0.5, 2.5))
         r = rnd.random()
+        if (r < 0.25 and "gateway" in spare) or (0.25 <= r < 0.45 and "fuse" in spare):
+            continue
         if r < 0.25:
             if system.kill_gateway():
                 stats.add("kills_gateway")
@@ -836,6 +838,8 @@ def main():
     ap.add_argument("--capacity", default="24M")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--spare", default="",
+                    help="comma-separated daemons never SIGKILLed: gateway, fuse")
     args = ap.parse_args()
     random.seed(args.seed)
     tmp = tempfile.mkdtemp(prefix="kvtier-chaos.", dir=os.environ.get("TMPDIR", "/tmp"))
@@ -876,7 +880,8 @@ def main():
         threads = workers + [
             threading.Thread(target=migrator, args=(system, stats, sessions, args.seed + 1,
                                                     deadline), daemon=True),
-            threading.Thread(target=chaos, args=(system, proxy, stats, args.seed + 2, deadline),
+            threading.Thread(target=chaos, args=(system, proxy, stats, args.seed + 2, deadline,
+                                                 tuple(filter(None, args.spare.split(",")))),
                              daemon=True)]
         for t in threads:
             t.start()
