@@ -444,9 +444,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz_exchange(req, size, &resp);
 	ok = fuzz_check(&resp);
 	if (ok && !sign) {
-		/* Anonymous success: only the operator endpoints give it. */
-		if (!fuzz_parse(req, size, r) ||
-		    (strcmp(r->path, "/health") != 0 && strcmp(r->path, "/metrics") != 0))
+		/* Anonymous success: only the operator endpoints give it. The
+		 * request line alone says which path; its headers may be junk
+		 * libmicrohttpd tolerates. */
+		char line[64] = "", target[16] = "";
+
+		memcpy(line, req, size < sizeof(line) - 1 ? size : sizeof(line) - 1);
+		if (sscanf(line, "%*15s %15s", target) != 1 ||
+		    (strcmp(target, "/health") != 0 && strcmp(target, "/metrics") != 0))
 			fuzz_fail("only /health and /metrics answer 2xx without a signature",
 				  resp.data, resp.len);
 	}
