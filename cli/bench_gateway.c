@@ -43,7 +43,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -56,7 +55,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -141,14 +139,6 @@ struct gb {
 
 /* ---- small helpers -------------------------------------------------------- */
 
-static int64_t gb_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void gb_size_str(uint64_t size, char *buf, size_t len)
 {
 	if (size >= (1 << 20) && size % (1 << 20) == 0)
@@ -182,27 +172,6 @@ static int gb_proc_status(pid_t pid, long *rss, long *anon, long *file)
 }
 
 /* PATH first, then the sbin directories a non-root PATH lacks. */
-static int gb_find_program(const char *name, char *out, size_t len)
-{
-	const char *path = getenv("PATH");
-	char buf[4096], *dir, *save = NULL;
-	static const char *const extra[] = { "/usr/sbin", "/usr/local/sbin", "/sbin" };
-
-	snprintf(buf, sizeof(buf), "%s", path ? path : "/usr/bin:/bin");
-	for (dir = strtok_r(buf, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-		snprintf(out, len, "%s/%s", dir, name);
-		if (access(out, X_OK) == 0)
-			return 0;
-	}
-	for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++) {
-		snprintf(out, len, "%s/%s", extra[i], name);
-		if (access(out, X_OK) == 0)
-			return 0;
-	}
-	out[0] = '\0';
-	return -ENOENT;
-}
-
 /* The gateway built alongside this binary: same directory as /proc/self/exe. */
 static int gb_find_gateway(char *out, size_t len)
 {
@@ -220,71 +189,7 @@ static int gb_find_gateway(char *out, size_t len)
 }
 
 /* First line of `PROG ARG 2>&1`, for the report. */
-static void gb_version(const char *prog, const char *arg, char *out, size_t len)
-{
-	char cmd[4200];
-	FILE *p;
-
-	out[0] = '\0';
-	snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", prog, arg);
-	if (!(p = popen(cmd, "r")))
-		return;
-	if (fgets(out, (int)len, p))
-		out[strcspn(out, "\n")] = '\0';
-	pclose(p);
-}
-
-static int gb_write_file(const char *path, mode_t mode, const void *data, size_t len)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-	const char *p = data;
-	int rc = 0;
-
-	if (fd < 0)
-		return -errno;
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			rc = -errno;
-			break;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	if (close(fd) < 0 && rc == 0)
-		rc = -errno;
-	return rc;
-}
-
-static int gb_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 /* A loopback port nobody listens on now (the server binds it next). */
-static int gb_free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t al = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
-
-	if (fd < 0)
-		return -errno;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &al) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
 static int gb_connect(int port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
@@ -311,63 +216,7 @@ static int gb_connect(int port)
  * fork + exec with stdout and stderr to log; the child gets SIGTERM if this
  * process dies, so an interrupted benchmark leaves no servers behind.
  */
-static pid_t gb_spawn(char *const argv[], const char *log)
-{
-	pid_t parent = getpid(), pid = fork();
-
-	if (pid < 0)
-		return -errno;
-	if (pid == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		int nul = open("/dev/null", O_RDONLY);
-
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		if (getppid() != parent)
-			_exit(127);
-		if (fd < 0 || nul < 0)
-			_exit(127);
-		dup2(nul, 0);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	return pid;
-}
-
 /* SIGTERM, up to 20 s, then SIGKILL. */
-static void gb_stop(pid_t pid)
-{
-	int status;
-
-	if (pid <= 0)
-		return;
-	kill(pid, SIGTERM);
-	for (int i = 0; i < 200; i++) {
-		if (waitpid(pid, &status, WNOHANG) == pid)
-			return;
-		usleep(100000);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &status, 0);
-}
-
-static int gb_wait_port(pid_t pid, int port, unsigned seconds)
-{
-	for (unsigned i = 0; i < seconds * 20; i++) {
-		int status, fd = gb_connect(port);
-
-		if (fd >= 0) {
-			close(fd);
-			return 0;
-		}
-		if (waitpid(pid, &status, WNOHANG) == pid)
-			return -ECHILD;
-		usleep(50000);
-	}
-	return -ETIMEDOUT;
-}
-
 /* ---- SigV4 ------------------------------------------------------------------ */
 
 struct gb_signer {
@@ -502,7 +351,7 @@ static void gb_client_release(struct gb_client *c)
 
 static int gb_past(const struct gb_client *c, int64_t *now)
 {
-	*now = gb_now_ns();
+	*now = bench_mono_ns();
 	return c->deadline && *now >= c->deadline;
 }
 
@@ -805,7 +654,7 @@ static void *gb_worker_run(void *arg)
 	if (w->op == GB_PUT)
 		snprintf(key, sizeof(key), "p-%" PRIu64 "-%u", w->size, w->id);
 	for (;;) {
-		int64_t t0 = gb_now_ns(), t1;
+		int64_t t0 = bench_mono_ns(), t1;
 		int rc;
 
 		if (t0 >= w->c.deadline)
@@ -817,7 +666,7 @@ static void *gb_worker_run(void *arg)
 			gb_get_key(key, sizeof(key), w->size, (unsigned)(w->rng % w->nkeys));
 		}
 		rc = gb_request(&w->c, w->op, key, w->size);
-		t1 = gb_now_ns();
+		t1 = bench_mono_ns();
 		if (rc == GB_ABORT || (rc == 0 && t1 > w->c.deadline))
 			break;
 		if (rc < 0) {
@@ -866,7 +715,7 @@ static int gb_measure(struct gb *b, enum gb_sys sys, enum gb_op op, uint64_t siz
 		w[i].nkeys = gb_nkeys(size);
 		w[i].bar = &bar;
 		w[i].deadline = &deadline;
-		w[i].rng = 0x9e3779b97f4a7c15ull * (i + 1) ^ (uint64_t)gb_now_ns();
+		w[i].rng = 0x9e3779b97f4a7c15ull * (i + 1) ^ (uint64_t)bench_mono_ns();
 		rc = gb_client_init(&w[i].c, b, sys);
 		ninit++;
 		if (rc < 0)
@@ -887,18 +736,18 @@ static int gb_measure(struct gb *b, enum gb_sys sys, enum gb_op op, uint64_t siz
 	if (nstarted < conns) {
 		/* The barrier needs every party: make up the missing ones and stop at once. */
 		rc = -EAGAIN;
-		deadline = gb_now_ns();
+		deadline = bench_mono_ns();
 		for (unsigned i = nstarted; i < conns; i++)
 			pthread_barrier_wait(&bar);
 		pthread_barrier_wait(&bar);
 		goto join;
 	}
-	start = gb_now_ns();
+	start = bench_mono_ns();
 	deadline = start + (int64_t)b->o.seconds * 1000000000;
 	pthread_barrier_wait(&bar);
 	if (sys == SYS_KVT) {
 		/* The gateway's resident memory, sampled while the load runs. */
-		while (gb_now_ns() < deadline) {
+		while (bench_mono_ns() < deadline) {
 			long rss, anon, file;
 
 			usleep(100000);
@@ -977,10 +826,10 @@ static int gb_start_gateway(struct gb *b)
 		 "\nsegment_size = 64M\n%s%s%s", b->scratch, b->o.capacity,
 		 b->o.cached_read_max ? "cached_read_max = " : "",
 		 b->o.cached_read_max ? b->o.cached_read_max : "", b->o.cached_read_max ? "\n" : "");
-	if ((rc = gb_write_file(conf, 0644, text, strlen(text))))
+	if ((rc = bench_write_file(conf, 0644, text, strlen(text))))
 		return rc;
 	snprintf(text, sizeof(text), GB_ACCESS " %s\n", b->secret);
-	if ((rc = gb_write_file(creds, 0600, text, strlen(text))))
+	if ((rc = bench_write_file(creds, 0600, text, strlen(text))))
 		return rc;
 	argv[n++] = b->gw_path;
 	argv[n++] = (char *)"-c";
@@ -1000,7 +849,7 @@ static int gb_start_gateway(struct gb *b)
 		argv[n++] = threads;
 	}
 	argv[n] = NULL;
-	if ((b->pid[SYS_KVT] = gb_spawn(argv, log)) < 0)
+	if ((b->pid[SYS_KVT] = bench_spawn(argv, log)) < 0)
 		return (int)b->pid[SYS_KVT];
 	/* A new store zero-fills its segments first: allow it time. */
 	for (int i = 0; i < 1200; i++) {
@@ -1036,7 +885,7 @@ static int gb_start_nginx(struct gb *b)
 	char conf[4300], log[4300], elog[4300], text[8192], *argv[10];
 	int rc;
 
-	if ((b->port[SYS_NGINX] = gb_free_port()) < 0)
+	if ((b->port[SYS_NGINX] = bench_free_port()) < 0)
 		return b->port[SYS_NGINX];
 	snprintf(conf, sizeof(conf), "%s/nginx.conf", b->scratch);
 	snprintf(log, sizeof(log), "%s/nginx.log", b->scratch);
@@ -1076,7 +925,7 @@ static int gb_start_nginx(struct gb *b)
 		 "}\n",
 		 geteuid() == 0 ? "user root;\n" : "", b->scratch, elog, b->scratch,
 		 b->port[SYS_NGINX], b->scratch);
-	if ((rc = gb_write_file(conf, 0644, text, strlen(text))))
+	if ((rc = bench_write_file(conf, 0644, text, strlen(text))))
 		return rc;
 	argv[0] = b->nginx_path;
 	argv[1] = (char *)"-c";
@@ -1086,9 +935,9 @@ static int gb_start_nginx(struct gb *b)
 	argv[5] = (char *)"-e";
 	argv[6] = elog;
 	argv[7] = NULL;
-	if ((b->pid[SYS_NGINX] = gb_spawn(argv, log)) < 0)
+	if ((b->pid[SYS_NGINX] = bench_spawn(argv, log)) < 0)
 		return (int)b->pid[SYS_NGINX];
-	if ((rc = gb_wait_port(b->pid[SYS_NGINX], b->port[SYS_NGINX], 10))) {
+	if ((rc = bench_wait_port(b->pid[SYS_NGINX], b->port[SYS_NGINX], 10))) {
 		if (rc == -ECHILD)
 			b->pid[SYS_NGINX] = -1;
 		fprintf(stderr, "kvtier: bench gateway: nginx did not start; see '%s' and '%s'\n",
@@ -1102,7 +951,7 @@ static int gb_start_redis(struct gb *b)
 	char log[4300], port[16], *argv[16];
 	int rc;
 
-	if ((b->port[SYS_REDIS] = gb_free_port()) < 0)
+	if ((b->port[SYS_REDIS] = bench_free_port()) < 0)
 		return b->port[SYS_REDIS];
 	snprintf(log, sizeof(log), "%s/redis.log", b->scratch);
 	snprintf(port, sizeof(port), "%d", b->port[SYS_REDIS]);
@@ -1118,9 +967,9 @@ static int gb_start_redis(struct gb *b)
 	argv[9] = (char *)"--dir";
 	argv[10] = b->scratch;
 	argv[11] = NULL;
-	if ((b->pid[SYS_REDIS] = gb_spawn(argv, log)) < 0)
+	if ((b->pid[SYS_REDIS] = bench_spawn(argv, log)) < 0)
 		return (int)b->pid[SYS_REDIS];
-	if ((rc = gb_wait_port(b->pid[SYS_REDIS], b->port[SYS_REDIS], 10))) {
+	if ((rc = bench_wait_port(b->pid[SYS_REDIS], b->port[SYS_REDIS], 10))) {
 		if (rc == -ECHILD)
 			b->pid[SYS_REDIS] = -1;
 		fprintf(stderr, "kvtier: bench gateway: redis-server did not start; see '%s'\n", log);
@@ -1176,7 +1025,7 @@ static int gb_prefill(struct gb *b)
 		for (unsigned k = 0; k < gb_nkeys(size) && rc == 0; k++) {
 			gb_get_key(key, sizeof(key), size, k);
 			snprintf(path, sizeof(path), "%s/www/g/%s", b->scratch, key);
-			if ((rc = gb_write_file(path, 0644, b->src, size)))
+			if ((rc = bench_write_file(path, 0644, b->src, size)))
 				break;
 			if ((rc = gb_request(&c[SYS_KVT], GB_PUT, key, size)))
 				break;
@@ -1538,7 +1387,7 @@ int bench_gateway_main(const struct kvt_config *cfg, int argc, char **argv)
 	int rc, status = CLI_FAIL;
 	time_t t = time(NULL);
 	struct tm tm;
-	int64_t t_start = gb_now_ns();
+	int64_t t_start = bench_mono_ns();
 
 	memset(&b, 0, sizeof(b));
 	for (int s = 0; s < SYS_N; s++)
@@ -1564,14 +1413,14 @@ int bench_gateway_main(const struct kvt_config *cfg, int argc, char **argv)
 			"('%s'); build it with 'make kvtier-gateway'\n", b.gw_path);
 		goto out;
 	}
-	if (gb_find_program("nginx", b.nginx_path, sizeof(b.nginx_path)) < 0 ||
-	    gb_find_program("redis-server", b.redis_path, sizeof(b.redis_path)) < 0) {
+	if (bench_find_program("nginx", b.nginx_path, sizeof(b.nginx_path)) < 0 ||
+	    bench_find_program("redis-server", b.redis_path, sizeof(b.redis_path)) < 0) {
 		fprintf(stderr, "kvtier: bench gateway: needs nginx (with the dav module) and "
 			"redis-server: apt-get install nginx-light redis-server\n");
 		goto out;
 	}
-	gb_version(b.nginx_path, "-v", b.nginx_version, sizeof(b.nginx_version));
-	gb_version(b.redis_path, "--version", b.redis_version, sizeof(b.redis_version));
+	bench_version(b.nginx_path, "-v", b.nginx_version, sizeof(b.nginx_version));
+	bench_version(b.redis_path, "--version", b.redis_version, sizeof(b.redis_version));
 	gb_machine(machine, sizeof(machine));
 
 	/* A random secret: the gateway refuses nothing here, but it is a real user. */
@@ -1645,7 +1494,7 @@ int bench_gateway_main(const struct kvt_config *cfg, int argc, char **argv)
 			b.rss.idle = rss;
 	}
 	printf("prefilled in %.1f s; %u s per measurement, %u runs\n",
-	       (double)(gb_now_ns() - t_start) / 1e9, b.o.seconds, b.o.runs);
+	       (double)(bench_mono_ns() - t_start) / 1e9, b.o.seconds, b.o.runs);
 
 	b.cells = calloc((size_t)b.o.nsizes * b.o.nconns * 2, sizeof(*b.cells));
 	if (!b.cells)
@@ -1676,18 +1525,18 @@ int bench_gateway_main(const struct kvt_config *cfg, int argc, char **argv)
 	printf("\nmedians of %u runs of %u s; MiB/s = 2^20 body bytes/s moved inside the window; "
 	       "req/s and latencies: requests completed inside it\n", b.o.runs, b.o.seconds);
 	gb_print_goals(&b);
-	printf("\ntotal %.0f s\n", (double)(gb_now_ns() - t_start) / 1e9);
+	printf("\ntotal %.0f s\n", (double)(bench_mono_ns() - t_start) / 1e9);
 	status = CLI_OK;
 	if (b.o.out && gb_write_json(&b, machine) < 0)
 		status = CLI_FAIL;
 out:
 	for (int s = 0; s < SYS_N; s++)
-		gb_stop(b.pid[s]);
+		bench_stop(b.pid[s]);
 	if (b.scratch) {
 		if (b.o.keep)
 			printf("kept '%s'\n", b.scratch);
 		else
-			nftw(b.scratch, gb_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+			bench_rm_rf(b.scratch);
 	}
 	free(b.scratch);
 	free(b.src);
