@@ -58,7 +58,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
-#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1350,33 +1349,6 @@ static int gb_write_json(const struct gb *b, const char *machine)
 	return 0;
 }
 
-static void gb_machine(char *out, size_t len)
-{
-	char line[256], model[128] = "";
-	struct utsname u;
-	long mem_kib = 0;
-	FILE *f;
-
-	if ((f = fopen("/proc/cpuinfo", "r"))) {
-		while (fgets(line, sizeof(line), f))
-			if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
-				snprintf(model, sizeof(model), "%s", strchr(line, ':') + 2);
-				model[strcspn(model, "\n")] = '\0';
-				break;
-			}
-		fclose(f);
-	}
-	if ((f = fopen("/proc/meminfo", "r"))) {
-		while (fgets(line, sizeof(line), f))
-			if (strncmp(line, "MemTotal:", 9) == 0)
-				mem_kib = strtol(line + 9, NULL, 10);
-		fclose(f);
-	}
-	uname(&u);
-	snprintf(out, len, "%s, %ld CPUs, %.0f GiB RAM, Linux %s %s", model[0] ? model : "?",
-		 sysconf(_SC_NPROCESSORS_ONLN), mem_kib / 1048576.0, u.release, u.machine);
-}
-
 /* ---- main ------------------------------------------------------------------- */
 
 int bench_gateway_main(const struct kvt_config *cfg, int argc, char **argv)
@@ -1421,7 +1393,7 @@ int bench_gateway_main(const struct kvt_config *cfg, int argc, char **argv)
 	}
 	bench_version(b.nginx_path, "-v", b.nginx_version, sizeof(b.nginx_version));
 	bench_version(b.redis_path, "--version", b.redis_version, sizeof(b.redis_version));
-	gb_machine(machine, sizeof(machine));
+	bench_machine(machine, sizeof(machine));
 
 	/* A random secret: the gateway refuses nothing here, but it is a real user. */
 	{
