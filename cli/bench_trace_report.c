@@ -63,8 +63,8 @@ static void bt_merge(struct bt_run *r, int face, enum bt_lat lat, double out[2],
 		for (int f = 0; f < BT_NFACES; f++) {
 			const struct bt_series *s = &r->clients[k].lat[f][lat];
 
-			if (face >= 0 && f != face)
-				continue;
+			if ((face >= 0 && f != face) || s->n == 0)
+				continue;	/* an empty series may have no buffer */
 			memcpy(all + off, s->v, s->n * sizeof(*all));
 			off += s->n;
 		}
@@ -89,6 +89,8 @@ void bt_run_finish(struct bt_run *r)
 	if (total == 0 || !(all = malloc(total * sizeof(*all))))
 		return;
 	for (unsigned k = 0; k < r->nclients; k++) {
+		if (r->clients[k].lag.n == 0)
+			continue;	/* no buffer behind an empty series */
 		memcpy(all + off, r->clients[k].lag.v, r->clients[k].lag.n * sizeof(*all));
 		off += r->clients[k].lag.n;
 	}

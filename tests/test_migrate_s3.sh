@@ -25,7 +25,9 @@ if [ -z "$S3RVER" ]; then
 	if [ ! -x "$S3RVER" ]; then
 		command -v npm >/dev/null || skip "no s3rver and no npm to install it"
 		step "installing s3rver from npm into $top_builddir/.s3rver"
-		npm install --prefix "$top_builddir/.s3rver" --no-audit --no-fund s3rver@3 \
+		# Under a lock: the chaos test may be installing it at the same time.
+		(flock 9 && { [ -x "$S3RVER" ] || npm install --prefix "$top_builddir/.s3rver" \
+			--no-audit --no-fund s3rver@3; }) 9>"$top_builddir/.s3rver.lock" \
 			>"$T/npm.log" 2>&1 || skip "npm could not install s3rver: $(tail -3 "$T/npm.log")"
 	fi
 fi
