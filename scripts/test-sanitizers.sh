@@ -81,8 +81,9 @@ run_kind() {
 	return "$status"
 }
 
-status=0
+# run_kind sets `status` for itself (sh has no locals): keep the verdict apart.
+failed=0
 for kind in $kinds; do
-	run_kind "$kind" || status=1
+	run_kind "$kind" || failed=1
 done
-exit "$status"
+exit "$failed"
