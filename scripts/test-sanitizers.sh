@@ -67,6 +67,7 @@ run_kind() {
 		make -C "$dir" -j"$jobs" check TESTS="$(echo $tsan_tests)" || status=$?
 	fi
 	unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS
+	[ "$status" = 0 ] || scripts/show-failed-tests.sh "$dir"
 	reports=$(find "$logs" -type f | wc -l)
 	if [ "$reports" -gt 0 ]; then
 		echo "test-sanitizers: $kind: $reports sanitizer report(s):" >&2

@@ -6,6 +6,7 @@ scripts/deps.sh
 scripts/build.sh
 status=0
 make -j"$(nproc)" check || status=$?
+[ "$status" = 0 ] || scripts/show-failed-tests.sh .
 # One closing line in the plain form every CI reader understands.
 if [ -f test-suite.log ]; then
 	count() { sed -n "s/^# $1: *\([0-9]*\).*/\1/p" test-suite.log | head -n 1; }
