@@ -308,7 +308,7 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate,
 		else if (vo->pinned)
 			rc = reclaim_relocate(st, id, vo);
 		else
-			rc = cat_object_drop(t->cat, vo->id, vo->vid);
+			rc = cat_object_drop(t->cat, vo->id, vo->vid, !store_g4_none(st));
 		if (rc == -ENOENT)
 			rc = 0;	/* deleted or overwritten meanwhile */
 	}
@@ -326,7 +326,7 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate,
 		/* Leave it readable: what was not moved is still in place. */
 		if (reclaim_set_state(t->cat, id, SEG_RECLAIMING, SEG_SEALED) < 0)
 			log_err(0, "segment %u left reclaiming (recovery will seal it)", id);
-		if (rc != -ENOSPC && rc != -EINPROGRESS)
+		if (rc != -ENOSPC && rc != -EINPROGRESS && rc != -EAGAIN)
 			log_err(rc, "cannot reclaim segment %u", id);
 		else	/* so that the next pick takes another segment */
 			cat_touch_segment(t->cat, id, util_now_ns());
