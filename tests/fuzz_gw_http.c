@@ -446,10 +446,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (ok && !sign) {
 		/* Anonymous success: only the operator endpoints give it. The
 		 * request line alone says which path; its headers may be junk
-		 * libmicrohttpd tolerates. */
+		 * libmicrohttpd tolerates, and so may be NUL bytes in its method
+		 * (a campaign found "GET\0\0... /health" answered as /health). */
 		char line[64] = "", target[16] = "";
+		size_t n = size < sizeof(line) - 1 ? size : sizeof(line) - 1;
 
-		memcpy(line, req, size < sizeof(line) - 1 ? size : sizeof(line) - 1);
+		memcpy(line, req, n);
+		for (size_t i = 0; i < n; i++)
+			if (line[i] == '\0')
+				line[i] = ' ';
 		if (sscanf(line, "%*15s %15s", target) != 1 ||
 		    (strcmp(target, "/health") != 0 && strcmp(target, "/metrics") != 0))
 			fuzz_fail("only /health and /metrics answer 2xx without a signature",
