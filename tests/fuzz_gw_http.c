@@ -448,13 +448,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		 * request line alone says which path; its headers may be junk
 		 * libmicrohttpd tolerates, and so may be NUL bytes in its method
 		 * (a campaign found "GET\0\0... /health" answered as /health). */
-		char line[64] = "", target[16] = "";
-		size_t n = size < sizeof(line) - 1 ? size : sizeof(line) - 1;
+		char line[1024] = "", target[16] = "";
+		size_t n = 0;
 
-		memcpy(line, req, n);
-		for (size_t i = 0; i < n; i++)
-			if (line[i] == '\0')
-				line[i] = ' ';
+		for (size_t i = 0; i < size && req[i] != '\n' && n < sizeof(line) - 1; i++)
+			line[n++] = req[i] == '\0' ? ' ' : req[i];
 		if (sscanf(line, "%*15s %15s", target) != 1 ||
 		    (strcmp(target, "/health") != 0 && strcmp(target, "/metrics") != 0))
 			fuzz_fail("only /health and /metrics answer 2xx without a signature",
