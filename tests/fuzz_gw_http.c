@@ -456,6 +456,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			line[n++] = req[i] == '\0' ? ' ' : req[i];
 		version = strstr(line, " HTTP/");
 		if (version) {
+			while (version > line && version[-1] == ' ')
+				version--;	/* "GET /health\0\0 HTTP/1.1" */
 			*version = '\0';
 			target = strrchr(line, ' ');
 			target = target ? target + 1 : line;
