@@ -445,25 +445,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ok = fuzz_check(&resp);
 	if (ok && !sign) {
 		/* Anonymous success: only the operator endpoints give it. The
-		 * request line alone says which path: the word before the HTTP
-		 * version. Its headers may be junk libmicrohttpd tolerates, and so
-		 * may its method (campaigns found "GET\0\0\x01\xf5\0 /health"
-		 * answered as /health). */
-		char line[1024] = "", *version, *target;
-		size_t n = 0;
+		 * request line alone says which path: what lies between the first
+		 * space and the HTTP version, read as libmicrohttpd reads it, a C
+		 * string (campaigns found "GET\0\x01\xf5\0 /health\0\xff HTTP/1.1"
+		 * answered as /health). Its headers may be junk it tolerates. */
+		const char *eol = memchr(req, '\n', size);
+		size_t len = eol ? (size_t)(eol - req) : size;
+		const char *sp = memchr(req, ' ', len);
+		const char *version = memmem(req, len, " HTTP/", 6);
+		char target[16] = "";
 
-		for (size_t i = 0; i < size && req[i] != '\n' && n < sizeof(line) - 1; i++)
-			line[n++] = req[i] == '\0' ? ' ' : req[i];
-		version = strstr(line, " HTTP/");
-		if (version) {
-			while (version > line && version[-1] == ' ')
-				version--;	/* "GET /health\0\0 HTTP/1.1" */
-			*version = '\0';
-			target = strrchr(line, ' ');
-			target = target ? target + 1 : line;
+		if (sp && version && version > sp) {
+			size_t n = (size_t)(version - sp - 1);
+
+			memcpy(target, sp + 1, n < sizeof(target) - 1 ? n : sizeof(target) - 1);
 		}
-		if (!version ||
-		    (strcmp(target, "/health") != 0 && strcmp(target, "/metrics") != 0))
+		if (strcmp(target, "/health") != 0 && strcmp(target, "/metrics") != 0)
 			fuzz_fail("only /health and /metrics answer 2xx without a signature",
 				  resp.data, resp.len);
 	}
