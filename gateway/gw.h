@@ -41,6 +41,15 @@
  * header can have (':' is not a token character), so no x-amz-meta-* name
  * can collide with them. */
 #define GW_SYSMETA_PREFIX ":"
+/*
+ * A multipart object's part sizes, for GET ?partNumber=N: runs of
+ * "SIZE*COUNT" joined by ',' ("8388608*12,1234*1"). Kept only while its
+ * ETag says "-N" parts with the same N, and only up to GW_PARTS_META_MAX
+ * bytes (uploads of many different part sizes go without: such an object
+ * answers partNumber with 400 InvalidRequest rather than a wrong range).
+ */
+#define GW_PARTS_META GW_SYSMETA_PREFIX "parts"
+#define GW_PARTS_META_MAX 512
 
 struct gw_options {
 	const char *config;		/* -c */
@@ -146,6 +155,10 @@ struct gw_req {
 	size_t nmeta;
 	char *part_key;			/* UploadPart: the part's key in .uploads */
 	char *content_type;
+	/* A conditional write's If-Match / If-None-Match (MHD's strings) and
+	 * what the commit's check found (s3_write_cond_*). */
+	const char *if_match, *if_none_match;
+	enum s3_code cond_code;
 	const char *err_hdr_name;	/* one more header on an error (Content-Range) */
 	char err_hdr_value[64];
 };
@@ -195,6 +208,18 @@ enum s3_code s3_conditions(const struct kvt_object *o, const char *if_match,
 			   const char *if_unmodified_since);
 /* Parses "x-amz-copy-source" into bucket and key; S3_OK or an error. */
 enum s3_code s3_copy_source(const char *v, char **bucket, char **key);
+/*
+ * Conditional writes (PutObject, CompleteMultipartUpload, CopyObject):
+ * s3_write_cond_begin() reads If-Match / If-None-Match, checks them against
+ * the key's current version at once (to refuse before a body is read) and
+ * hooks the same check into the commit's transaction through opts; answers
+ * and returns false if a condition fails now. After a failed commit,
+ * s3_write_cond_failed() answers and returns true if the commit's check
+ * refused it: 412 PreconditionFailed, or 409 ConditionalRequestConflict when
+ * an If-Match object was deleted while the write was under way.
+ */
+bool s3_write_cond_begin(struct gw_req *rq, struct kvt_put_opts *opts);
+bool s3_write_cond_failed(struct gw_req *rq, int rc);
 /* Checks the bucket exists and the user may touch it; answers and returns false if not. */
 bool s3_bucket_ok(struct gw_req *rq, const char *bucket);
 

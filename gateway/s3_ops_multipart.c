@@ -462,14 +462,37 @@ static int s3_hex16(const char *hex, uint8_t out[16])
 	return strlen(hex) == 32 ? 0 : -1;
 }
 
+/* Appends part size to the run-length list of GW_PARTS_META. */
+static void s3_parts_run(struct gw_buf *runs, uint64_t *run_size, unsigned *run_n, uint64_t size,
+			 bool last)
+{
+	if (*run_n && size != *run_size) {
+		if (runs->len)
+			gw_buf_putc(runs, ',');
+		gw_buf_printf(runs, "%llu*%u", (unsigned long long)*run_size, *run_n);
+		*run_n = 0;
+	}
+	*run_size = size;
+	(*run_n)++;
+	if (last) {
+		if (runs->len)
+			gw_buf_putc(runs, ',');
+		gw_buf_printf(runs, "%llu*%u", (unsigned long long)*run_size, *run_n);
+	}
+}
+
 void s3_op_complete_multipart(struct gw_req *rq)
 {
 	struct gw_server *srv = rq->srv;
 	struct xml_partlist pl = { 0 };
 	struct kvt_object *meta = NULL, *info = NULL;
+	struct kvt_meta *allmeta = NULL;
 	char **keys = NULL;
 	EVP_MD_CTX *md5 = NULL;
-	struct kvt_put_opts opts;
+	struct kvt_put_opts opts = { 0 };
+	struct gw_buf runs;
+	uint64_t run_size = 0;
+	unsigned run_n = 0;
 	const char *id = NULL;
 	char etag[KVT_ETAG_MAX], prefix[KVT_BUCKET_MAX + S3_UPLOAD_ID_LEN + 4];
 	struct gw_buf b;
@@ -478,13 +501,17 @@ void s3_op_complete_multipart(struct gw_req *rq)
 	unsigned dn = 0;
 	int rc;
 
+	gw_buf_init(&runs);
 	if (!s3_upload_load(rq, &id, &meta))
-		return;
+		goto out;
 	code = xml_parse_complete(rq->body.data, rq->body.len, &pl);
 	if (code != S3_OK) {
 		http_send_error(rq, code, NULL);
 		goto out;
 	}
+	/* If-Match / If-None-Match on the object; the upload stays if they fail. */
+	if (!s3_write_cond_begin(rq, &opts))
+		goto out;
 	keys = calloc(pl.n, sizeof(*keys));
 	md5 = EVP_MD_CTX_new();
 	if (!keys || !md5 || EVP_DigestInit_ex(md5, EVP_md5(), NULL) != 1) {
@@ -533,6 +560,7 @@ void s3_op_complete_multipart(struct gw_req *rq)
 			http_send_error(rq, S3_ENTITY_TOO_SMALL, msg);
 			goto out;
 		}
+		s3_parts_run(&runs, &run_size, &run_n, part->size, i + 1 == pl.n);
 		kvt_object_free(part);
 		EVP_DigestUpdate(md5, bin, 16);
 	}
@@ -543,17 +571,31 @@ void s3_op_complete_multipart(struct gw_req *rq)
 		gw_hex(hex, d, 16);
 		snprintf(etag, sizeof(etag), "\"%s-%zu\"", hex, pl.n);
 	}
-	opts = (struct kvt_put_opts){
-		.content_type = meta->content_type,
-		.meta = meta->meta,
-		.nmeta = meta->nmeta,
-		.etag = etag,
-	};
+	opts.content_type = meta->content_type;
+	opts.meta = meta->meta;
+	opts.nmeta = meta->nmeta;
+	opts.etag = etag;
 	for (size_t i = 0; i < meta->nmeta; i++)
 		if (strcmp(meta->meta[i].name, "kvtier-session") == 0)
 			opts.session = meta->meta[i].value;
+	/* The part layout, for GET ?partNumber; the strings stay meta's and runs'. */
+	if (!gw_buf_failed(&runs) && runs.len <= GW_PARTS_META_MAX) {
+		allmeta = calloc(meta->nmeta + 1, sizeof(*allmeta));
+		if (!allmeta) {
+			http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+			goto out;
+		}
+		if (meta->nmeta)
+			memcpy(allmeta, meta->meta, meta->nmeta * sizeof(*allmeta));
+		allmeta[meta->nmeta] = (struct kvt_meta){ (char *)GW_PARTS_META,
+							  (char *)gw_buf_str(&runs) };
+		opts.meta = allmeta;
+		opts.nmeta = meta->nmeta + 1;
+	}
 	rc = kvt_object_compose(srv->st, rq->route.bucket, rq->route.key, GW_UPLOADS_BUCKET,
 				(const char *const *)keys, pl.n, &opts, &info);
+	if (rc < 0 && s3_write_cond_failed(rq, rc))
+		goto out;
 	if (rc < 0) {
 		/* A part gone meanwhile: another Complete or an Abort won the race. */
 		http_send_error(rq, rc == -ENOENT ? S3_INVALID_PART : s3_err_from_errno(rc, 0), NULL);
@@ -584,6 +626,8 @@ out:
 		for (size_t i = 0; i < pl.n; i++)
 			free(keys[i]);
 	free(keys);
+	free(allmeta);
+	gw_buf_release(&runs);
 	EVP_MD_CTX_free(md5);
 	xml_partlist_release(&pl);
 	kvt_object_free(meta);
