@@ -687,7 +687,9 @@ static bool s3_part_range(struct gw_req *rq, const struct kvt_object *o, uint64_
 		if (strcmp(o->meta[i].name, GW_PARTS_META) == 0)
 			layout = o->meta[i].value;
 	*nparts = 0;
-	if (!layout || etag_n == 0) {
+	/* An ETag without "-N" (N > 1) is of bytes written since (a copy, a
+	 * rewrite through the mount, which keeps the metadata): one part. */
+	if (!layout || etag_n <= 1) {
 		/* Not multipart, or one part only: part 1 is the whole object. */
 		if (etag_n > 1) {
 			http_send_error(rq, S3_INVALID_REQUEST,
