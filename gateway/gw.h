@@ -19,6 +19,7 @@
 #define GW_H
 
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -65,9 +66,31 @@ struct gw_options {
 	unsigned timeout;		/* --timeout seconds of idle connection */
 	unsigned max_connections;
 	uint64_t max_object;		/* largest single PUT */
+	unsigned max_uploads;		/* open multipart uploads, in all */
+	unsigned max_uploads_bucket;	/* ... and in one bucket */
+	uint64_t upload_max_age;	/* seconds; older uploads are swept away */
 	uint64_t min_part;		/* smallest part but the last */
 	bool foreground;
 	bool verbose;
+};
+
+/*
+ * Open multipart uploads, counted per bucket and in all, to refuse a new one
+ * past the limits (s3_uploads_*, s3_ops_multipart.c). Counted at startup from
+ * .uploads and kept by this process: +1 at Create, -1 for each upload's meta
+ * object this process deletes (Complete, Abort, a bucket's deletion, the
+ * sweep of stale uploads). Another gateway on the same store counts its own.
+ */
+struct gw_upload_count {
+	char bucket[KVT_BUCKET_MAX + 1];
+	unsigned n;
+};
+
+struct gw_uploads {
+	pthread_mutex_t lock;
+	unsigned total;
+	struct gw_upload_count *v;	/* buckets with n > 0, unordered */
+	size_t nv, cap;
 };
 
 struct gw_server {
@@ -88,6 +111,7 @@ struct gw_server {
 	uint64_t reqid_seq;		/* atomic */
 	int access_fd;			/* -1: no access log */
 	unsigned prestaging;		/* atomic: prestage threads still running */
+	struct gw_uploads uploads;
 };
 
 static inline const struct auth_creds *gw_creds(struct gw_server *srv)
@@ -241,8 +265,16 @@ void s3_op_copy_object(struct gw_req *rq);
 void s3_op_get_object(struct gw_req *rq);
 void s3_op_delete_object(struct gw_req *rq);
 
-/* Deletes every object of .uploads under prefix (a bucket's or an upload's). */
-int s3_uploads_purge(struct gw_req *rq, const char *prefix);
+/*
+ * Deletes every object of .uploads under prefix (a bucket's or an upload's);
+ * returns how many uploads (meta objects) went, or a negative errno.
+ */
+int s3_uploads_purge(struct gw_server *srv, const char *prefix);
+/* Counts the open uploads (at startup); 0 or a negative errno. */
+int s3_uploads_init(struct gw_server *srv);
+void s3_uploads_release_all(struct gw_server *srv);
+/* Removes uploads initiated more than opt.upload_max_age ago; returns how many. */
+int s3_uploads_sweep(struct gw_server *srv);
 void s3_op_create_multipart(struct gw_req *rq);
 void s3_op_upload_part_start(struct gw_req *rq);
 void s3_op_upload_part(struct gw_req *rq);

@@ -65,6 +65,9 @@ struct kvt_config {
 		uint64_t timeout;	/* seconds before an idle connection closes */
 		unsigned max_connections;
 		uint64_t max_object;	/* bytes of the largest single PUT */
+		unsigned max_uploads;	/* open multipart uploads in all */
+		unsigned max_uploads_per_bucket;
+		uint64_t upload_max_age; /* seconds before an open upload is removed */
 		char *access_log;	/* "-" stderr, "off", or a file */
 	} gateway;
 	struct {
