@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
@@ -260,7 +261,7 @@ int main(int argc, char **argv)
 	unsigned flags;
 	int c, sig, rc, status = 1;
 	bool daemonize = false, uploads_init = false;
-	struct timespec sweep_every;
+	uint64_t sweep_every;
 	time_t next_sweep;
 
 	kvt_log_set_ident("kvtier-gateway");
@@ -517,9 +518,16 @@ int main(int argc, char **argv)
 		MHD_OPTION_NOTIFY_COMPLETED, http_completed_cb, &srv,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned int)o->max_connections,
-		/* Header space and read buffer of a connection: bounds oversized headers
-		 * (libmicrohttpd answers 431) and sets the size of body pieces we get. */
-		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+		/*
+		 * Header space and read buffer of a connection: bounds oversized
+		 * heads (libmicrohttpd answers 431 past it; between GW_MAX_HEADER_BYTES
+		 * and it, gw_http.c answers 400 RequestHeaderSectionTooLarge) and sets
+		 * the size of body pieces we get. libmicrohttpd 0.9.75 zeroes the
+		 * whole pool at each keep-alive request and keeps it resident, so it
+		 * is sized for a 16 KiB head with room to spare, not more: 256 KiB
+		 * cost a 256 KiB memset per request and 16 MiB at 64 connections.
+		 */
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GW_CONN_MEMORY,
 		MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)(16 * 1024),
 		MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
 		MHD_OPTION_ARRAY, tls_opts,
@@ -546,17 +554,27 @@ int main(int argc, char **argv)
 	 * abandoned upload would otherwise hold hot-tier space and a place under
 	 * max_uploads forever. It looks a few times per max age, at most hourly.
 	 */
-	sweep_every.tv_sec = (time_t)GW_MIN(o->upload_max_age / 4 ? o->upload_max_age / 4 : 1, 3600);
-	sweep_every.tv_nsec = 0;
+	sweep_every = GW_MIN(o->upload_max_age / 4 ? o->upload_max_age / 4 : 1, 3600);
 	next_sweep = time(NULL);
 	for (;;) {
+		struct timespec tick = { .tv_sec = 1 };
+
 		if (time(NULL) >= next_sweep) {
 			rc = s3_uploads_sweep(&srv);
 			if (rc < 0)
 				log_warn(rc, "cannot sweep stale multipart uploads");
-			next_sweep = time(NULL) + sweep_every.tv_sec;
+			next_sweep = time(NULL) + (time_t)sweep_every;
 		}
-		sig = sigtimedwait(&sigs, NULL, &sweep_every);
+		/*
+		 * Give freed memory back each second. Bursts of requests leave free
+		 * chunks in every worker's malloc arena (request buffers, I/O
+		 * contexts beyond the engine's pool) that glibc keeps forever
+		 * otherwise: RSS rose to the most concurrent PUTs ever seen and
+		 * stayed there (docs/benchmarks.md, "Gateway"). A trim of idle
+		 * arenas costs microseconds.
+		 */
+		malloc_trim(0);
+		sig = sigtimedwait(&sigs, NULL, &tick);
 		if (sig < 0)
 			continue;
 		if (sig == SIGHUP) {

@@ -34,6 +34,17 @@
 #define GW_DEFAULT_DOMAIN "localhost"
 #define GW_UPLOADS_BUCKET ".uploads"	/* internal bucket of multipart parts */
 #define GW_MAX_HEADER_BYTES (16 * 1024)
+#define GW_CONN_MEMORY (64 * 1024)	/* libmicrohttpd's pool per connection */
+/*
+ * Upload bodies up to this size are staged in the request (rq->body) and
+ * reach the writer at the end; larger ones stream from the first byte past
+ * it. The engine's writer holds one extent payload (1 MiB less a 64-byte
+ * header) in memory before it writes anyway, so staging that much holds no
+ * more of the body; what it saves is the writer's I/O context (4 MiB of
+ * registered, pinned buffers) for the whole time a client takes to send:
+ * 64 slow 256 KiB PUTs held 64 of them.
+ */
+#define GW_STAGE_MAX ((1u << 20) - 64)
 #define GW_MAX_XML_BODY (2u << 20)	/* DeleteObjects of 1000 long keys fits */
 #define GW_MAX_LOOKUP_BODY (8u << 20)
 #define GW_MIN_PART_SIZE (5u << 20)	/* S3: every part but the last */
@@ -157,7 +168,8 @@ struct gw_req {
 	/* the body */
 	enum gw_body_mode body_mode;
 	size_t body_max;
-	struct gw_buf body;
+	struct gw_buf body;		/* GW_BODY_BUFFER; GW_BODY_WRITER: staged bytes */
+	bool streaming;			/* GW_BODY_WRITER: past GW_STAGE_MAX, to the writer */
 	bool chunked;
 	struct chunk_dec chunk;
 	void *payload_sha;		/* EVP_MD_CTX, signed payloads */

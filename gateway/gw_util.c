@@ -66,6 +66,11 @@ fail:
 	return -ENOMEM;
 }
 
+int gw_buf_reserve(struct gw_buf *b, size_t n)
+{
+	return gw_buf_grow(b, n);
+}
+
 int gw_buf_append(struct gw_buf *b, const void *p, size_t n)
 {
 	if (gw_buf_grow(b, n) < 0)

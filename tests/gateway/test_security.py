@@ -342,6 +342,20 @@ class Security(unittest.TestCase):
         st, _, body = send("POST", "/" + BUCKET, query=[("delete", "")], body=big)
         self.assertEqual(st, 400, body[:300])
 
+    def test_head_size_limits(self):
+        """A request head: up to 16 KiB of fields served; past it 400
+        RequestHeaderSectionTooLarge from the gateway; past the 64 KiB
+        connection pool 431 from libmicrohttpd, which never buffers more."""
+        for pad, want in ((12000, b"HTTP/1.1 200"), (20000, b"HTTP/1.1 400"),
+                          (50000, b"HTTP/1.1 400"), (70000, b"HTTP/1.1 431"),
+                          (1 << 20, b"HTTP/1.1 431")):
+            req = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nx-pad: %s\r\n\r\n" \
+                % (b"p" * pad)
+            resp = raw_exchange(req, shut=False)
+            self.assertTrue(resp.startswith(want), (pad, resp[:80]))
+            if want.endswith(b"400"):
+                self.assertIn(b"RequestHeaderSectionTooLarge", resp)
+
     def test_open_uploads_capped_and_swept(self):
         """Open multipart uploads are capped per bucket and in all (503 SlowDown
         with Retry-After, before anything is written), and uploads older than
