@@ -909,9 +909,15 @@ int cat_object_put_parts(struct cat *c, const struct cat_put *p, const int64_t *
 		id = sqlite3_column_int64(s, 0);
 		if (freed_vid)
 			*freed_vid = (uint64_t)sqlite3_column_int64(s, 1);
-		/* The condition sees the version this transaction replaces. */
-		rc = p->precondition ? p->precondition(p->precondition_arg,
-						       (const char *)sqlite3_column_text(s, 2)) : 0;
+		/* The condition sees the version this transaction replaces ("" for
+		 * an ETag never set: NULL would say there is no object). */
+		if (p->precondition) {
+			const char *etag = (const char *)sqlite3_column_text(s, 2);
+
+			rc = p->precondition(p->precondition_arg, etag ? etag : "");
+		} else {
+			rc = 0;
+		}
 		cat_done(s);
 		if (rc < 0)
 			goto fail;
