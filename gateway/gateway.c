@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
@@ -31,6 +32,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gw.h"
@@ -71,6 +73,11 @@ static void gw_usage(FILE *f)
 		"      --max-connections N  (default 1024)\n"
 		"      --max-object SIZE  largest PutObject or part (default 5G)\n"
 		"      --min-part-size SIZE  smallest multipart part but the last (default 5M)\n"
+		"      --max-uploads N    open multipart uploads in all ([gateway] max_uploads,\n"
+		"                         default 10000); more are refused with 503 SlowDown\n"
+		"      --max-uploads-per-bucket N  ... and in one bucket (default 1000)\n"
+		"      --upload-max-age DURATION  uploads older than this are removed with their\n"
+		"                         parts ([gateway] upload_max_age, default 7d)\n"
 		"      --access-log FILE  one line per request; '-' stdout (default), 'off'\n"
 		"      --tls-cert PEM     serve HTTPS with this certificate (and --tls-key)\n"
 		"      --tls-key PEM      its private key\n"
@@ -212,7 +219,8 @@ static void gw_reload(struct gw_server *srv)
 int main(int argc, char **argv)
 {
 	enum { OPT_LISTEN = 256, OPT_CREDS, OPT_THREADS, OPT_DOMAIN, OPT_REGION, OPT_TIMEOUT,
-	       OPT_MAXCONN, OPT_MAXOBJ, OPT_ACCESS_LOG, OPT_VERSION, OPT_MINPART, OPT_TLS_CERT,
+	       OPT_MAXCONN, OPT_MAXOBJ, OPT_ACCESS_LOG, OPT_VERSION, OPT_MINPART, OPT_MAXUPLOADS,
+	       OPT_MAXUPLOADS_BUCKET, OPT_UPLOAD_AGE, OPT_TLS_CERT,
 	       OPT_TLS_KEY, OPT_METRICS_LISTEN };
 	static const struct option longopts[] = {
 		{ "config", required_argument, NULL, 'c' },
@@ -225,6 +233,9 @@ int main(int argc, char **argv)
 		{ "max-connections", required_argument, NULL, OPT_MAXCONN },
 		{ "max-object", required_argument, NULL, OPT_MAXOBJ },
 		{ "min-part-size", required_argument, NULL, OPT_MINPART },
+		{ "max-uploads", required_argument, NULL, OPT_MAXUPLOADS },
+		{ "max-uploads-per-bucket", required_argument, NULL, OPT_MAXUPLOADS_BUCKET },
+		{ "upload-max-age", required_argument, NULL, OPT_UPLOAD_AGE },
 		{ "access-log", required_argument, NULL, OPT_ACCESS_LOG },
 		{ "tls-cert", required_argument, NULL, OPT_TLS_CERT },
 		{ "tls-key", required_argument, NULL, OPT_TLS_KEY },
@@ -249,7 +260,9 @@ int main(int argc, char **argv)
 	sigset_t sigs;
 	unsigned flags;
 	int c, sig, rc, status = 1;
-	bool daemonize = false;
+	bool daemonize = false, uploads_init = false;
+	uint64_t sweep_every;
+	time_t next_sweep;
 
 	kvt_log_set_ident("kvtier-gateway");
 	o->min_part = GW_MIN_PART_SIZE;
@@ -291,6 +304,28 @@ int main(int argc, char **argv)
 				o->timeout = (unsigned)v;
 			else
 				o->max_connections = (unsigned)v;
+			break;
+		case OPT_MAXUPLOADS:
+		case OPT_MAXUPLOADS_BUCKET:
+			errno = 0;
+			v = strtoul(optarg, &end, 10);
+			if (errno || *end || !*optarg || v < 1 || v > 10000000) {
+				fprintf(stderr, "kvtier-gateway: bad number '%s' for --%s\n", optarg,
+					c == OPT_MAXUPLOADS ? "max-uploads" : "max-uploads-per-bucket");
+				return 2;
+			}
+			if (c == OPT_MAXUPLOADS)
+				o->max_uploads = (unsigned)v;
+			else
+				o->max_uploads_bucket = (unsigned)v;
+			break;
+		case OPT_UPLOAD_AGE:
+			if (kvt_parse_duration(optarg, &o->upload_max_age) < 0 ||
+			    o->upload_max_age == 0) {
+				fprintf(stderr, "kvtier-gateway: bad duration '%s' for --upload-max-age\n",
+					optarg);
+				return 2;
+			}
 			break;
 		case OPT_MAXOBJ:
 		case OPT_MINPART: {
@@ -348,6 +383,13 @@ int main(int argc, char **argv)
 		o->max_connections = srv.cfg.gateway.max_connections;
 	if (!o->max_object)
 		o->max_object = srv.cfg.gateway.max_object;
+	if (!o->max_uploads)
+		o->max_uploads = srv.cfg.gateway.max_uploads;
+	if (!o->max_uploads_bucket)
+		o->max_uploads_bucket = srv.cfg.gateway.max_uploads_per_bucket;
+	if (!o->upload_max_age)
+		o->upload_max_age = srv.cfg.gateway.upload_max_age ? srv.cfg.gateway.upload_max_age
+								    : 7 * 86400;
 	if (!o->credentials) {
 		fprintf(stderr, "kvtier-gateway: no users: set [gateway] credentials in %s or give "
 			"--credentials FILE (anonymous access is not allowed)\n",
@@ -425,6 +467,12 @@ int main(int argc, char **argv)
 		log_err(rc, "cannot create the internal bucket '%s'", GW_UPLOADS_BUCKET);
 		goto out;
 	}
+	rc = s3_uploads_init(&srv);
+	if (rc < 0) {
+		log_err(rc, "cannot count the open multipart uploads");
+		goto out;
+	}
+	uploads_init = true;
 	if (RAND_bytes((unsigned char *)&srv.reqid_base, sizeof(srv.reqid_base)) != 1)
 		srv.reqid_base = (uint64_t)getpid() << 32;
 	xml_global_init();
@@ -470,9 +518,16 @@ int main(int argc, char **argv)
 		MHD_OPTION_NOTIFY_COMPLETED, http_completed_cb, &srv,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned int)o->max_connections,
-		/* Header space and read buffer of a connection: bounds oversized headers
-		 * (libmicrohttpd answers 431) and sets the size of body pieces we get. */
-		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+		/*
+		 * Header space and read buffer of a connection: bounds oversized
+		 * heads (libmicrohttpd answers 431 past it; between GW_MAX_HEADER_BYTES
+		 * and it, gw_http.c answers 400 RequestHeaderSectionTooLarge) and sets
+		 * the size of body pieces we get. libmicrohttpd 0.9.75 zeroes the
+		 * whole pool at each keep-alive request and keeps it resident, so it
+		 * is sized for a 16 KiB head with room to spare, not more: 256 KiB
+		 * cost a 256 KiB memset per request and 16 MiB at 64 connections.
+		 */
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GW_CONN_MEMORY,
 		MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)(16 * 1024),
 		MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
 		MHD_OPTION_ARRAY, tls_opts,
@@ -493,8 +548,34 @@ int main(int argc, char **argv)
 				 di ? di->port : 0);
 		}
 	}
+	/*
+	 * The main thread waits for signals and, between them, sweeps away
+	 * multipart uploads older than upload_max_age (with their parts): an
+	 * abandoned upload would otherwise hold hot-tier space and a place under
+	 * max_uploads forever. It looks a few times per max age, at most hourly.
+	 */
+	sweep_every = GW_MIN(o->upload_max_age / 4 ? o->upload_max_age / 4 : 1, 3600);
+	next_sweep = time(NULL);
 	for (;;) {
-		if (sigwait(&sigs, &sig) != 0)
+		struct timespec tick = { .tv_sec = 1 };
+
+		if (time(NULL) >= next_sweep) {
+			rc = s3_uploads_sweep(&srv);
+			if (rc < 0)
+				log_warn(rc, "cannot sweep stale multipart uploads");
+			next_sweep = time(NULL) + (time_t)sweep_every;
+		}
+		/*
+		 * Give freed memory back each second. Bursts of requests leave free
+		 * chunks in every worker's malloc arena (request buffers, I/O
+		 * contexts beyond the engine's pool) that glibc keeps forever
+		 * otherwise: RSS rose to the most concurrent PUTs ever seen and
+		 * stayed there (docs/benchmarks.md, "Gateway"). A trim of idle
+		 * arenas costs microseconds.
+		 */
+		malloc_trim(0);
+		sig = sigtimedwait(&sigs, NULL, &tick);
+		if (sig < 0)
 			continue;
 		if (sig == SIGHUP) {
 			gw_reload(&srv);
@@ -515,6 +596,8 @@ out:
 		free(tls_key);
 	}
 	gw_prestage_wait(&srv);
+	if (uploads_init)
+		s3_uploads_release_all(&srv);
 	kvt_store_close(srv.st);
 	gw_creds_free(srv.creds);
 	for (size_t i = 0; i < srv.nretired; i++)

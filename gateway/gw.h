@@ -19,6 +19,7 @@
 #define GW_H
 
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -33,6 +34,17 @@
 #define GW_DEFAULT_DOMAIN "localhost"
 #define GW_UPLOADS_BUCKET ".uploads"	/* internal bucket of multipart parts */
 #define GW_MAX_HEADER_BYTES (16 * 1024)
+#define GW_CONN_MEMORY (64 * 1024)	/* libmicrohttpd's pool per connection */
+/*
+ * Upload bodies up to this size are staged in the request (rq->body) and
+ * reach the writer at the end; larger ones stream from the first byte past
+ * it. The engine's writer holds one extent payload (1 MiB less a 64-byte
+ * header) in memory before it writes anyway, so staging that much holds no
+ * more of the body; what it saves is the writer's I/O context (4 MiB of
+ * registered, pinned buffers) for the whole time a client takes to send:
+ * 64 slow 256 KiB PUTs held 64 of them.
+ */
+#define GW_STAGE_MAX ((1u << 20) - 64)
 #define GW_MAX_XML_BODY (2u << 20)	/* DeleteObjects of 1000 long keys fits */
 #define GW_MAX_LOOKUP_BODY (8u << 20)
 #define GW_MIN_PART_SIZE (5u << 20)	/* S3: every part but the last */
@@ -41,6 +53,15 @@
  * header can have (':' is not a token character), so no x-amz-meta-* name
  * can collide with them. */
 #define GW_SYSMETA_PREFIX ":"
+/*
+ * A multipart object's part sizes, for GET ?partNumber=N: runs of
+ * "SIZE*COUNT" joined by ',' ("8388608*12,1234*1"). Kept only while its
+ * ETag says "-N" parts with the same N, and only up to GW_PARTS_META_MAX
+ * bytes (uploads of many different part sizes go without: such an object
+ * answers partNumber with 400 InvalidRequest rather than a wrong range).
+ */
+#define GW_PARTS_META GW_SYSMETA_PREFIX "parts"
+#define GW_PARTS_META_MAX 512
 
 struct gw_options {
 	const char *config;		/* -c */
@@ -56,9 +77,31 @@ struct gw_options {
 	unsigned timeout;		/* --timeout seconds of idle connection */
 	unsigned max_connections;
 	uint64_t max_object;		/* largest single PUT */
+	unsigned max_uploads;		/* open multipart uploads, in all */
+	unsigned max_uploads_bucket;	/* ... and in one bucket */
+	uint64_t upload_max_age;	/* seconds; older uploads are swept away */
 	uint64_t min_part;		/* smallest part but the last */
 	bool foreground;
 	bool verbose;
+};
+
+/*
+ * Open multipart uploads, counted per bucket and in all, to refuse a new one
+ * past the limits (s3_uploads_*, s3_ops_multipart.c). Counted at startup from
+ * .uploads and kept by this process: +1 at Create, -1 for each upload's meta
+ * object this process deletes (Complete, Abort, a bucket's deletion, the
+ * sweep of stale uploads). Another gateway on the same store counts its own.
+ */
+struct gw_upload_count {
+	char bucket[KVT_BUCKET_MAX + 1];
+	unsigned n;
+};
+
+struct gw_uploads {
+	pthread_mutex_t lock;
+	unsigned total;
+	struct gw_upload_count *v;	/* buckets with n > 0, unordered */
+	size_t nv, cap;
 };
 
 struct gw_server {
@@ -79,6 +122,7 @@ struct gw_server {
 	uint64_t reqid_seq;		/* atomic */
 	int access_fd;			/* -1: no access log */
 	unsigned prestaging;		/* atomic: prestage threads still running */
+	struct gw_uploads uploads;
 };
 
 static inline const struct auth_creds *gw_creds(struct gw_server *srv)
@@ -124,7 +168,8 @@ struct gw_req {
 	/* the body */
 	enum gw_body_mode body_mode;
 	size_t body_max;
-	struct gw_buf body;
+	struct gw_buf body;		/* GW_BODY_BUFFER; GW_BODY_WRITER: staged bytes */
+	bool streaming;			/* GW_BODY_WRITER: past GW_STAGE_MAX, to the writer */
 	bool chunked;
 	struct chunk_dec chunk;
 	void *payload_sha;		/* EVP_MD_CTX, signed payloads */
@@ -146,6 +191,10 @@ struct gw_req {
 	size_t nmeta;
 	char *part_key;			/* UploadPart: the part's key in .uploads */
 	char *content_type;
+	/* A conditional write's If-Match / If-None-Match (MHD's strings) and
+	 * what the commit's check found (s3_write_cond_*). */
+	const char *if_match, *if_none_match;
+	enum s3_code cond_code;
 	const char *err_hdr_name;	/* one more header on an error (Content-Range) */
 	char err_hdr_value[64];
 };
@@ -195,6 +244,18 @@ enum s3_code s3_conditions(const struct kvt_object *o, const char *if_match,
 			   const char *if_unmodified_since);
 /* Parses "x-amz-copy-source" into bucket and key; S3_OK or an error. */
 enum s3_code s3_copy_source(const char *v, char **bucket, char **key);
+/*
+ * Conditional writes (PutObject, CompleteMultipartUpload, CopyObject):
+ * s3_write_cond_begin() reads If-Match / If-None-Match, checks them against
+ * the key's current version at once (to refuse before a body is read) and
+ * hooks the same check into the commit's transaction through opts; answers
+ * and returns false if a condition fails now. After a failed commit,
+ * s3_write_cond_failed() answers and returns true if the commit's check
+ * refused it: 412 PreconditionFailed, or 409 ConditionalRequestConflict when
+ * an If-Match object was deleted while the write was under way.
+ */
+bool s3_write_cond_begin(struct gw_req *rq, struct kvt_put_opts *opts);
+bool s3_write_cond_failed(struct gw_req *rq, int rc);
 /* Checks the bucket exists and the user may touch it; answers and returns false if not. */
 bool s3_bucket_ok(struct gw_req *rq, const char *bucket);
 
@@ -216,8 +277,16 @@ void s3_op_copy_object(struct gw_req *rq);
 void s3_op_get_object(struct gw_req *rq);
 void s3_op_delete_object(struct gw_req *rq);
 
-/* Deletes every object of .uploads under prefix (a bucket's or an upload's). */
-int s3_uploads_purge(struct gw_req *rq, const char *prefix);
+/*
+ * Deletes every object of .uploads under prefix (a bucket's or an upload's);
+ * returns how many uploads (meta objects) went, or a negative errno.
+ */
+int s3_uploads_purge(struct gw_server *srv, const char *prefix);
+/* Counts the open uploads (at startup); 0 or a negative errno. */
+int s3_uploads_init(struct gw_server *srv);
+void s3_uploads_release_all(struct gw_server *srv);
+/* Removes uploads initiated more than opt.upload_max_age ago; returns how many. */
+int s3_uploads_sweep(struct gw_server *srv);
 void s3_op_create_multipart(struct gw_req *rq);
 void s3_op_upload_part_start(struct gw_req *rq);
 void s3_op_upload_part(struct gw_req *rq);

@@ -7,7 +7,9 @@
  * the client streams that way), the digests the client asked us to check
  * (x-amz-content-sha256, Content-MD5, x-amz-checksum-*) and then straight
  * into the engine's writer, so memory per upload is bounded whatever the
- * object size. Nothing is committed until every digest and signature has
+ * object size. The first GW_STAGE_MAX bytes wait in the request and reach
+ * the writer when more arrive or at the end (gw.h says why): a small object
+ * is written only once its digests have been checked. Nothing is committed until every digest and signature has
  * been checked at the end of the body; any failure, a client that goes
  * away, or a timeout ends in kvt_writer_abort() from http_completed_cb(), so
  * no partial object ever becomes visible.
@@ -525,8 +527,15 @@ static void http_begin(struct gw_req *rq)
 
 void http_body_to_writer(struct gw_req *rq, struct kvt_writer *w)
 {
+	const char *cl = http_hdr(rq, "Content-Length");
+	uint64_t size = rq->decoded_len >= 0 ? (uint64_t)rq->decoded_len
+					     : (cl ? strtoull(cl, NULL, 10) : UINT64_MAX);
+
 	rq->writer = w;
 	rq->body_mode = GW_BODY_WRITER;
+	/* A body known to fit is staged in one allocation of its own size. */
+	if (size > 0 && size <= GW_STAGE_MAX)
+		gw_buf_reserve(&rq->body, (size_t)size);
 }
 
 static void http_body_fail(struct gw_req *rq, enum s3_code code, const char *msg)
@@ -540,11 +549,36 @@ static void http_body_fail(struct gw_req *rq, enum s3_code code, const char *msg
 	rq->writer = NULL;
 }
 
+static enum s3_code http_write(struct gw_req *rq, const char *data, size_t len)
+{
+	int rc = kvt_writer_write(rq->writer, data, len);
+
+	if (rc < 0) {
+		enum s3_code code = s3_err_from_errno(rc, S3_CTX_OBJECT);
+
+		if (code == S3_INTERNAL_ERROR)
+			log_err(rc, "request %s: cannot write '%s/%s'", rq->id, rq->route.bucket,
+				rq->route.key);
+		return code;
+	}
+	return S3_OK;
+}
+
+/* The staged bytes into the writer; from now on the body streams. */
+static enum s3_code http_unstage(struct gw_req *rq)
+{
+	enum s3_code code = rq->body.len ? http_write(rq, rq->body.data, rq->body.len) : S3_OK;
+
+	gw_buf_release(&rq->body);
+	gw_buf_init(&rq->body);
+	rq->streaming = true;
+	return code;
+}
+
 /* Payload bytes (after aws-chunked decoding). */
 static enum s3_code http_payload(void *arg, const char *data, size_t len)
 {
 	struct gw_req *rq = arg;
-	int rc;
 
 	if (rq->md5)
 		EVP_DigestUpdate(rq->md5, data, len);
@@ -565,16 +599,18 @@ static enum s3_code http_payload(void *arg, const char *data, size_t len)
 	case GW_BODY_WRITER:
 		if (rq->payload_len > rq->srv->opt.max_object)
 			return S3_ENTITY_TOO_LARGE;
-		rc = kvt_writer_write(rq->writer, data, len);
-		if (rc < 0) {
-			enum s3_code code = s3_err_from_errno(rc, S3_CTX_OBJECT);
-
-			if (code == S3_INTERNAL_ERROR)
-				log_err(rc, "request %s: cannot write '%s/%s'", rq->id,
-					rq->route.bucket, rq->route.key);
-			return code;
+		if (!rq->streaming && rq->payload_len <= GW_STAGE_MAX) {
+			if (gw_buf_append(&rq->body, data, len) < 0)
+				return S3_SERVICE_UNAVAILABLE;
+			break;
 		}
-		break;
+		if (!rq->streaming) {
+			enum s3_code code = http_unstage(rq);
+
+			if (code != S3_OK)
+				return code;
+		}
+		return http_write(rq, data, len);
 	}
 	return S3_OK;
 }
@@ -645,6 +681,13 @@ static void http_end(struct gw_req *rq)
 				 "calculated checksum.", rq->cks_header);
 			http_body_fail(rq, S3_BAD_DIGEST, msg);
 		}
+	}
+	/* Every digest held: a staged body goes to the writer only now. */
+	if (rq->body_err == S3_OK && rq->body_mode == GW_BODY_WRITER && !rq->streaming) {
+		enum s3_code code = http_unstage(rq);
+
+		if (code != S3_OK)
+			http_body_fail(rq, code, NULL);
 	}
 	if (rq->body_err != S3_OK) {
 		http_send_error(rq, rq->body_err, rq->body_msg[0] ? rq->body_msg : NULL);

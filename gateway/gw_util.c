@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -64,6 +65,11 @@ static int gw_buf_grow(struct gw_buf *b, size_t extra)
 fail:
 	b->failed = true;
 	return -ENOMEM;
+}
+
+int gw_buf_reserve(struct gw_buf *b, size_t n)
+{
+	return gw_buf_grow(b, n);
 }
 
 int gw_buf_append(struct gw_buf *b, const void *p, size_t n)
@@ -514,20 +520,85 @@ void gw_cks_release(struct gw_cks *c)
 	c->algo = GW_CKS_NONE;
 }
 
+/*
+ * SHA-256 for SigV4, several times a request. OpenSSL 3 looks an algorithm
+ * up in its provider store at every EVP_sha256() init and HMAC() call (a
+ * lock shared by all threads and a few microseconds each); SHA-256 is
+ * fetched once here, each thread keeps a context, and HMAC is the two
+ * hashes of RFC 2104 over it.
+ */
+static EVP_MD *gw_sha256_md;
+static pthread_once_t gw_sha256_once = PTHREAD_ONCE_INIT;
+static pthread_key_t gw_sha256_key;	/* the thread's EVP_MD_CTX, freed at its exit */
+
+static void gw_sha256_ctx_free(void *ctx)
+{
+	EVP_MD_CTX_free(ctx);
+}
+
+static void gw_sha256_fetch(void)
+{
+	gw_sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+	if (pthread_key_create(&gw_sha256_key, gw_sha256_ctx_free) != 0)
+		abort();	/* only at the first request, and only without memory */
+}
+
+/* SHA-256 of the concatenation of n pieces. */
+static void gw_sha256_pieces(uint8_t out[32], const void *const *p, const size_t *len, int n)
+{
+	const EVP_MD *md;
+	unsigned olen = 0;
+
+	EVP_MD_CTX *ctx;
+
+	pthread_once(&gw_sha256_once, gw_sha256_fetch);
+	md = gw_sha256_md ? gw_sha256_md : EVP_sha256();
+	ctx = pthread_getspecific(gw_sha256_key);
+	if (!ctx && (ctx = EVP_MD_CTX_new()) && pthread_setspecific(gw_sha256_key, ctx) != 0) {
+		EVP_MD_CTX_free(ctx);
+		ctx = NULL;
+	}
+	if (!ctx || EVP_DigestInit_ex(ctx, md, NULL) != 1) {
+		memset(out, 0, 32);	/* matches no signature */
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		EVP_DigestUpdate(ctx, p[i], len[i]);
+	EVP_DigestFinal_ex(ctx, out, &olen);
+}
+
 void gw_sha256_hex(char out[65], const void *buf, size_t len)
 {
 	uint8_t d[32];
-	unsigned n = 0;
 
-	EVP_Digest(buf, len, d, &n, EVP_sha256(), NULL);
+	gw_sha256_pieces(d, &buf, &len, 1);
 	gw_hex(out, d, 32);
 }
 
 void gw_hmac_sha256(uint8_t out[32], const void *key, size_t keylen, const void *msg, size_t len)
 {
-	unsigned n = 32;
+	uint8_t k[64] = { 0 }, ipad[64], opad[64], inner[32];
+	const void *p[2];
+	size_t l[2];
 
-	HMAC(EVP_sha256(), key, (int)keylen, msg, len, out, &n);
+	if (keylen > sizeof(k)) {
+		p[0] = key;
+		l[0] = keylen;
+		gw_sha256_pieces(k, p, l, 1);
+	} else {
+		memcpy(k, key, keylen);
+	}
+	for (int i = 0; i < 64; i++) {
+		ipad[i] = k[i] ^ 0x36;
+		opad[i] = k[i] ^ 0x5c;
+	}
+	p[0] = ipad, l[0] = 64, p[1] = msg, l[1] = len;
+	gw_sha256_pieces(inner, p, l, 2);
+	p[0] = opad, l[0] = 64, p[1] = inner, l[1] = 32;
+	gw_sha256_pieces(out, p, l, 2);
+	OPENSSL_cleanse(k, sizeof(k));
+	OPENSSL_cleanse(ipad, sizeof(ipad));
+	OPENSSL_cleanse(opad, sizeof(opad));
 }
 
 bool gw_secure_eq(const char *a, const char *b)

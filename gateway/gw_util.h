@@ -35,6 +35,8 @@ void gw_buf_init(struct gw_buf *b);
 void gw_buf_release(struct gw_buf *b);
 void gw_buf_reset(struct gw_buf *b);
 int gw_buf_append(struct gw_buf *b, const void *p, size_t n);
+/* Room for n more bytes without another allocation. */
+int gw_buf_reserve(struct gw_buf *b, size_t n);
 int gw_buf_puts(struct gw_buf *b, const char *s);
 int gw_buf_putc(struct gw_buf *b, char c);
 int gw_buf_printf(struct gw_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -554,18 +554,51 @@ int auth_parse_authorization(const char *value, struct auth_authz *out)
 
 /* ---- verification ------------------------------------------------------- */
 
+/*
+ * The derived key changes once a day per user, region and service: each
+ * thread keeps the last one (four HMACs saved on nearly every request).
+ * A user is known by the address of its secret: credential sets replaced by
+ * SIGHUP stay allocated (gw.h), so an address is never reused for another.
+ */
+struct auth_key_cache {
+	const char *user;		/* the secret's address, never its bytes */
+	char date[9], region[64], service[16];
+	uint8_t key[32];
+};
+
+static __thread struct auth_key_cache auth_cache;
+
 static void auth_signing_key(uint8_t key[32], const char *secret, const char *date,
 			     const char *region, const char *service)
 {
+	struct auth_key_cache *c = &auth_cache;
 	char k0[300];
 	uint8_t a[32], b[32];
-	int n = snprintf(k0, sizeof(k0), "AWS4%s", secret);
+	int n;
 
+	if (c->user == secret) {
+		if (strcmp(c->date, date) == 0 && strcmp(c->region, region) == 0 &&
+		    strcmp(c->service, service) == 0) {
+			memcpy(key, c->key, 32);
+			return;
+		}
+	}
+	n = snprintf(k0, sizeof(k0), "AWS4%s", secret);
 	gw_hmac_sha256(a, k0, (size_t)n, date, strlen(date));
 	gw_hmac_sha256(b, a, 32, region, strlen(region));
 	gw_hmac_sha256(a, b, 32, service, strlen(service));
 	gw_hmac_sha256(key, a, 32, "aws4_request", strlen("aws4_request"));
 	OPENSSL_cleanse(k0, sizeof(k0));
+	if (strlen(date) < sizeof(c->date) && strlen(region) < sizeof(c->region) &&
+	    strlen(service) < sizeof(c->service)) {
+		c->user = secret;
+		snprintf(c->date, sizeof(c->date), "%s", date);
+		snprintf(c->region, sizeof(c->region), "%s", region);
+		snprintf(c->service, sizeof(c->service), "%s", service);
+		memcpy(c->key, key, 32);
+	} else {
+		c->user = NULL;
+	}
 }
 
 static void auth_sign(char out[65], const uint8_t key[32], const char *sts)

@@ -93,6 +93,14 @@ static const struct {
 	[S3_CONTENT_SHA256_MISMATCH] = { "XAmzContentSHA256Mismatch", 400,
 		"The provided 'x-amz-content-sha256' header does not match what was computed." },
 	[S3_EXPIRED_PRESIGNED] = { "AccessDenied", 403, "Request has expired" },
+	[S3_CONDITIONAL_CONFLICT] = { "ConditionalRequestConflict", 409,
+		"A conflicting operation occurred during the conditional write. Please retry." },
+	[S3_INVALID_PART_NUMBER] = { "InvalidPartNumber", 416,
+		"The requested partnumber is not satisfiable" },
+	/* S3 has no code for it (its limits are not per server); SlowDown with
+	 * Retry-After is what every SDK already backs off on. */
+	[S3_TOO_MANY_UPLOADS] = { "SlowDown", 503,
+		"Too many multipart uploads are open. Complete or abort some, or retry later." },
 };
 
 /*

@@ -134,7 +134,7 @@ void s3_op_delete_bucket(struct gw_req *rq)
 	}
 	/* Uploads never completed die with their bucket, as in S3. */
 	snprintf(prefix, sizeof(prefix), "%s/", rq->route.bucket);
-	s3_uploads_purge(rq, prefix);
+	s3_uploads_purge(rq->srv, prefix);
 	http_send_empty(rq, 204);
 }
 

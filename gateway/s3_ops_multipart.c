@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gw.h"
 #include "log.h"
@@ -123,7 +124,7 @@ out:
 }
 
 /* Calls fn for every object of .uploads under prefix, all pages. */
-static int s3_uploads_walk(struct gw_req *rq, const char *prefix, const char *delim,
+static int s3_uploads_walk(struct gw_server *srv, const char *prefix, const char *delim,
 			   int (*fn)(void *arg, const struct kvt_object *o, const char *cp),
 			   void *arg)
 {
@@ -135,7 +136,7 @@ static int s3_uploads_walk(struct gw_req *rq, const char *prefix, const char *de
 		struct kvt_list *l = NULL;
 
 		lo.continuation = token;
-		rc = kvt_object_list(rq->srv->st, GW_UPLOADS_BUCKET, &lo, &l);
+		rc = kvt_object_list(srv->st, GW_UPLOADS_BUCKET, &lo, &l);
 		if (rc < 0)
 			break;
 		for (size_t i = 0; i < l->nobjects && rc == 0; i++)
@@ -187,22 +188,204 @@ static void s3_keys_free(struct s3_keys *k)
 	free(k->v);
 }
 
-int s3_uploads_purge(struct gw_req *rq, const char *prefix)
+/* ---- counting open uploads -------------------------------------------- */
+
+static struct gw_upload_count *s3_uploads_find(struct gw_uploads *u, const char *bucket,
+					       size_t len)
+{
+	for (size_t i = 0; i < u->nv; i++)
+		if (strlen(u->v[i].bucket) == len && memcmp(u->v[i].bucket, bucket, len) == 0)
+			return &u->v[i];
+	return NULL;
+}
+
+/*
+ * One more upload in bucket (len bytes of it), if the limits allow (or
+ * always, with force: counting what exists). S3_OK or S3_TOO_MANY_UPLOADS.
+ */
+static enum s3_code s3_uploads_reserve(struct gw_server *srv, const char *bucket, size_t len,
+				       bool force)
+{
+	struct gw_uploads *u = &srv->uploads;
+	struct gw_upload_count *c;
+	enum s3_code code = S3_OK;
+
+	if (len > KVT_BUCKET_MAX)
+		return S3_OK;	/* no bucket name: not an upload of ours */
+	pthread_mutex_lock(&u->lock);
+	c = s3_uploads_find(u, bucket, len);
+	if (!force && (u->total >= srv->opt.max_uploads ||
+		       (c && c->n >= srv->opt.max_uploads_bucket))) {
+		code = S3_TOO_MANY_UPLOADS;
+		goto out;
+	}
+	if (!c) {
+		if (u->nv == u->cap) {
+			size_t cap = u->cap ? 2 * u->cap : 16;
+			struct gw_upload_count *v = realloc(u->v, cap * sizeof(*v));
+
+			if (!v) {
+				code = S3_SERVICE_UNAVAILABLE;
+				goto out;
+			}
+			u->v = v;
+			u->cap = cap;
+		}
+		c = &u->v[u->nv++];
+		memcpy(c->bucket, bucket, len);
+		c->bucket[len] = '\0';
+		c->n = 0;
+	}
+	c->n++;
+	u->total++;
+out:
+	pthread_mutex_unlock(&u->lock);
+	return code;
+}
+
+static void s3_uploads_release(struct gw_server *srv, const char *bucket, size_t len)
+{
+	struct gw_uploads *u = &srv->uploads;
+	struct gw_upload_count *c;
+
+	pthread_mutex_lock(&u->lock);
+	c = s3_uploads_find(u, bucket, len);
+	if (c && c->n > 0) {
+		c->n--;
+		u->total--;
+		if (c->n == 0)
+			*c = u->v[--u->nv];
+	}
+	pthread_mutex_unlock(&u->lock);
+}
+
+/* For a key "<bucket>/<id>/meta" of .uploads: the bucket's length, or 0. */
+static size_t s3_upload_meta_bucket(const char *key)
+{
+	const char *slash = strchr(key, '/');
+	size_t len = strlen(key);
+
+	if (!slash || len < 5 || strcmp(key + len - 5, "/meta") != 0)
+		return 0;
+	return (size_t)(slash - key);
+}
+
+static int s3_uploads_count_one(void *arg, const struct kvt_object *o, const char *cp)
+{
+	struct gw_server *srv = arg;
+	size_t blen;
+
+	if (o && (blen = s3_upload_meta_bucket(o->key)) > 0)
+		s3_uploads_reserve(srv, o->key, blen, true);
+	return 0;
+}
+
+int s3_uploads_init(struct gw_server *srv)
+{
+	int rc = pthread_mutex_init(&srv->uploads.lock, NULL);
+
+	if (rc)
+		return -rc;
+	/* One pass over .uploads (parts too): only at startup. */
+	rc = s3_uploads_walk(srv, "", NULL, s3_uploads_count_one, srv);
+	if (rc == 0 && srv->uploads.total)
+		log_info("%u multipart uploads open in %zu buckets", srv->uploads.total,
+			 srv->uploads.nv);
+	return rc;
+}
+
+void s3_uploads_release_all(struct gw_server *srv)
+{
+	free(srv->uploads.v);
+	srv->uploads.v = NULL;
+	srv->uploads.nv = srv->uploads.cap = 0;
+	pthread_mutex_destroy(&srv->uploads.lock);
+}
+
+int s3_uploads_purge(struct gw_server *srv, const char *prefix)
 {
 	struct s3_keys k = { 0 };
-	int rc = s3_uploads_walk(rq, prefix, NULL, s3_keys_add, &k);
+	int rc = s3_uploads_walk(srv, prefix, NULL, s3_keys_add, &k), gone = 0;
 
 	/* Collected first, deleted after: deleting under a listing's feet skips rows. */
 	for (size_t i = 0; i < k.n; i++) {
-		int r2 = kvt_object_delete(rq->srv->st, GW_UPLOADS_BUCKET, k.v[i]);
+		int r2 = kvt_object_delete(srv->st, GW_UPLOADS_BUCKET, k.v[i]);
+		size_t blen;
 
 		if (r2 < 0 && r2 != -ENOENT && rc == 0)
 			rc = r2;
+		/* Counted once, by whoever deleted its meta object (Complete and Abort may race). */
+		if (r2 == 0 && (blen = s3_upload_meta_bucket(k.v[i])) > 0) {
+			s3_uploads_release(srv, k.v[i], blen);
+			gone++;
+		}
 	}
 	s3_keys_free(&k);
 	if (rc < 0)
-		log_warn(rc, "request %s: cannot remove all of upload '%s'", rq->id, prefix);
+		log_warn(rc, "cannot remove all of upload '%s'", prefix);
+	return rc < 0 ? rc : gone;
+}
+
+struct s3_sweep {
+	struct gw_server *srv;
+	int64_t before_ns;
+	struct s3_keys stale;		/* "<bucket>/<id>/" prefixes */
+};
+
+static int s3_sweep_one(void *arg, const struct kvt_object *o, const char *cp)
+{
+	struct s3_sweep *sw = arg;
+	struct s3_keys one = { 0 };
+	char *prefix;
+	int rc;
+
+	if (!o || !s3_upload_meta_bucket(o->key) || o->mtime_ns >= sw->before_ns)
+		return 0;
+	prefix = strndup(o->key, strlen(o->key) - 4);	/* keeps the '/' before "meta" */
+	if (!prefix)
+		return -ENOMEM;
+	rc = s3_keys_add(&one, &(struct kvt_object){ .key = prefix }, NULL);
+	free(prefix);
+	if (rc == 0) {
+		char **v = realloc(sw->stale.v, (sw->stale.n + 1) * sizeof(*v));
+
+		if (!v) {
+			rc = -ENOMEM;
+		} else {
+			sw->stale.v = v;
+			sw->stale.v[sw->stale.n++] = one.v[0];
+			one.n = 0;
+		}
+	}
+	s3_keys_free(&one);
 	return rc;
+}
+
+int s3_uploads_sweep(struct gw_server *srv)
+{
+	struct s3_sweep sw = { .srv = srv };
+	struct timespec now;
+	int rc, gone = 0;
+
+	/* Initiated is the meta object's mtime: wall-clock time. */
+	clock_gettime(CLOCK_REALTIME, &now);
+	sw.before_ns = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec -
+		       (int64_t)srv->opt.upload_max_age * 1000000000LL;
+
+	/* The listing walks parts too; the sweep runs seldom and off the request threads. */
+	rc = s3_uploads_walk(srv, "", NULL, s3_sweep_one, &sw);
+	for (size_t i = 0; i < sw.stale.n; i++) {
+		int r2 = s3_uploads_purge(srv, sw.stale.v[i]);
+
+		if (r2 > 0) {
+			gone += r2;
+			log_info("removed stale multipart upload '%.*s' (older than %llu s)",
+				 (int)strlen(sw.stale.v[i]) - 1, sw.stale.v[i],
+				 (unsigned long long)srv->opt.upload_max_age);
+		}
+	}
+	s3_keys_free(&sw.stale);
+	return rc < 0 ? rc : gone;
 }
 
 /* ---- Create ------------------------------------------------------------- */
@@ -237,6 +420,15 @@ void s3_op_create_multipart(struct gw_req *rq)
 		return;
 	}
 	gw_hex(id, rnd, sizeof(rnd));
+	code = s3_uploads_reserve(rq->srv, rq->route.bucket, strlen(rq->route.bucket), false);
+	if (code != S3_OK) {
+		log_warn(0, "request %s: refused a multipart upload in '%s': %u open in all "
+			 "(max_uploads %u), max_uploads_per_bucket %u", rq->id, rq->route.bucket,
+			 __atomic_load_n(&rq->srv->uploads.total, __ATOMIC_RELAXED),
+			 rq->srv->opt.max_uploads, rq->srv->opt.max_uploads_bucket);
+		http_send_error(rq, code, NULL);
+		return;
+	}
 	s3_upload_key(mkey, sizeof(mkey), rq->route.bucket, id, "meta");
 	opts = rq->put;
 	opts.session = NULL;	/* .uploads' own; the object's comes from its metadata */
@@ -250,6 +442,7 @@ void s3_op_create_multipart(struct gw_req *rq)
 	}
 	kvt_writer_abort(w);
 	if (rc < 0) {
+		s3_uploads_release(rq->srv, rq->route.bucket, strlen(rq->route.bucket));
 		http_send_errno(rq, rc, S3_CTX_OBJECT);
 		return;
 	}
@@ -462,14 +655,37 @@ static int s3_hex16(const char *hex, uint8_t out[16])
 	return strlen(hex) == 32 ? 0 : -1;
 }
 
+/* Appends part size to the run-length list of GW_PARTS_META. */
+static void s3_parts_run(struct gw_buf *runs, uint64_t *run_size, unsigned *run_n, uint64_t size,
+			 bool last)
+{
+	if (*run_n && size != *run_size) {
+		if (runs->len)
+			gw_buf_putc(runs, ',');
+		gw_buf_printf(runs, "%llu*%u", (unsigned long long)*run_size, *run_n);
+		*run_n = 0;
+	}
+	*run_size = size;
+	(*run_n)++;
+	if (last) {
+		if (runs->len)
+			gw_buf_putc(runs, ',');
+		gw_buf_printf(runs, "%llu*%u", (unsigned long long)*run_size, *run_n);
+	}
+}
+
 void s3_op_complete_multipart(struct gw_req *rq)
 {
 	struct gw_server *srv = rq->srv;
 	struct xml_partlist pl = { 0 };
 	struct kvt_object *meta = NULL, *info = NULL;
+	struct kvt_meta *allmeta = NULL;
 	char **keys = NULL;
 	EVP_MD_CTX *md5 = NULL;
-	struct kvt_put_opts opts;
+	struct kvt_put_opts opts = { 0 };
+	struct gw_buf runs;
+	uint64_t run_size = 0;
+	unsigned run_n = 0;
 	const char *id = NULL;
 	char etag[KVT_ETAG_MAX], prefix[KVT_BUCKET_MAX + S3_UPLOAD_ID_LEN + 4];
 	struct gw_buf b;
@@ -478,13 +694,17 @@ void s3_op_complete_multipart(struct gw_req *rq)
 	unsigned dn = 0;
 	int rc;
 
+	gw_buf_init(&runs);
 	if (!s3_upload_load(rq, &id, &meta))
-		return;
+		goto out;
 	code = xml_parse_complete(rq->body.data, rq->body.len, &pl);
 	if (code != S3_OK) {
 		http_send_error(rq, code, NULL);
 		goto out;
 	}
+	/* If-Match / If-None-Match on the object; the upload stays if they fail. */
+	if (!s3_write_cond_begin(rq, &opts))
+		goto out;
 	keys = calloc(pl.n, sizeof(*keys));
 	md5 = EVP_MD_CTX_new();
 	if (!keys || !md5 || EVP_DigestInit_ex(md5, EVP_md5(), NULL) != 1) {
@@ -533,6 +753,7 @@ void s3_op_complete_multipart(struct gw_req *rq)
 			http_send_error(rq, S3_ENTITY_TOO_SMALL, msg);
 			goto out;
 		}
+		s3_parts_run(&runs, &run_size, &run_n, part->size, i + 1 == pl.n);
 		kvt_object_free(part);
 		EVP_DigestUpdate(md5, bin, 16);
 	}
@@ -543,17 +764,31 @@ void s3_op_complete_multipart(struct gw_req *rq)
 		gw_hex(hex, d, 16);
 		snprintf(etag, sizeof(etag), "\"%s-%zu\"", hex, pl.n);
 	}
-	opts = (struct kvt_put_opts){
-		.content_type = meta->content_type,
-		.meta = meta->meta,
-		.nmeta = meta->nmeta,
-		.etag = etag,
-	};
+	opts.content_type = meta->content_type;
+	opts.meta = meta->meta;
+	opts.nmeta = meta->nmeta;
+	opts.etag = etag;
 	for (size_t i = 0; i < meta->nmeta; i++)
 		if (strcmp(meta->meta[i].name, "kvtier-session") == 0)
 			opts.session = meta->meta[i].value;
+	/* The part layout, for GET ?partNumber; the strings stay meta's and runs'. */
+	if (!gw_buf_failed(&runs) && runs.len <= GW_PARTS_META_MAX) {
+		allmeta = calloc(meta->nmeta + 1, sizeof(*allmeta));
+		if (!allmeta) {
+			http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+			goto out;
+		}
+		if (meta->nmeta)
+			memcpy(allmeta, meta->meta, meta->nmeta * sizeof(*allmeta));
+		allmeta[meta->nmeta] = (struct kvt_meta){ (char *)GW_PARTS_META,
+							  (char *)gw_buf_str(&runs) };
+		opts.meta = allmeta;
+		opts.nmeta = meta->nmeta + 1;
+	}
 	rc = kvt_object_compose(srv->st, rq->route.bucket, rq->route.key, GW_UPLOADS_BUCKET,
 				(const char *const *)keys, pl.n, &opts, &info);
+	if (rc < 0 && s3_write_cond_failed(rq, rc))
+		goto out;
 	if (rc < 0) {
 		/* A part gone meanwhile: another Complete or an Abort won the race. */
 		http_send_error(rq, rc == -ENOENT ? S3_INVALID_PART : s3_err_from_errno(rc, 0), NULL);
@@ -561,7 +796,7 @@ void s3_op_complete_multipart(struct gw_req *rq)
 	}
 	/* The object is visible; what is left of the upload is garbage. */
 	snprintf(prefix, sizeof(prefix), "%s/%s/", rq->route.bucket, id);
-	s3_uploads_purge(rq, prefix);
+	s3_uploads_purge(srv, prefix);
 	gw_buf_init(&b);
 	xml_begin(&b, "CompleteMultipartUploadResult");
 	{
@@ -584,6 +819,8 @@ out:
 		for (size_t i = 0; i < pl.n; i++)
 			free(keys[i]);
 	free(keys);
+	free(allmeta);
+	gw_buf_release(&runs);
 	EVP_MD_CTX_free(md5);
 	xml_partlist_release(&pl);
 	kvt_object_free(meta);
@@ -600,7 +837,7 @@ void s3_op_abort_multipart(struct gw_req *rq)
 	if (!s3_upload_load(rq, &id, NULL))
 		return;
 	snprintf(prefix, sizeof(prefix), "%s/%s/", rq->route.bucket, id);
-	if (s3_uploads_purge(rq, prefix) < 0) {
+	if (s3_uploads_purge(rq->srv, prefix) < 0) {
 		http_send_error(rq, S3_INTERNAL_ERROR, NULL);
 		return;
 	}
@@ -668,7 +905,7 @@ void s3_op_list_parts(struct gw_req *rq)
 			max = 1000;
 	}
 	snprintf(prefix, sizeof(prefix), "%s/%s/", rq->route.bucket, id);
-	rc = s3_uploads_walk(rq, prefix, NULL, s3_parts_add, &parts);
+	rc = s3_uploads_walk(rq->srv, prefix, NULL, s3_parts_add, &parts);
 	if (rc < 0) {
 		http_send_errno(rq, rc, S3_CTX_UPLOAD);
 		goto out;
@@ -837,7 +1074,7 @@ void s3_op_list_multipart_uploads(struct gw_req *rq)
 	if (delim && !*delim)
 		delim = NULL;
 	snprintf(bprefix, sizeof(bprefix), "%s/", rq->route.bucket);
-	rc = s3_uploads_walk(rq, bprefix, "/", s3_uploads_add, &u);
+	rc = s3_uploads_walk(rq->srv, bprefix, "/", s3_uploads_add, &u);
 	if (rc == 0 && u.n && !(pick = calloc(u.n, sizeof(*pick))))
 		rc = -ENOMEM;
 	if (rc < 0) {

@@ -273,6 +273,75 @@ enum s3_code s3_conditions(const struct kvt_object *o, const char *if_match,
 	return S3_OK;
 }
 
+/*
+ * The conditions of a write against the key's current ETag (NULL: no
+ * object). S3: If-Match on a missing key is 404 NoSuchKey before the write;
+ * a key that was there when the write began and is gone at its commit was
+ * deleted concurrently: 409 ConditionalRequestConflict, retry. Everything
+ * else that fails is 412; of two writers with If-None-Match: * the first to
+ * commit wins.
+ */
+static enum s3_code s3_write_cond(const struct gw_req *rq, const char *etag, bool at_commit)
+{
+	if (rq->if_match) {
+		if (!etag)
+			return at_commit ? S3_CONDITIONAL_CONFLICT : S3_NO_SUCH_KEY;
+		if (!s3_etag_in(rq->if_match, etag))
+			return S3_PRECONDITION_FAILED;
+	}
+	if (rq->if_none_match && etag && s3_etag_in(rq->if_none_match, etag))
+		return S3_PRECONDITION_FAILED;
+	return S3_OK;
+}
+
+/* Runs inside the commit's catalog transaction: compares, nothing more. */
+static int s3_write_cond_commit(void *arg, const char *etag)
+{
+	struct gw_req *rq = arg;
+
+	rq->cond_code = s3_write_cond(rq, etag, true);
+	return rq->cond_code == S3_OK ? 0 : -ECANCELED;
+}
+
+bool s3_write_cond_begin(struct gw_req *rq, struct kvt_put_opts *opts)
+{
+	struct kvt_object *o = NULL;
+	enum s3_code code;
+	int rc;
+
+	rq->if_match = http_hdr(rq, "If-Match");
+	rq->if_none_match = http_hdr(rq, "If-None-Match");
+	rq->cond_code = S3_OK;
+	if (!rq->if_match && !rq->if_none_match)
+		return true;
+	rc = kvt_object_head(rq->srv->st, rq->route.bucket, rq->route.key, &o);
+	if (rc < 0 && rc != -ENOENT) {
+		http_send_errno_obj(rq, rq->route.bucket, rc, S3_CTX_OBJECT);
+		return false;
+	}
+	if (rc == -ENOENT && kvt_bucket_exists(rq->srv->st, rq->route.bucket) < 0) {
+		http_send_error(rq, S3_NO_SUCH_BUCKET, NULL);
+		return false;
+	}
+	code = s3_write_cond(rq, o ? o->etag : NULL, false);
+	kvt_object_free(o);
+	if (code != S3_OK) {
+		http_send_error(rq, code, NULL);
+		return false;
+	}
+	opts->precondition = s3_write_cond_commit;
+	opts->precondition_arg = rq;
+	return true;
+}
+
+bool s3_write_cond_failed(struct gw_req *rq, int rc)
+{
+	if (rc != -ECANCELED || rq->cond_code == S3_OK)
+		return false;
+	http_send_error(rq, rq->cond_code, NULL);
+	return true;
+}
+
 enum s3_code s3_copy_source(const char *v, char **bucket, char **key)
 {
 	const char *q, *slash;
@@ -389,7 +458,6 @@ static bool s3_put_prepare(struct gw_req *rq)
 
 void s3_op_put_object_start(struct gw_req *rq)
 {
-	const char *inm = http_hdr(rq, "If-None-Match");
 	const char *pin = http_hdr(rq, "x-kvtier-pin");
 	struct kvt_writer *w = NULL;
 	enum s3_code code;
@@ -397,32 +465,15 @@ void s3_op_put_object_start(struct gw_req *rq)
 
 	if (!s3_put_prepare(rq))
 		return;
-	if (http_hdr(rq, "If-Match")) {
-		http_send_error(rq, S3_NOT_IMPLEMENTED, "If-Match on PutObject is not supported");
-		return;
-	}
 	code = s3_collect_meta(rq);
 	if (code != S3_OK) {
 		http_send_error(rq, code, NULL);
 		return;
 	}
 	rq->put.flags = KVT_PUT_MD5_ETAG;
-	if (inm) {
-		struct kvt_object *o = NULL;
-
-		if (strcmp(inm, "*") != 0) {
-			http_send_error(rq, S3_NOT_IMPLEMENTED,
-					"If-None-Match on PutObject takes only '*'");
-			return;
-		}
-		rq->put.flags |= KVT_PUT_IF_NONE_MATCH;
-		/* Answer before the body when we can; the commit checks again. */
-		if (kvt_object_head(rq->srv->st, rq->route.bucket, rq->route.key, &o) == 0) {
-			kvt_object_free(o);
-			http_send_error(rq, S3_PRECONDITION_FAILED, NULL);
-			return;
-		}
-	}
+	/* Answered before the body when a condition already fails; the commit checks again. */
+	if (!s3_write_cond_begin(rq, &rq->put))
+		return;
 	if (pin && (strcmp(pin, "true") == 0 || strcmp(pin, "1") == 0))
 		rq->put.flags |= KVT_PUT_PIN;
 	rc = kvt_writer_open(rq->srv->st, rq->route.bucket, rq->route.key, &rq->put, &w);
@@ -444,7 +495,8 @@ static void s3_commit_and_answer(struct gw_req *rq, enum s3_ctx ctx)
 	rq->writer = NULL;	/* commit frees it, failed or not */
 	rc = kvt_writer_commit(w, &info);
 	if (rc < 0) {
-		http_send_errno_obj(rq, rq->route.bucket, rc, ctx);
+		if (!s3_write_cond_failed(rq, rc))
+			http_send_errno_obj(rq, rq->route.bucket, rc, ctx);
 		return;
 	}
 	resp = http_response_empty();
@@ -613,6 +665,95 @@ static struct MHD_Response *s3_whole_response(struct gw_req *rq, struct kvt_read
 	return resp;
 }
 
+/* "-N" at the end of a (quoted) ETag: the parts S3 made the object of; 0 if none. */
+static unsigned long s3_etag_parts(const char *etag)
+{
+	const char *dash = strrchr(etag, '-');
+	char *end;
+	unsigned long n;
+
+	if (!dash)
+		return 0;
+	n = strtoul(dash + 1, &end, 10);
+	return (*end == '"' && end[1] == '\0') || *end == '\0' ? n : 0;
+}
+
+/*
+ * ?partNumber=N (S3: "effectively a ranged GET for the part"): the bytes of
+ * part N of a multipart object, from its GW_PARTS_META layout, and the part
+ * count; an object that is not multipart has one part, itself. Answers and
+ * returns false on an error; *nparts is 0 for an object that is not multipart.
+ */
+static bool s3_part_range(struct gw_req *rq, const struct kvt_object *o, uint64_t *first,
+			  uint64_t *last, unsigned long *nparts)
+{
+	const char *v = s3_route_param(&rq->route, "partNumber"), *layout = NULL;
+	unsigned long want, etag_n = s3_etag_parts(o->etag), seen = 0;
+	uint64_t off = 0;
+	char *end;
+
+	want = v && *v ? strtoul(v, &end, 10) : 0;
+	if (!v || !*v || *end || want < 1 || want > GW_MAX_PART_NUMBER) {
+		http_send_error(rq, S3_INVALID_ARGUMENT,
+				"Part number must be an integer between 1 and 10000, inclusive");
+		return false;
+	}
+	if (http_hdr(rq, "Range")) {
+		http_send_error(rq, S3_INVALID_REQUEST,
+				"Cannot specify both Range header and partNumber query parameter");
+		return false;
+	}
+	for (size_t i = 0; i < o->nmeta; i++)
+		if (strcmp(o->meta[i].name, GW_PARTS_META) == 0)
+			layout = o->meta[i].value;
+	*nparts = 0;
+	/* An ETag without "-N" (N > 1) is of bytes written since (a copy, a
+	 * rewrite through the mount, which keeps the metadata): one part. */
+	if (!layout || etag_n <= 1) {
+		/* Not multipart, or one part only: part 1 is the whole object. */
+		if (etag_n > 1) {
+			http_send_error(rq, S3_INVALID_REQUEST,
+					"The part layout of this object was not recorded");
+			return false;
+		}
+		if (want != 1)
+			goto unsatisfiable;
+		*first = 0;
+		*last = o->size ? o->size - 1 : 0;
+		return true;
+	}
+	for (const char *p = layout; *p;) {
+		unsigned long long size = strtoull(p, &end, 10);
+		unsigned long count;
+
+		if (*end != '*')
+			goto bad;
+		count = strtoul(end + 1, &end, 10);
+		if ((*end != ',' && *end != '\0') || count == 0)
+			goto bad;
+		if (want > seen && want <= seen + count) {
+			*first = off + (want - seen - 1) * size;
+			*last = *first + size - 1;
+		}
+		seen += count;
+		off += size * count;
+		p = *end ? end + 1 : end;
+	}
+	if (seen != etag_n || off != o->size)
+		goto bad;
+	*nparts = seen;
+	if (want > seen)
+		goto unsatisfiable;
+	return true;
+bad:
+	log_err(-EINVAL, "request %s: part layout '%s' does not fit the object", rq->id, layout);
+	http_send_error(rq, S3_INVALID_REQUEST, "The part layout of this object was not recorded");
+	return false;
+unsatisfiable:
+	http_send_error(rq, S3_INVALID_PART_NUMBER, NULL);
+	return false;
+}
+
 void s3_op_get_object(struct gw_req *rq)
 {
 	struct gw_server *srv = rq->srv;
@@ -623,6 +764,7 @@ void s3_op_get_object(struct gw_req *rq)
 	struct MHD_Response *resp = NULL;
 	struct s3_stream *s = NULL;
 	uint64_t first = 0, last = 0;
+	unsigned long nparts = 0;
 	enum s3_code code;
 	int rc, ranged;
 
@@ -658,7 +800,13 @@ void s3_op_get_object(struct gw_req *rq)
 		http_send_error(rq, code, NULL);
 		goto out;
 	}
-	ranged = s3_range(http_hdr(rq, "Range"), o->size, &first, &last);
+	if (s3_route_param(&rq->route, "partNumber")) {
+		if (!s3_part_range(rq, o, &first, &last, &nparts))
+			goto out;
+		ranged = o->size > 0;	/* a part is a range, but an empty object has none */
+	} else {
+		ranged = s3_range(http_hdr(rq, "Range"), o->size, &first, &last);
+	}
 	if (ranged < 0) {
 		rq->err_hdr_name = "Content-Range";
 		snprintf(rq->err_hdr_value, sizeof(rq->err_hdr_value), "bytes */%llu",
@@ -712,6 +860,12 @@ void s3_op_get_object(struct gw_req *rq)
 		MHD_add_response_header(resp, "Content-Range", cr);
 	} else {
 		s3_checksum_header(rq, resp, o);
+	}
+	if (nparts) {
+		char pc[24];
+
+		snprintf(pc, sizeof(pc), "%lu", nparts);
+		MHD_add_response_header(resp, "x-amz-mp-parts-count", pc);
 	}
 	http_send(rq, ranged ? 206 : 200, resp);
 out:
@@ -821,9 +975,24 @@ void s3_op_copy_object(struct gw_req *rq)
 			.meta = src->meta,
 			.nmeta = src->nmeta,
 		};
+		/* A copy is one part (its ETag an MD5): the part layout stays behind. */
+		for (size_t i = 0; i < src->nmeta; i++) {
+			if (strcmp(src->meta[i].name, GW_PARTS_META) == 0) {
+				struct kvt_meta t = src->meta[i];
+
+				src->meta[i] = src->meta[src->nmeta - 1];
+				src->meta[src->nmeta - 1] = t;
+				opts.nmeta--;
+				break;
+			}
+		}
 	}
 	opts.flags = KVT_PUT_MD5_ETAG | (src->pinned ? KVT_PUT_PIN : 0);
+	if (!s3_write_cond_begin(rq, &opts))
+		goto out;
 	rc = kvt_object_copy(srv->st, sb, sk, rq->route.bucket, rq->route.key, &opts, &info);
+	if (rc < 0 && s3_write_cond_failed(rq, rc))
+		goto out;
 	if (rc < 0) {
 		/* The source was there a moment ago: a -ENOENT now is the target bucket. */
 		http_send_errno_obj(rq, rq->route.bucket, rc, S3_CTX_OBJECT);

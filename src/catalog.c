@@ -108,7 +108,7 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_BUCKET_DELETE] = "DELETE FROM buckets WHERE id = ?1",
 	[S_BUCKET_HAS_OBJECTS] = "SELECT 1 FROM objects WHERE bucket = ?1 LIMIT 1",
 	[S_BUCKET_LIST] = "SELECT name, ctime FROM buckets ORDER BY name",
-	[S_OBJ_LOOKUP] = "SELECT id, vid FROM objects WHERE bucket = ?1 AND key = ?2",
+	[S_OBJ_LOOKUP] = "SELECT id, vid, etag FROM objects WHERE bucket = ?1 AND key = ?2",
 	[S_OBJ_GET] = "SELECT " OBJ_COLS " FROM objects o WHERE o.bucket = ?1 AND o.key = ?2",
 	[S_OBJ_EXTENTS] = "SELECT seq, segment, gen, offset, length, crc, obj_off, hvid, hseq"
 			  " FROM extents WHERE object = ?1 ORDER BY seq",
@@ -910,7 +910,18 @@ int cat_object_put_parts(struct cat *c, const struct cat_put *p, const int64_t *
 		id = sqlite3_column_int64(s, 0);
 		if (freed_vid)
 			*freed_vid = (uint64_t)sqlite3_column_int64(s, 1);
+		/* The condition sees the version this transaction replaces ("" for
+		 * an ETag never set: NULL would say there is no object). */
+		if (p->precondition) {
+			const char *etag = (const char *)sqlite3_column_text(s, 2);
+
+			rc = p->precondition(p->precondition_arg, etag ? etag : "");
+		} else {
+			rc = 0;
+		}
 		cat_done(s);
+		if (rc < 0)
+			goto fail;
 		if (p->if_none_match) {
 			rc = -EEXIST;
 			goto fail;
@@ -924,6 +935,9 @@ int cat_object_put_parts(struct cat *c, const struct cat_put *p, const int64_t *
 			rc = cat_errno(c, rc, "object lookup");
 			goto fail;
 		}
+		rc = p->precondition ? p->precondition(p->precondition_arg, NULL) : 0;
+		if (rc < 0)
+			goto fail;
 	}
 
 	rc = cat_insert_object(c, p, meta, metalen, &id);

@@ -77,6 +77,9 @@ struct cat_put {
 	const char *session;
 	int pinned;
 	int if_none_match;
+	/* kvt_put_opts.precondition: called with the current ETag or NULL. */
+	int (*precondition)(void *arg, const char *etag);
+	void *precondition_arg;
 	struct kvt_posix posix;
 	size_t nextents;
 	const struct cat_extent *extents;

@@ -65,6 +65,9 @@ struct kvt_config {
 		uint64_t timeout;	/* seconds before an idle connection closes */
 		unsigned max_connections;
 		uint64_t max_object;	/* bytes of the largest single PUT */
+		unsigned max_uploads;	/* open multipart uploads in all */
+		unsigned max_uploads_per_bucket;
+		uint64_t upload_max_age; /* seconds before an open upload is removed */
 		char *access_log;	/* "-" stderr, "off", or a file */
 	} gateway;
 	struct {
@@ -256,6 +259,16 @@ struct kvt_put_opts {
 	size_t nmeta;
 	int64_t mtime_ns;		/* 0: now */
 	const struct kvt_posix *posix;	/* NULL: a plain file, 0644, owner 0 */
+	/*
+	 * A conditional write (S3's If-Match / If-None-Match): if not NULL,
+	 * called inside the commit's catalog transaction with the ETag of the
+	 * key's current version (NULL: there is none); a non-zero return (a
+	 * negative errno) cancels the commit, which returns it. Check and
+	 * publish are one transaction, so no other writer can come between.
+	 * It runs under the catalog's write lock: compare, never call the engine.
+	 */
+	int (*precondition)(void *arg, const char *etag);
+	void *precondition_arg;
 };
 
 /*

@@ -276,6 +276,8 @@ int kvt_object_compose(struct kvt_store *st, const char *bucket, const char *key
 		.session = session,
 		.pinned = !!(opts->flags & KVT_PUT_PIN),
 		.if_none_match = !!(opts->flags & KVT_PUT_IF_NONE_MATCH),
+		.precondition = opts->precondition,
+		.precondition_arg = opts->precondition_arg,
 	};
 	store_posix_fill(&put.posix, opts->posix, put.mtime_ns);
 	rc = cat_object_put_parts(c, &put, ids, vids, nparts, NULL, NULL);

@@ -47,6 +47,8 @@ struct kvt_writer {
 	struct kvt_posix posix;
 	int has_posix;
 	uint64_t vid;
+	int (*precondition)(void *arg, const char *etag);
+	void *precondition_arg;
 
 	struct io_ctx *io;
 	struct wbuf *bufs;
@@ -88,6 +90,8 @@ static int writer_copy_opts(struct kvt_writer *w, const struct kvt_put_opts *o)
 
 	w->flags = o->flags;
 	w->mtime_ns = o->mtime_ns;
+	w->precondition = o->precondition;
+	w->precondition_arg = o->precondition_arg;
 	if (o->posix) {
 		w->posix = *o->posix;
 		w->has_posix = 1;
@@ -377,6 +381,8 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 		.session = w->session,
 		.pinned = !!(w->flags & KVT_PUT_PIN),
 		.if_none_match = !!(w->flags & KVT_PUT_IF_NONE_MATCH),
+		.precondition = w->precondition,
+		.precondition_arg = w->precondition_arg,
 		.nextents = w->next,
 		.extents = w->ext,
 	};

@@ -150,9 +150,12 @@ GW_METRICS_ONLY=http://127.0.0.1:$mport
 # One thread: libmicrohttpd splits the connection limit among its threads.
 gw_start limits 16M 1M --max-connections 4 --max-object 1M --timeout 3 --threads 1
 GW_LIMITS_ENDPOINT=$GW_ENDPOINT
+gw_start uploads 16M 1M --max-uploads 5 --max-uploads-per-bucket 3 --upload-max-age 6s \
+	--min-part-size 1K
+GW_UPLOADS_ENDPOINT=$GW_ENDPOINT
 GW_ENDPOINT=$main
 GW_TIMEOUT=3
-export GW_ENDPOINT GW_METRICS_ENDPOINT GW_METRICS_ONLY GW_LIMITS_ENDPOINT GW_TIMEOUT
+export GW_ENDPOINT GW_METRICS_ENDPOINT GW_METRICS_ONLY GW_LIMITS_ENDPOINT GW_UPLOADS_ENDPOINT GW_TIMEOUT
 
 step "tests/gateway/test_security.py"
 "$py" "$top_srcdir/tests/gateway/test_security.py" ||

@@ -289,6 +289,122 @@ class Objects(Base):
         self.assertEqual(self.s3.get_object(Bucket=self.bucket, Key="once")["Body"].read(),
                          b"first")
 
+    def cond_client(self, op, **hdrs):
+        """A client that adds hdrs (If-Match, If-None-Match) to every op request:
+        boto3 from Debian may not know the newer IfMatch parameters."""
+        def add(request, **kw):
+            for k, v in hdrs.items():
+                request.headers[k] = v
+        s3 = client()
+        s3.meta.events.register("before-sign.s3.%s" % op, add)
+        return s3
+
+    def test_put_if_match(self):
+        e1 = self.s3.put_object(Bucket=self.bucket, Key="im", Body=b"one")["ETag"]
+        e2 = self.cond_client("PutObject", **{"If-Match": e1}).put_object(
+            Bucket=self.bucket, Key="im", Body=b"two")["ETag"]
+        cases = ((("If-Match", e1), ("PreconditionFailed", 412)),
+                 (("If-Match", '"%s"' % ("0" * 32)), ("PreconditionFailed", 412)),
+                 (("If-None-Match", e2), ("PreconditionFailed", 412)),
+                 (("If-None-Match", '"x", %s' % e2), ("PreconditionFailed", 412)),
+                 (("If-None-Match", "*"), ("PreconditionFailed", 412)))
+        for (h, v), want in cases:
+            with self.assertRaises(ClientError, msg=(h, v)) as cm:
+                self.cond_client("PutObject", **{h: v}).put_object(Bucket=self.bucket, Key="im",
+                                                                   Body=b"never")
+            self.assertEqual(err_code(cm.exception), want, (h, v))
+        self.assertEqual(self.s3.get_object(Bucket=self.bucket, Key="im")["Body"].read(), b"two")
+        # If-Match on a key that is not there: S3 says 404 NoSuchKey.
+        with self.assertRaises(ClientError) as cm:
+            self.cond_client("PutObject", **{"If-Match": e2}).put_object(
+                Bucket=self.bucket, Key="im-missing", Body=b"x")
+        self.assertEqual(err_code(cm.exception), ("NoSuchKey", 404))
+        self.absent("im-missing")
+        # What passes: a list holding the ETag, "*" on an existing key, another ETag
+        # for If-None-Match.
+        for h, v in (("If-Match", '"x", W/%s' % e2), ("If-Match", "*"),
+                     ("If-None-Match", '"%s"' % ("1" * 32))):
+            self.cond_client("PutObject", **{h: v}).put_object(Bucket=self.bucket, Key="im",
+                                                               Body=b"three")
+        # CopyObject takes them for its destination too.
+        with self.assertRaises(ClientError) as cm:
+            self.cond_client("CopyObject", **{"If-None-Match": "*"}).copy_object(
+                Bucket=self.bucket, Key="im", CopySource={"Bucket": self.bucket, "Key": "im"},
+                MetadataDirective="REPLACE")
+        self.assertEqual(err_code(cm.exception), ("PreconditionFailed", 412))
+
+    def test_conditional_writes_race(self):
+        """Check and commit are one catalog transaction: of writers that all passed
+        the early check, exactly one commits (a check-then-write lets several in)."""
+        def race(key, hdrs, n=6, size=3 * MiB):
+            bodies = [bytes([i]) * size for i in range(n)]
+            barrier = threading.Barrier(n)
+            clients = [self.cond_client("PutObject", **hdrs) for _ in range(n)]
+
+            def one(i):
+                barrier.wait()
+                try:
+                    clients[i].put_object(Bucket=self.bucket, Key=key, Body=bodies[i])
+                    return "ok"
+                except ClientError as e:
+                    return err_code(e)
+            with concurrent.futures.ThreadPoolExecutor(n) as ex:
+                res = list(ex.map(one, range(n)))
+            self.assertEqual(res.count("ok"), 1, res)
+            self.assertEqual(res.count(("PreconditionFailed", 412)), n - 1, res)
+            got = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            self.assertEqual(got, bodies[res.index("ok")])
+        race("race-inm", {"If-None-Match": "*"})
+        e0 = self.s3.put_object(Bucket=self.bucket, Key="race-im", Body=b"v0")["ETag"]
+        race("race-im", {"If-Match": e0})
+
+    def test_if_match_object_deleted_mid_upload(self):
+        """S3: a conditional write whose object is deleted while it uploads is
+        409 ConditionalRequestConflict (the client re-reads and retries)."""
+        e = self.s3.put_object(Bucket=self.bucket, Key="im-del", Body=b"v0")["ETag"]
+        path = "/%s/im-del" % self.bucket
+        headers = {"Content-Length": str(2 * MiB), "If-Match": e}
+        sign("PUT", path, [], headers, "UNSIGNED-PAYLOAD")
+        s = socket.create_connection((HOST, PORT), timeout=30)
+        s.sendall(("PUT %s HTTP/1.1\r\n" % path).encode() +
+                  "".join("%s: %s\r\n" % kv for kv in headers.items()).encode() + b"\r\n")
+        s.sendall(b"a" * MiB)
+        time.sleep(0.3)
+        self.s3.delete_object(Bucket=self.bucket, Key="im-del")
+        s.sendall(b"b" * MiB)
+        resp = b""
+        while b"</Error>" not in resp:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            resp += chunk
+        s.close()
+        self.assertTrue(resp.startswith(b"HTTP/1.1 409"), resp[:200])
+        self.assertIn(b"<Code>ConditionalRequestConflict</Code>", resp)
+        self.absent("im-del")
+
+    def test_get_part_number(self):
+        data = os.urandom(12345)
+        self.s3.put_object(Bucket=self.bucket, Key="pn-single", Body=data)
+        for op in (self.s3.get_object, self.s3.head_object):
+            r = op(Bucket=self.bucket, Key="pn-single", PartNumber=1)
+            self.assertEqual(r["ContentLength"], len(data))
+            self.assertNotIn("PartsCount", r)
+            with self.assertRaises(ClientError) as cm:
+                op(Bucket=self.bucket, Key="pn-single", PartNumber=2)
+            self.assertEqual(err_code(cm.exception)[1], 416)
+        r = self.s3.get_object(Bucket=self.bucket, Key="pn-single", PartNumber=1)
+        self.assertEqual(r["Body"].read(), data)
+        st, _, body = send("GET", "/%s/pn-single" % self.bucket, query=[("partNumber", "2")])
+        self.assertEqual((st, b"<Code>InvalidPartNumber</Code>" in body), (416, True), body)
+        for bad in ("0", "10001", "x", ""):
+            st, _, body = send("GET", "/%s/pn-single" % self.bucket, query=[("partNumber", bad)])
+            self.assertEqual((st, b"InvalidArgument" in body), (400, True), (bad, body))
+        st, _, body = send("GET", "/%s/pn-single" % self.bucket, query=[("partNumber", "1")],
+                           headers={"Range": "bytes=0-1"})
+        self.assertEqual((st, b"InvalidRequest" in body), (400, True), body)
+
+
     def test_delete(self):
         self.s3.put_object(Bucket=self.bucket, Key="gone", Body=b"x")
         r = self.s3.delete_object(Bucket=self.bucket, Key="gone")
@@ -520,6 +636,58 @@ class Multipart(Base):
         self.assertNotIn(uid, [u["UploadId"] for u in
                                self.s3.list_multipart_uploads(Bucket=self.bucket).get("Uploads", [])])
         self.s3.delete_object(Bucket=self.bucket, Key="big/100m")
+
+    def test_complete_conditional_and_part_number(self):
+        key = "mp-cond"
+        sizes = (5 * MiB, 5 * MiB, 5 * MiB + 3, 100)
+        data = [os.urandom(n) for n in sizes]
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=b"old")
+        uid = self.s3.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+        parts = []
+        for n, chunk in enumerate(data, 1):
+            r = self.s3.upload_part(Bucket=self.bucket, Key=key, UploadId=uid, PartNumber=n,
+                                    Body=chunk)
+            parts.append({"PartNumber": n, "ETag": r["ETag"]})
+
+        def complete(**hdrs):
+            def add(request, **kw):
+                for k, v in hdrs.items():
+                    request.headers[k] = v
+            s3 = client()
+            s3.meta.events.register("before-sign.s3.CompleteMultipartUpload", add)
+            return s3.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=uid,
+                                                MultipartUpload={"Parts": parts})
+        for hdrs in ({"If-None-Match": "*"}, {"If-Match": '"%s"' % ("0" * 32)}):
+            with self.assertRaises(ClientError, msg=hdrs) as cm:
+                complete(**hdrs)
+            self.assertEqual(err_code(cm.exception), ("PreconditionFailed", 412), hdrs)
+        # A refused Complete leaves the upload whole: it completes afterwards.
+        self.assertEqual(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read(), b"old")
+        old = self.s3.head_object(Bucket=self.bucket, Key=key)["ETag"]
+        etag = complete(**{"If-Match": old})["ETag"]
+        self.assertTrue(etag.endswith('-4"'), etag)
+        off = 0
+        for n, chunk in enumerate(data, 1):
+            r = self.s3.get_object(Bucket=self.bucket, Key=key, PartNumber=n)
+            self.assertEqual((r["PartsCount"], r["ContentLength"], r["ETag"]),
+                             (4, len(chunk), etag))
+            self.assertEqual(r["ContentRange"], "bytes %d-%d/%d"
+                             % (off, off + len(chunk) - 1, sum(sizes)))
+            self.assertEqual(r["ResponseMetadata"]["HTTPStatusCode"], 206)
+            self.assertEqual(r["Body"].read(), chunk, "part %d" % n)
+            h = self.s3.head_object(Bucket=self.bucket, Key=key, PartNumber=n)
+            self.assertEqual((h["PartsCount"], h["ContentLength"]), (4, len(chunk)))
+            off += len(chunk)
+        with self.assertRaises(ClientError) as cm:
+            self.s3.get_object(Bucket=self.bucket, Key=key, PartNumber=5)
+        self.assertEqual(err_code(cm.exception), ("InvalidPartNumber", 416))
+        # The part layout is no user metadata, and a copy is one part.
+        self.assertEqual(self.s3.head_object(Bucket=self.bucket, Key=key)["Metadata"], {})
+        self.s3.copy_object(Bucket=self.bucket, Key=key + "-copy",
+                            CopySource={"Bucket": self.bucket, "Key": key})
+        r = self.s3.get_object(Bucket=self.bucket, Key=key + "-copy", PartNumber=1)
+        self.assertNotIn("PartsCount", r)
+        self.assertEqual(r["Body"].read(), b"".join(data))
 
     def test_list_uploads_prefix_delimiter_pages(self):
         bucket = self.bucket + "-lmu"

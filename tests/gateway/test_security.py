@@ -10,10 +10,13 @@ file reuses):
   GW_METRICS_ENDPOINT   a gateway started with --metrics-listen: its S3 side
   GW_METRICS_ONLY       ... and its metrics listener
   GW_LIMITS_ENDPOINT    a gateway with --max-connections 4 --max-object 1M
+  GW_UPLOADS_ENDPOINT   a gateway with --max-uploads 5 --max-uploads-per-bucket 3
+                        --upload-max-age 6s --min-part-size 1K, over a store of its own
 Exit status: 0 all passed, 1 a failure.
 """
 import hashlib
 import os
+import re
 import socket
 import sys
 import time
@@ -28,6 +31,7 @@ from test_s3 import client, raw_http, send, sign  # noqa: E402
 METRICS_ENDPOINT = os.environ.get("GW_METRICS_ENDPOINT")
 METRICS_ONLY = os.environ.get("GW_METRICS_ONLY")
 LIMITS_ENDPOINT = os.environ.get("GW_LIMITS_ENDPOINT")
+UPLOADS_ENDPOINT = os.environ.get("GW_UPLOADS_ENDPOINT")
 BUCKET = "sec-bucket-visible"
 SECRET_KEY_NAME = "very-private/key-name"
 
@@ -353,6 +357,68 @@ class Security(unittest.TestCase):
         big = b"<Delete>" + b"<Object><Key>k</Key></Object>" * 80000 + b"</Delete>"
         st, _, body = send("POST", "/" + BUCKET, query=[("delete", "")], body=big)
         self.assertEqual(st, 400, body[:300])
+
+    def test_head_size_limits(self):
+        """A request head: up to 16 KiB of fields served; past it 400
+        RequestHeaderSectionTooLarge from the gateway; past the 64 KiB
+        connection pool 431 from libmicrohttpd, which never buffers more."""
+        for pad, want in ((12000, b"HTTP/1.1 200"), (20000, b"HTTP/1.1 400"),
+                          (50000, b"HTTP/1.1 400"), (70000, b"HTTP/1.1 431"),
+                          (1 << 20, b"HTTP/1.1 431")):
+            req = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nx-pad: %s\r\n\r\n" \
+                % (b"p" * pad)
+            resp = raw_exchange(req, shut=False)
+            self.assertTrue(resp.startswith(want), (pad, resp[:80]))
+            if want.endswith(b"400"):
+                self.assertIn(b"RequestHeaderSectionTooLarge", resp)
+
+    def test_open_uploads_capped_and_swept(self):
+        """Open multipart uploads are capped per bucket and in all (503 SlowDown
+        with Retry-After, before anything is written), and uploads older than
+        upload_max_age go away with their parts."""
+        if not UPLOADS_ENDPOINT:
+            self.skipTest("no gateway with upload limits")
+        import urllib.request
+        from botocore.exceptions import ClientError
+        s3 = client(endpoint=UPLOADS_ENDPOINT)
+
+        def objects():
+            m = urllib.request.urlopen(UPLOADS_ENDPOINT + "/metrics").read().decode()
+            return int(re.search(r"^kvtier_objects (\d+)$", m, re.M).group(1))
+        for b in ("up-a", "up-b", "up-c"):
+            s3.create_bucket(Bucket=b)
+        base = objects()
+        ids = [s3.create_multipart_upload(Bucket="up-a", Key="k%d" % i)["UploadId"]
+               for i in range(3)]
+        s3.upload_part(Bucket="up-a", Key="k0", UploadId=ids[0], PartNumber=1, Body=b"p" * 4096)
+        with self.assertRaises(ClientError) as cm:
+            s3.create_multipart_upload(Bucket="up-a", Key="k3")
+        e = cm.exception.response
+        self.assertEqual((e["Error"]["Code"], e["ResponseMetadata"]["HTTPStatusCode"]),
+                         ("SlowDown", 503))
+        self.assertIn("multipart uploads", e["Error"]["Message"])
+        self.assertEqual(e["ResponseMetadata"]["HTTPHeaders"].get("retry-after"), "1")
+        s3.create_multipart_upload(Bucket="up-b", Key="k")
+        s3.create_multipart_upload(Bucket="up-b", Key="k")
+        with self.assertRaises(ClientError) as cm:     # 5 open in all
+            s3.create_multipart_upload(Bucket="up-c", Key="k")
+        self.assertEqual(cm.exception.response["Error"]["Code"], "SlowDown")
+        # An aborted upload gives its place back.
+        s3.abort_multipart_upload(Bucket="up-a", Key="k1", UploadId=ids[1])
+        s3.create_multipart_upload(Bucket="up-c", Key="k")
+        self.assertEqual(len(s3.list_multipart_uploads(Bucket="up-a")["Uploads"]), 2)
+        # upload_max_age 6s, swept every second: all gone, parts too, places free.
+        deadline = time.time() + 20
+        while time.time() < deadline and objects() > base:
+            time.sleep(0.5)
+        self.assertEqual(objects(), base, "stale uploads or their parts are still stored")
+        for b in ("up-a", "up-b", "up-c"):
+            self.assertNotIn("Uploads", s3.list_multipart_uploads(Bucket=b))
+        with self.assertRaises(ClientError) as cm:
+            s3.upload_part(Bucket="up-a", Key="k0", UploadId=ids[0], PartNumber=2, Body=b"x")
+        self.assertEqual(cm.exception.response["Error"]["Code"], "NoSuchUpload")
+        for i in range(3):
+            s3.create_multipart_upload(Bucket="up-a", Key="again%d" % i)
 
 
 if __name__ == "__main__":
