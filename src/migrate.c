@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1660,6 +1661,21 @@ int kvt_g4_recall_keys(struct kvt_store *st, const char *const *keys, size_t n,
 
 /* ---- import ---------------------------------------------------------------- */
 
+/*
+ * The mode a manifest entry may give: the manifest is whoever can write the
+ * partner bucket, so permission bits only, never set-uid, set-gid or sticky
+ * (docs/security.md, G4). A file type, if given (it says "a mode was set";
+ * 0 means the mount's defaults), is the one of the entry's kind.
+ */
+static uint32_t import_mode(uint64_t mode, enum kvt_kind kind)
+{
+	static const uint32_t type[] = {
+		[KVT_KIND_FILE] = S_IFREG, [KVT_KIND_SYMLINK] = S_IFLNK, [KVT_KIND_DIR] = S_IFDIR,
+	};
+
+	return ((mode & S_IFMT) ? type[kind] : 0) | (uint32_t)(mode & 0777);
+}
+
 /* One manifest entry as a cold object of this store. */
 static int import_one(struct kvt_store *st, struct cat *c, int64_t bid, const char *session,
 		      const struct jval *e)
@@ -1693,10 +1709,9 @@ static int import_one(struct kvt_store *st, struct cat *c, int64_t bid, const ch
 	};
 	if (*end || strlen(crc->str) != 8)
 		return -EINVAL;
-	/* The manifest is whoever can write the partner bucket: permission
-	 * bits only, never set-uid, set-gid or sticky (docs/security.md). */
 	put.posix = (struct kvt_posix){
-		.mode = (uint32_t)(mode & 0777), .uid = (uint32_t)uid, .gid = (uint32_t)gid,
+		.mode = import_mode(mode, (enum kvt_kind)kind), .uid = (uint32_t)uid,
+		.gid = (uint32_t)gid,
 		.atime_ns = (int64_t)mtime, .ctime_ns = (int64_t)mtime, .kind = (enum kvt_kind)kind,
 	};
 	if (meta && meta->n) {
