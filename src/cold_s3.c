@@ -756,6 +756,9 @@ static int s3_put_multipart(struct cold_s3 *s, const char *pkey, uint64_t size,
 	{
 		unsigned want_threads = MIN(MIN(MAX(s->jobs, 1u), 64u), m.nparts);
 
+		log_debug("multipart upload of '%s': %u parts of %" PRIu64 " bytes, %u in parallel",
+			  pkey, m.nparts, m.part_size, want_threads);
+
 		while (nthreads + 1 < want_threads &&
 		       pthread_create(&th[nthreads], NULL, s3_mpu_worker, &m) == 0)
 			nthreads++;
