@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "catalog.h"
 #include "log.h"
@@ -78,7 +79,7 @@ static const char *const migrations[] = {
 	 * again before it may go cold, unless it is cold already (recall then
 	 * looks for the new name; see cat_object_rename's callers). */
 	"CREATE TABLE g4_uploads(upload_id TEXT PRIMARY KEY, url TEXT NOT NULL,"
-	"  key TEXT NOT NULL, started INTEGER NOT NULL) WITHOUT ROWID;"
+	"  key TEXT NOT NULL, started INTEGER NOT NULL, pid INTEGER NOT NULL) WITHOUT ROWID;"
 	"CREATE TABLE g4_dead(id INTEGER PRIMARY KEY, bucket INTEGER NOT NULL,"
 	"  key TEXT NOT NULL, session TEXT NOT NULL);"
 	"CREATE TRIGGER objects_g4_deleted AFTER DELETE ON objects WHEN OLD.g4_vid <> 0 BEGIN"
@@ -2285,7 +2286,7 @@ int cat_g4_upload_begin(struct cat *c, const char *url, const char *key, const c
 			int64_t now_ns)
 {
 	sqlite3_stmt *s = cat_g4_prep(c, "INSERT OR REPLACE INTO g4_uploads(upload_id, url, key,"
-				      " started) VALUES(?1, ?2, ?3, ?4)");
+				      " started, pid) VALUES(?1, ?2, ?3, ?4, ?5)");
 
 	if (!s)
 		return -EIO;
@@ -2293,6 +2294,7 @@ int cat_g4_upload_begin(struct cat *c, const char *url, const char *key, const c
 	sqlite3_bind_text(s, 2, url, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_text(s, 3, key, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(s, 4, now_ns);
+	sqlite3_bind_int64(s, 5, (int64_t)getpid());
 	return cat_g4_run(c, s, "g4 upload begin", NULL);
 }
 
@@ -2307,10 +2309,10 @@ int cat_g4_upload_end(struct cat *c, const char *upload_id)
 }
 
 int cat_g4_uploads(struct cat *c, int (*fn)(void *arg, const char *url, const char *key,
-					    const char *upload_id, int64_t started_ns),
+					    const char *upload_id, int64_t started_ns, long pid),
 		   void *arg)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "SELECT url, key, upload_id, started FROM g4_uploads"
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT url, key, upload_id, started, pid FROM g4_uploads"
 				      " ORDER BY started");
 	int rc;
 
@@ -2319,7 +2321,8 @@ int cat_g4_uploads(struct cat *c, int (*fn)(void *arg, const char *url, const ch
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		int r = fn(arg, (const char *)sqlite3_column_text(s, 0),
 			   (const char *)sqlite3_column_text(s, 1),
-			   (const char *)sqlite3_column_text(s, 2), sqlite3_column_int64(s, 3));
+			   (const char *)sqlite3_column_text(s, 2), sqlite3_column_int64(s, 3),
+			   (long)sqlite3_column_int64(s, 4));
 
 		if (r != 0) {
 			sqlite3_finalize(s);

@@ -231,13 +231,14 @@ int cat_g4_victim(struct cat *c, int64_t id, uint64_t vid, char **bucket, char *
 int cat_g4_import(struct cat *c, const struct cat_put *put, const char *g4_etag);
 
 /* Multipart uploads in flight (cold.h, struct cold_journal): recorded
- * before the first part, forgotten once completed or aborted. */
+ * with the recording process's pid before the first part, forgotten once
+ * completed or aborted. */
 int cat_g4_upload_begin(struct cat *c, const char *url, const char *key, const char *upload_id,
 			int64_t now_ns);
 int cat_g4_upload_end(struct cat *c, const char *upload_id);
 /* Every recorded upload, oldest first; fn must not write to the catalog. */
 int cat_g4_uploads(struct cat *c, int (*fn)(void *arg, const char *url, const char *key,
-					    const char *upload_id, int64_t started_ns),
+					    const char *upload_id, int64_t started_ns, long pid),
 		   void *arg);
 /* Keys whose G4 copy no longer stands for an object (deleted, overwritten,
  * renamed, moved out of the session), by bucket and session; fn must not

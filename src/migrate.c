@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -1005,6 +1006,7 @@ int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *ses
 
 struct upload_ref {
 	char *url, *key, *id;
+	long pid;
 };
 
 struct upload_list {
@@ -1013,7 +1015,7 @@ struct upload_list {
 };
 
 static int upload_collect(void *arg, const char *url, const char *key, const char *upload_id,
-			  int64_t started_ns)
+			  int64_t started_ns, long pid)
 {
 	struct upload_list *l = arg;
 
@@ -1025,7 +1027,7 @@ static int upload_collect(void *arg, const char *url, const char *key, const cha
 			return -ENOMEM;
 		l->v = v;
 	}
-	l->v[l->n] = (struct upload_ref){ strdup(url), strdup(key), strdup(upload_id) };
+	l->v[l->n] = (struct upload_ref){ strdup(url), strdup(key), strdup(upload_id), pid };
 	if (!l->v[l->n].url || !l->v[l->n].key || !l->v[l->n].id) {
 		free(l->v[l->n].url);
 		free(l->v[l->n].key);
@@ -1038,9 +1040,11 @@ static int upload_collect(void *arg, const char *url, const char *key, const cha
 
 /*
  * Aborts the multipart uploads the catalog recorded and no run completed
- * (a kvtier-migrate killed half way). Runs under the migrate lock, so none
- * of them is still going in this store. Uploads of another G4 url (the
- * configuration changed) are left recorded and logged.
+ * (a kvtier-migrate killed half way). Runs under the migrate lock, so no
+ * other run is uploading; but reclaim under pressure in the gateway or the
+ * mount uploads too (g4_demote_pressure()): an upload whose process is
+ * alive is left alone. Uploads of another G4 url (the configuration
+ * changed) are left recorded and logged.
  */
 static int g4_abort_stale(struct kvt_store *st, struct cat *c, struct cold *cold)
 {
@@ -1051,6 +1055,9 @@ static int g4_abort_stale(struct kvt_store *st, struct cat *c, struct cold *cold
 		const struct upload_ref *u = &l.v[i];
 		int r;
 
+		if (u->pid != (long)getpid() && u->pid > 0 &&
+		    (kill((pid_t)u->pid, 0) == 0 || errno != ESRCH))
+			continue;	/* still uploading, in another process */
 		if (strcmp(u->url, cold->url) != 0) {
 			log_info("multipart upload '%s' of '%s' was to g4 '%s', not '%s': left alone",
 				 u->id, u->key, u->url, cold->url);
