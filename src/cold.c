@@ -118,13 +118,18 @@ char *cold_s3_key(const char *prefix, const char *key)
 	if (prefix[0])
 		n = (size_t)snprintf(k, cap, "%s/", prefix);
 	/* S3 does not normalise paths, but libcurl and some partners do (and
-	 * s3rver or MinIO store keys as files): "a/../b" must not become "b". */
+	 * s3rver or MinIO store keys as files): "a/../b" must not become "b".
+	 * Injective: a component maps to one that is never empty, ".", ".."
+	 * or another component's image; only the last may stay empty. */
 	for (;;) {
 		const char *slash = strchr(comp, '/');
 		size_t clen = slash ? (size_t)(slash - comp) : strlen(comp);
 
 		if (clen == 0) {
-			k[n++] = '%';
+			/* "a//b" must not become "a/b"; a trailing '/' (a directory
+			 * marker, "a/") is S3's own convention and stays. */
+			if (slash)
+				k[n++] = '%';
 		} else if ((clen == 1 && comp[0] == '.') || (clen == 2 && !strncmp(comp, "..", 2))) {
 			for (size_t i = 0; i < clen; i++)
 				n += (size_t)sprintf(k + n, "%%2E");

@@ -120,8 +120,9 @@ int cold_file_new(const char *dir, struct cold **out);
 int cold_s3_new(const struct cold_opts *o, struct cold **out);
 
 /* The partner key of G4 key `key` under prefix (may be ""): components
- * "." -> "%2E", ".." -> "%2E%2E", "" -> "%", '%' -> "%25"; every other
- * byte as it is, so ordinary keys keep their names. Caller frees. */
+ * "." -> "%2E", ".." -> "%2E%2E", "" -> "%" (but a trailing '/' stays:
+ * "a/" is a directory marker), '%' -> "%25"; every other byte as it is,
+ * so ordinary keys keep their names. Caller frees. */
 char *cold_s3_key(const char *prefix, const char *key);
 /* The file name of `key` under dir (cold_file.c's layout). Caller frees. */
 char *cold_file_name(const char *dir, const char *key);
