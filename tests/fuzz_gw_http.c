@@ -445,13 +445,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ok = fuzz_check(&resp);
 	if (ok && !sign) {
 		/* Anonymous success: only the operator endpoints give it. The
-		 * request line alone says which path; its headers may be junk
-		 * libmicrohttpd tolerates. */
-		char line[64] = "", target[16] = "";
+		 * request line alone says which path: what lies between the first
+		 * space and the HTTP version, read as libmicrohttpd reads it, a C
+		 * string (campaigns found "GET\0\x01\xf5\0 /health\0\xff HTTP/1.1"
+		 * answered as /health). Its headers may be junk it tolerates. */
+		const char *eol = memchr(req, '\n', size);
+		size_t len = eol ? (size_t)(eol - req) : size;
+		const char *sp = memchr(req, ' ', len);
+		const char *version = memmem(req, len, " HTTP/", 6);
+		char target[16] = "";
 
-		memcpy(line, req, size < sizeof(line) - 1 ? size : sizeof(line) - 1);
-		if (sscanf(line, "%*15s %15s", target) != 1 ||
-		    (strcmp(target, "/health") != 0 && strcmp(target, "/metrics") != 0))
+		if (sp && version && version > sp) {
+			size_t n = (size_t)(version - sp - 1);
+
+			memcpy(target, sp + 1, n < sizeof(target) - 1 ? n : sizeof(target) - 1);
+		}
+		if (strcmp(target, "/health") != 0 && strcmp(target, "/metrics") != 0)
 			fuzz_fail("only /health and /metrics answer 2xx without a signature",
 				  resp.data, resp.len);
 	}
