@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "catalog.h"
 #include "log.h"
@@ -67,6 +68,29 @@ static const char *const migrations[] = {
 	"ALTER TABLE objects ADD COLUMN g4_attempts INTEGER NOT NULL DEFAULT 0;"
 	"ALTER TABLE objects ADD COLUMN g4_etag TEXT;"
 	"CREATE INDEX objects_g4 ON objects(bucket, session, tier);",
+	/* 4: G4 housekeeping. g4_uploads: multipart uploads in flight, so that
+	 * the next run aborts what a killed one left (cold.h, cold_journal).
+	 * g4_dead: keys whose G4 copy and manifest entry no longer stand for
+	 * an object here (deleted, overwritten, renamed, moved to another
+	 * session); the migrator rewrites their manifests and deletes the
+	 * copies (migrate.c, g4_sweep), so an import never brings them back.
+	 * The triggers fill it in the transaction that deletes or moves. A
+	 * renamed object's G4 copy is under its old name: it must be uploaded
+	 * again before it may go cold, unless it is cold already (recall then
+	 * looks for the new name; see cat_object_rename's callers). */
+	"CREATE TABLE g4_uploads(upload_id TEXT PRIMARY KEY, url TEXT NOT NULL,"
+	"  key TEXT NOT NULL, started INTEGER NOT NULL, pid INTEGER NOT NULL) WITHOUT ROWID;"
+	"CREATE TABLE g4_dead(id INTEGER PRIMARY KEY, bucket INTEGER NOT NULL,"
+	"  key TEXT NOT NULL, session TEXT NOT NULL);"
+	"CREATE TRIGGER objects_g4_deleted AFTER DELETE ON objects WHEN OLD.g4_vid <> 0 BEGIN"
+	"  INSERT INTO g4_dead(bucket, key, session) VALUES(OLD.bucket, OLD.key, OLD.session);"
+	" END;"
+	"CREATE TRIGGER objects_g4_moved AFTER UPDATE OF key, session ON objects"
+	" WHEN OLD.g4_vid <> 0 AND (OLD.key <> NEW.key OR OLD.session <> NEW.session) BEGIN"
+	"  INSERT INTO g4_dead(bucket, key, session) VALUES(OLD.bucket, OLD.key, OLD.session);"
+	"  UPDATE objects SET g4_vid = 0, g4_etag = NULL"
+	"   WHERE id = NEW.id AND OLD.key <> NEW.key AND NEW.tier <> 2;"
+	" END;",
 };
 
 /* The columns cat_object_from_row() reads, in its order; extents follow. */
@@ -2289,4 +2313,110 @@ static int cat_g4_drop_to_cold(struct cat *c, int64_t id, uint64_t vid)
 	if (changes != 1)
 		return -EIO;	/* the caller checked the row in this transaction */
 	return cat_release_extents(c, id);
+}
+
+/* ---- G4 housekeeping: uploads in flight, dead keys (migration 4) ---- */
+
+int cat_g4_upload_begin(struct cat *c, const char *url, const char *key, const char *upload_id,
+			int64_t now_ns)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "INSERT OR REPLACE INTO g4_uploads(upload_id, url, key,"
+				      " started, pid) VALUES(?1, ?2, ?3, ?4, ?5)");
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_text(s, 1, upload_id, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(s, 2, url, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(s, 3, key, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(s, 4, now_ns);
+	sqlite3_bind_int64(s, 5, (int64_t)getpid());
+	return cat_g4_run(c, s, "g4 upload begin", NULL);
+}
+
+int cat_g4_upload_end(struct cat *c, const char *upload_id)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "DELETE FROM g4_uploads WHERE upload_id = ?1");
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_text(s, 1, upload_id, -1, SQLITE_TRANSIENT);
+	return cat_g4_run(c, s, "g4 upload end", NULL);
+}
+
+int cat_g4_uploads(struct cat *c, int (*fn)(void *arg, const char *url, const char *key,
+					    const char *upload_id, int64_t started_ns, long pid),
+		   void *arg)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT url, key, upload_id, started, pid FROM g4_uploads"
+				      " ORDER BY started");
+	int rc;
+
+	if (!s)
+		return -EIO;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		int r = fn(arg, (const char *)sqlite3_column_text(s, 0),
+			   (const char *)sqlite3_column_text(s, 1),
+			   (const char *)sqlite3_column_text(s, 2), sqlite3_column_int64(s, 3),
+			   (long)sqlite3_column_int64(s, 4));
+
+		if (r != 0) {
+			sqlite3_finalize(s);
+			return r < 0 ? r : 0;
+		}
+	}
+	sqlite3_finalize(s);
+	return cat_errno(c, rc, "g4 uploads");
+}
+
+int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_id,
+					 const char *bucket, const char *key,
+					 const char *session),
+		void *arg)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT d.id, d.bucket, b.name, d.key, d.session"
+				      " FROM g4_dead d JOIN buckets b ON b.id = d.bucket"
+				      " ORDER BY d.bucket, d.session, d.id");
+	int rc;
+
+	if (!s)
+		return -EIO;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		int r = fn(arg, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1),
+			   (const char *)sqlite3_column_text(s, 2),
+			   (const char *)sqlite3_column_text(s, 3),
+			   (const char *)sqlite3_column_text(s, 4));
+
+		if (r != 0) {
+			sqlite3_finalize(s);
+			return r < 0 ? r : 0;
+		}
+	}
+	sqlite3_finalize(s);
+	return cat_errno(c, rc, "g4 dead");
+}
+
+int cat_g4_dead_done(struct cat *c, int64_t id)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "DELETE FROM g4_dead WHERE id = ?1");
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	return cat_g4_run(c, s, "g4 dead done", NULL);
+}
+
+int cat_g4_key_taken(struct cat *c, int64_t bucket_id, const char *key)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT 1 FROM objects WHERE bucket = ?1 AND key = ?2");
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, key, -1, SQLITE_TRANSIENT);
+	rc = sqlite3_step(s);
+	sqlite3_finalize(s);
+	if (rc == SQLITE_ROW)
+		return 1;
+	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "g4 key taken");
 }

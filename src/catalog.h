@@ -239,4 +239,25 @@ int cat_g4_victim(struct cat *c, int64_t id, uint64_t vid, char **bucket, char *
 /* A COLD object known from a manifest (no extents); -EEXIST if the key is taken. */
 int cat_g4_import(struct cat *c, const struct cat_put *put, const char *g4_etag);
 
+/* Multipart uploads in flight (cold.h, struct cold_journal): recorded
+ * with the recording process's pid before the first part, forgotten once
+ * completed or aborted. */
+int cat_g4_upload_begin(struct cat *c, const char *url, const char *key, const char *upload_id,
+			int64_t now_ns);
+int cat_g4_upload_end(struct cat *c, const char *upload_id);
+/* Every recorded upload, oldest first; fn must not write to the catalog. */
+int cat_g4_uploads(struct cat *c, int (*fn)(void *arg, const char *url, const char *key,
+					    const char *upload_id, int64_t started_ns, long pid),
+		   void *arg);
+/* Keys whose G4 copy no longer stands for an object (deleted, overwritten,
+ * renamed, moved out of the session), by bucket and session; fn must not
+ * write to the catalog. cat_g4_dead_done() forgets one. */
+int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_id,
+					 const char *bucket, const char *key,
+					 const char *session),
+		void *arg);
+int cat_g4_dead_done(struct cat *c, int64_t id);
+/* 1 if bucket holds key (any tier), 0 if not, or -errno. */
+int cat_g4_key_taken(struct cat *c, int64_t bucket_id, const char *key);
+
 #endif /* KVT_CATALOG_H */

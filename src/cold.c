@@ -12,15 +12,15 @@
 #include "cold.h"
 #include "log.h"
 
-int cold_new(const char *url, const char *endpoint, const char *credentials,
-	     const char *store_dir, struct cold **out)
+int cold_new(const struct cold_opts *o, struct cold **out)
 {
+	const char *url = o->url;
 	char def[4096];
 
 	if (!url) {
-		if (!store_dir)
+		if (!o->store_dir)
 			return -EINVAL;
-		snprintf(def, sizeof(def), "file://%s/g4", store_dir);
+		snprintf(def, sizeof(def), "file://%s/g4", o->store_dir);
 		url = def;
 	}
 	if (strcmp(url, COLD_URL_NONE) == 0)
@@ -33,7 +33,7 @@ int cold_new(const char *url, const char *endpoint, const char *credentials,
 		return cold_file_new(url + 7, out);
 	}
 	if (strncmp(url, "s3://", 5) == 0 && url[5] && url[5] != '/')
-		return cold_s3_new(url, endpoint, credentials, out);
+		return cold_s3_new(o, out);
 	log_err(0, "g4 url '%s' is neither file:///DIR nor s3://BUCKET/PREFIX", url);
 	return -EINVAL;
 }
@@ -83,9 +83,8 @@ int cold_put_buf(struct cold *c, const char *key, const void *buf, size_t len,
 		 const char *content_type)
 {
 	struct cold_mem m = { .src = buf };
-	char etag[64];
 
-	return cold_put(c, key, len, content_type, cold_mem_source, &m, etag);
+	return cold_put(c, key, len, content_type, cold_mem_source, &m, NULL);
 }
 
 int cold_get_buf(struct cold *c, const char *key, size_t max, char **buf, size_t *len)
@@ -106,4 +105,47 @@ int cold_get_buf(struct cold *c, const char *key, size_t max, char **buf, size_t
 	*buf = m.buf;
 	*len = m.len;
 	return 0;
+}
+
+char *cold_s3_key(const char *prefix, const char *key)
+{
+	size_t cap = strlen(prefix) + 3 * strlen(key) + 8, n = 0;
+	char *k = malloc(cap);
+	const char *comp = key;
+
+	if (!k)
+		return NULL;
+	if (prefix[0])
+		n = (size_t)snprintf(k, cap, "%s/", prefix);
+	/* S3 does not normalise paths, but libcurl and some partners do (and
+	 * s3rver or MinIO store keys as files): "a/../b" must not become "b".
+	 * Injective: a component maps to one that is never empty, ".", ".."
+	 * or another component's image; only the last may stay empty. */
+	for (;;) {
+		const char *slash = strchr(comp, '/');
+		size_t clen = slash ? (size_t)(slash - comp) : strlen(comp);
+
+		if (clen == 0) {
+			/* "a//b" must not become "a/b"; a trailing '/' (a directory
+			 * marker, "a/") is S3's own convention and stays. */
+			if (slash)
+				k[n++] = '%';
+		} else if ((clen == 1 && comp[0] == '.') || (clen == 2 && !strncmp(comp, "..", 2))) {
+			for (size_t i = 0; i < clen; i++)
+				n += (size_t)sprintf(k + n, "%%2E");
+		} else {
+			for (size_t i = 0; i < clen; i++) {
+				if (comp[i] == '%')
+					n += (size_t)sprintf(k + n, "%%25");
+				else
+					k[n++] = comp[i];
+			}
+		}
+		if (!slash)
+			break;
+		k[n++] = '/';
+		comp = slash + 1;
+	}
+	k[n] = '\0';
+	return k;
 }

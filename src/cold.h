@@ -3,8 +3,9 @@
  * function pointers, as the hot tier's I/O is behind io.h.
  *
  * Implementations: a local directory (cold_file.c, `file:///DIR`, the
- * embedded default) and a fault injector that wraps another (cold_fault.c,
- * for tests). Partner S3 (`s3://BUCKET/PREFIX`) plugs in the same way.
+ * embedded default), a partner S3 bucket (cold_s3.c, `s3://BUCKET/PREFIX`,
+ * libcurl with SigV4) and a fault injector that wraps another
+ * (cold_fault.c, for tests).
  *
  * Keys are G4 keys, S3 style: "BUCKET/KEY" for an object, and
  * COLD_MANIFEST_PREFIX "BUCKET/SESSION.json" for a session's manifest.
@@ -13,17 +14,50 @@
  * duplicate. Every function returns 0 or a negative errno: -ENOENT (no such
  * key), -EIO (the partner failed), -EAGAIN (the partner answered 500 or 503:
  * retry later), -EHOSTUNREACH (no answer: refused, dropped, timed out).
+ *
+ * A G4 key never leaves the tier: each implementation maps it to its own
+ * names injectively, with "." and ".." components, empty components ("a//b")
+ * and its escape character encoded (cold_file_name(), cold_s3_key()), so
+ * "a/../b", "a/b" and "a//b" are three objects inside the tier and none
+ * climbs out of DIR or PREFIX.
  */
 #ifndef KVT_COLD_H
 #define KVT_COLD_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kvtier.h"
 
 /* Where manifests live: no bucket name starts with '.'. */
 #define COLD_MANIFEST_PREFIX ".kvtier/manifests/"
 
 struct cold;
+
+/* What a put tells of the stored object. */
+struct cold_put_info {
+	char etag[KVT_ETAG_MAX];	/* what the partner calls it, quoted */
+	/* 1: the partner's answer proves it stored exactly the bytes pulled
+	 * from the source (S3: its ETag is the MD5 of what was sent, or for a
+	 * multipart upload the MD5 of the parts' MD5s "-N"; file: every byte
+	 * written and fsynced). 0: nothing to compare (an ETag that is no MD5,
+	 * as with SSE-KMS); the caller reads the object back to verify it. */
+	int verified;
+};
+
+/*
+ * Multipart uploads in flight, recorded by the caller (the catalog) so that
+ * a process killed half way leaves nothing for ever: begin() before the
+ * first part (a failure aborts the upload), end() once it is completed or
+ * aborted. A later run hands what is left to cold_abort_upload(). pkey is
+ * the partner's own key, as cold_abort_upload() takes it back.
+ */
+struct cold_journal {
+	int (*begin)(void *arg, const char *url, const char *pkey, const char *upload_id);
+	void (*end)(void *arg, const char *upload_id);
+	void *arg;
+};
 
 /* Pulls len bytes at off of what is being put into buf; 0 or -errno. */
 typedef int (*cold_source_fn)(void *arg, void *buf, size_t len, uint64_t off);
@@ -32,10 +66,11 @@ typedef int (*cold_sink_fn)(void *arg, const void *buf, size_t len);
 
 struct cold_ops {
 	const char *name;	/* "file", "fault", "s3" */
-	/* Stores size bytes pulled from src as key; etag (KVT_ETAG_MAX) gets
-	 * what the partner calls the stored object, quoted. */
+	/* Stores size bytes pulled from src as key, pulled once and in order;
+	 * info (may be NULL) says what the partner answered. -EIO when the
+	 * partner's ETag contradicts what was sent. */
 	int (*put)(struct cold *c, const char *key, uint64_t size, const char *content_type,
-		   cold_source_fn src, void *arg, char *etag);
+		   cold_source_fn src, void *arg, struct cold_put_info *info);
 	/* Streams key into sink; *size is the object's size. */
 	int (*get)(struct cold *c, const char *key, cold_sink_fn sink, void *arg, uint64_t *size);
 	int (*head)(struct cold *c, const char *key, uint64_t *size);
@@ -43,12 +78,29 @@ struct cold_ops {
 	/* Drops what interrupted puts of this host left behind (stale
 	 * multipart uploads, temporary files); called under the migrate lock. */
 	int (*cleanup)(struct cold *c);
+	/* Aborts the multipart upload upload_id of the partner key pkey (as
+	 * the journal recorded them); -ENOENT if the partner knows none, NULL
+	 * where puts are not multipart. */
+	int (*abort_upload)(struct cold *c, const char *pkey, const char *upload_id);
 	void (*free)(struct cold *c);
 };
 
 struct cold {
 	const struct cold_ops *ops;
 	char *url;
+	struct cold_journal journal;	/* all NULL: not recorded */
+};
+
+/* [g4] as cold_new() takes it. */
+struct cold_opts {
+	const char *url;	/* NULL: file://<store_dir>/g4 */
+	const char *endpoint;	/* S3: "[http[s]://]HOST[:PORT]", NULL: AWS */
+	const char *region;	/* S3: SigV4 scope; NULL: us-east-1 */
+	const char *credentials;	/* S3: keys file, owner-only */
+	const char *ca_file;	/* S3: PEM of the CAs to trust; NULL: the system's */
+	const char *store_dir;
+	uint64_t part_size;	/* S3: larger objects go multipart; 0: 8 MiB */
+	unsigned jobs;		/* S3: parts of one object in parallel; 0: 4 */
 };
 
 /*
@@ -59,15 +111,21 @@ struct cold {
  * a scheme this build lacks. Free with cold_free().
  */
 #define COLD_URL_NONE "none"
-int cold_new(const char *url, const char *endpoint, const char *credentials,
-	     const char *store_dir, struct cold **out);
+int cold_new(const struct cold_opts *o, struct cold **out);
 /* Accepts NULL. */
 void cold_free(struct cold *c);
 
 int cold_file_new(const char *dir, struct cold **out);
-/* url "s3://BUCKET/PREFIX"; endpoint "[http[s]://]HOST[:PORT]" or NULL (AWS). */
-int cold_s3_new(const char *url, const char *endpoint, const char *credentials,
-		struct cold **out);
+/* o->url "s3://BUCKET/PREFIX". */
+int cold_s3_new(const struct cold_opts *o, struct cold **out);
+
+/* The partner key of G4 key `key` under prefix (may be ""): components
+ * "." -> "%2E", ".." -> "%2E%2E", "" -> "%" (but a trailing '/' stays:
+ * "a/" is a directory marker), '%' -> "%25"; every other byte as it is,
+ * so ordinary keys keep their names. Caller frees. */
+char *cold_s3_key(const char *prefix, const char *key);
+/* The file name of `key` under dir (cold_file.c's layout). Caller frees. */
+char *cold_file_name(const char *dir, const char *key);
 
 /* Faults for tests: counts of the next operations to fail, or to corrupt.
  * Counters change with atomic operations, so the plan may sit in memory
@@ -79,6 +137,7 @@ struct cold_fault_plan {
 	unsigned short_puts;	/* the next N puts store one byte less, and succeed */
 	unsigned drop_puts;	/* the next N puts send half, then fail with err */
 	unsigned drop_gets;	/* the next N gets deliver half, then fail with err */
+	unsigned unverified_puts;	/* the next N puts answer info->verified = 0 */
 	unsigned stall_ms;	/* every put and get waits this long first */
 	int err;		/* negative errno; -EIO if 0 */
 	unsigned puts, gets;	/* counted: operations that reached the injector */
@@ -88,9 +147,9 @@ struct cold_fault_plan {
 int cold_fault_new(struct cold *inner, struct cold_fault_plan *plan, struct cold **out);
 
 static inline int cold_put(struct cold *c, const char *key, uint64_t size, const char *ctype,
-			   cold_source_fn src, void *arg, char *etag)
+			   cold_source_fn src, void *arg, struct cold_put_info *info)
 {
-	return c->ops->put(c, key, size, ctype, src, arg, etag);
+	return c->ops->put(c, key, size, ctype, src, arg, info);
 }
 
 static inline int cold_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg,
@@ -112,6 +171,11 @@ static inline int cold_del(struct cold *c, const char *key)
 static inline int cold_cleanup(struct cold *c)
 {
 	return c->ops->cleanup ? c->ops->cleanup(c) : 0;
+}
+
+static inline int cold_abort_upload(struct cold *c, const char *pkey, const char *upload_id)
+{
+	return c->ops->abort_upload ? c->ops->abort_upload(c, pkey, upload_id) : -EOPNOTSUPP;
 }
 
 /* Puts/gets a small object held in memory (manifests). *buf: caller frees. */

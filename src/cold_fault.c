@@ -88,8 +88,21 @@ struct short_src {
 	void *arg;
 };
 
+static int cfa_put_inner(struct cold_fault *f, const char *key, uint64_t size, const char *ctype,
+			 cold_source_fn src, void *arg, struct cold_put_info *info)
+{
+	struct cold_fault_plan *p = f->plan;
+	int rc;
+
+	f->inner->journal = f->base.journal;	/* the journal is set on the wrapper */
+	rc = cold_put(f->inner, key, size, ctype, src, arg, info);
+	if (rc == 0 && info && cfa_take(&p->unverified_puts))
+		info->verified = 0;	/* a partner whose ETag is no MD5 */
+	return rc;
+}
+
 static int cfa_put(struct cold *c, const char *key, uint64_t size, const char *ctype,
-		   cold_source_fn src, void *arg, char *etag)
+		   cold_source_fn src, void *arg, struct cold_put_info *info)
 {
 	struct cold_fault *f = (struct cold_fault *)c;
 	struct cold_fault_plan *p = f->plan;
@@ -99,14 +112,14 @@ static int cfa_put(struct cold *c, const char *key, uint64_t size, const char *c
 	if (cfa_take(&p->fail_puts))
 		return cfa_err(p);
 	if (size > 0 && cfa_take(&p->short_puts))
-		return cold_put(f->inner, key, size - 1, ctype, src, arg, etag);
+		return cfa_put_inner(f, key, size - 1, ctype, src, arg, info);
 	if (size > 0 && cfa_take(&p->drop_puts)) {
 		struct drop_src d = { src, arg, size / 2, cfa_err(p) };
-		int rc = cold_put(f->inner, key, size, ctype, cfa_drop_source, &d, etag);
+		int rc = cfa_put_inner(f, key, size, ctype, cfa_drop_source, &d, info);
 
 		return rc < 0 ? rc : -EIO;	/* the inner put must have failed */
 	}
-	return cold_put(f->inner, key, size, ctype, src, arg, etag);
+	return cfa_put_inner(f, key, size, ctype, src, arg, info);
 }
 
 struct flip_sink {
@@ -177,6 +190,11 @@ static int cfa_cleanup(struct cold *c)
 	return cold_cleanup(((struct cold_fault *)c)->inner);
 }
 
+static int cfa_abort_upload(struct cold *c, const char *pkey, const char *upload_id)
+{
+	return cold_abort_upload(((struct cold_fault *)c)->inner, pkey, upload_id);
+}
+
 static void cfa_free(struct cold *c)
 {
 	struct cold_fault *f = (struct cold_fault *)c;
@@ -192,6 +210,7 @@ static const struct cold_ops cold_fault_ops = {
 	.head = cfa_head,
 	.del = cfa_del,
 	.cleanup = cfa_cleanup,
+	.abort_upload = cfa_abort_upload,
 	.free = cfa_free,
 };
 

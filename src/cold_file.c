@@ -119,8 +119,15 @@ static int cf_fsync_dir(const char *path)
 	return rc;
 }
 
+char *cold_file_name(const char *dir, const char *key)
+{
+	struct cold_file cf = { .dir = (char *)dir };
+
+	return cf_path(&cf, key);
+}
+
 static int cf_put(struct cold *c, const char *key, uint64_t size, const char *content_type,
-		  cold_source_fn src, void *arg, char *etag)
+		  cold_source_fn src, void *arg, struct cold_put_info *info)
 {
 	struct cold_file *cf = (struct cold_file *)c;
 	char *path = cf_path(cf, key), tmp[4096], *buf = malloc(CF_CHUNK);
@@ -183,8 +190,13 @@ static int cf_put(struct cold *c, const char *key, uint64_t size, const char *co
 	}
 	tmp[0] = '\0';
 	rc = cf_fsync_dir(path);
-	if (etag)
-		snprintf(etag, KVT_ETAG_MAX, "\"%08x%016llx\"", crc, (unsigned long long)size);
+	if (info) {
+		snprintf(info->etag, KVT_ETAG_MAX, "\"%08x%016llx\"", crc,
+			 (unsigned long long)size);
+		/* Every byte pulled was written and is durable: a local file
+		 * system that lies about that is not one G4 can be on. */
+		info->verified = rc == 0;
+	}
 out:
 	if (fd >= 0)
 		close(fd);

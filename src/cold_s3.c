@@ -1,193 +1,894 @@
 /*
  * cold_s3.c - the cold tier in a partner S3 bucket (`s3://BUCKET/PREFIX`),
- * through libs3: Ceph RGW, MinIO, AWS, any S3.
+ * over libcurl with its SigV4 signer: Ceph RGW, MinIO, AWS, any S3.
  *
- * The G4 key "BUCKET/KEY" is the S3 key "PREFIX/BUCKET/KEY". An S3 PUT is
- * atomic, so an interrupted put leaves nothing and the next run puts again.
+ * The G4 key "BUCKET/KEY" is the S3 key "PREFIX/BUCKET/KEY", with "." and
+ * ".." components, empty components and '%' encoded (cold_s3_key()), so no
+ * key climbs out of PREFIX or lands on another; the URL path is then
+ * percent-encoded as SigV4 canonicalises it, and libcurl is told to leave
+ * it alone (CURLOPT_PATH_AS_IS: by default it merges "/../").
+ *
  * [g4] endpoint "http://HOST:PORT" or "HOST:PORT" (https) names the partner
- * and selects path-style addressing, which every S3 clone speaks; unset, AWS
- * with virtual-host style. [g4] credentials is a file of two lines,
- * "access_key = ..." and "secret_key = ...", readable by its owner only.
+ * and selects path-style addressing, which every S3 clone speaks; unset,
+ * AWS with virtual-host style. [g4] region is the SigV4 scope
+ * ("aws:amz:REGION:s3"; us-east-1 by default), [g4] ca_file the PEM of the
+ * CAs that sign a private partner's certificate. [g4] credentials is a file
+ * of two lines, "access_key = ..." and "secret_key = ...", readable by its
+ * owner only. Payloads go as UNSIGNED-PAYLOAD (TLS or loopback carry them;
+ * the ETag check below proves them): a streamed body cannot be hashed
+ * before it is sent.
+ *
+ * Connections are kept: easy handles wait in a pool between requests, and
+ * curl_easy_reset() keeps a handle's open connection.
+ *
+ * A put of up to [g4] part_size is one PUT; a larger one a multipart upload
+ * whose parts go in parallel ([g4] jobs threads; the source is read in
+ * order, one part at a time, under a lock). Each part's ETag must be the
+ * MD5 of what was sent, and the completed object's the MD5 of the parts'
+ * MD5s "-N" (or, as s3rver answers, the MD5 of the whole object): G4 then
+ * holds exactly those bytes without reading them back. Any failure aborts
+ * the upload. The journal (cold.h; the catalog) records an upload between
+ * its initiation and its completion or abort, so one killed half way is
+ * aborted by the next run; cleanup() also aborts uploads under PREFIX that
+ * are older than a day, which a lost catalog no longer knows.
  *
  * Errors: 404 -> -ENOENT; 500, 503 and SlowDown -> -EAGAIN (retry later,
- * nothing lost); no answer (refused, dropped, timed out) -> -EHOSTUNREACH;
- * anything else -> -EIO, logged with the partner's message.
- *
- * TODO(issue 5): multipart uploads with parallel parts ([g4] part_size),
- * aborting stale ones in cleanup(); SigV4 with [g4] region (libs3 2.0 signs
- * V2 only).
+ * nothing lost); no answer (refused, dropped, timed out, stalled) ->
+ * -EHOSTUNREACH; anything else -> -EIO, logged with the partner's message.
  */
 #include "config.h"
 
+#include <curl/curl.h>
 #include <errno.h>
-#include <libs3.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "cold.h"
 #include "log.h"
 #include "util.h"
 
+#define S3_POOL_MAX 64		/* idle easy handles kept */
+#define S3_RESP_MAX (1u << 20)	/* an error or XML answer, at most */
+#define S3_PARTS_MAX 10000	/* S3's limit */
+#define S3_STALE_NS (24ll * 3600 * 1000000000)	/* cleanup() aborts uploads older */
+
 struct cold_s3 {
 	struct cold base;
-	char *bucket, *prefix, *host;
-	char access[512], secret[512];
-	S3BucketContext ctx;
+	char *bucket, *prefix;
+	char *origin;		/* "http[s]://HOST[:PORT]" */
+	int path_style;		/* /BUCKET/KEY on origin, else BUCKET.origin */
+	char *ca_file;
+	char sigv4[128];	/* "aws:amz:REGION:s3" */
+	char userpwd[1100];	/* "ACCESS:SECRET" */
+	uint64_t part_size;
+	unsigned jobs;
+	pthread_mutex_t lock;
+	CURL *idle[S3_POOL_MAX];
+	unsigned nidle;
 };
 
-struct s3_call {
-	S3Status status;
-	char msg[256];
-	char etag[KVT_ETAG_MAX];
-	uint64_t length;
-	/* put */
+/* One request and what came back. */
+struct s3_req {
+	const char *method;	/* GET HEAD PUT POST DELETE */
+	const char *pkey;	/* partner key; NULL: the bucket */
+	const char *query;	/* canonical: sorted, encoded, "name=value&..." */
+	const char *ctype;
+	int quiet_unsupported;	/* a 501 or 405 is an answer, not an error to log */
+	/* body: from src (len bytes at off), or from mem */
 	cold_source_fn src;
 	void *arg;
-	uint64_t off, size;
+	uint64_t off, len, sent;
+	const char *mem;
+	EVP_MD_CTX *md5;	/* hashes what is sent, if not NULL */
 	int src_rc;
-	/* get */
+	/* answer: a 2xx GET body to sink, anything else into resp */
 	cold_sink_fn sink;
+	void *sink_arg;
 	int sink_rc;
 	uint64_t got;
+	long status;
+	char etag[KVT_ETAG_MAX];
+	uint64_t length;
+	char *resp;
+	size_t resp_len, resp_cap;
+	char errbuf[CURL_ERROR_SIZE];
+	CURL *curl;
 };
 
 static pthread_once_t s3_once = PTHREAD_ONCE_INIT;
-static S3Status s3_init_status;
+static CURLcode s3_init_rc;
 
-static void s3_init(void)
+static void s3_global_init(void)
 {
-	s3_init_status = S3_initialize("kvtier", S3_INIT_ALL, NULL);
+	s3_init_rc = curl_global_init(CURL_GLOBAL_ALL);
 }
 
-static S3Status s3_props(const S3ResponseProperties *p, void *data)
-{
-	struct s3_call *c = data;
+/* ---- handles --------------------------------------------------------------- */
 
-	if (p->eTag)
-		snprintf(c->etag, sizeof(c->etag), "%s", p->eTag);
-	c->length = p->contentLength;
-	return S3StatusOK;
+static CURL *s3_handle_get(struct cold_s3 *s)
+{
+	CURL *c = NULL;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->nidle > 0)
+		c = s->idle[--s->nidle];
+	pthread_mutex_unlock(&s->lock);
+	return c ? c : curl_easy_init();
 }
 
-static void s3_complete(S3Status status, const S3ErrorDetails *err, void *data)
+static void s3_handle_put(struct cold_s3 *s, CURL *c)
 {
-	struct s3_call *c = data;
-
-	c->status = status;
-	if (err && err->message)
-		snprintf(c->msg, sizeof(c->msg), "%s", err->message);
+	if (!c)
+		return;
+	pthread_mutex_lock(&s->lock);
+	if (s->nidle < S3_POOL_MAX) {
+		s->idle[s->nidle++] = c;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (c)
+		curl_easy_cleanup(c);
 }
 
-static int s3_errno(struct cold_s3 *s, const struct s3_call *c, const char *what, const char *key)
+/* ---- small text helpers ------------------------------------------------------ */
+
+/* Appends s percent-encoded as SigV4 wants it (keep: '/' too if slash). */
+static void s3_uri_encode(FILE *f, const char *s, int slash)
 {
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+		    ch == '-' || ch == '_' || ch == '.' || ch == '~' || (slash && ch == '/'))
+			fputc(ch, f);
+		else
+			fprintf(f, "%%%02X", ch);
+	}
+}
+
+/* The text of the first <tag>...</tag> at or after *from, XML entities
+ * decoded, into out; *from moves past it. 0, or -ENOENT. */
+static int s3_xml_text(const char **from, const char *end, const char *tag, char *out,
+		       size_t cap)
+{
+	char open[64], close[64];
+	const char *a, *b;
+	size_t n = 0;
+
+	snprintf(open, sizeof(open), "<%s>", tag);
+	snprintf(close, sizeof(close), "</%s>", tag);
+	a = *from ? strstr(*from, open) : NULL;
+	if (!a || a >= end)
+		return -ENOENT;
+	a += strlen(open);
+	b = strstr(a, close);
+	if (!b || b > end)
+		return -ENOENT;
+	*from = b + strlen(close);
+	while (a < b && n + 1 < cap) {
+		static const struct { const char *ent; char ch; } ents[] = {
+			{ "&amp;", '&' }, { "&lt;", '<' }, { "&gt;", '>' },
+			{ "&quot;", '"' }, { "&apos;", '\'' },
+		};
+		size_t i;
+
+		if (*a == '&') {
+			for (i = 0; i < ARRAY_SIZE(ents); i++)
+				if (!strncmp(a, ents[i].ent, strlen(ents[i].ent)))
+					break;
+			if (i < ARRAY_SIZE(ents)) {
+				out[n++] = ents[i].ch;
+				a += strlen(ents[i].ent);
+				continue;
+			}
+			if (a[1] == '#') {
+				char *e;
+				unsigned long cp = a[2] == 'x' ? strtoul(a + 3, &e, 16)
+							       : strtoul(a + 2, &e, 10);
+
+				if (*e == ';' && cp > 0 && cp < 0x80) {
+					out[n++] = (char)cp;
+					a = e + 1;
+					continue;
+				}
+			}
+		}
+		out[n++] = *a++;
+	}
+	out[n] = '\0';
+	return 0;
+}
+
+/* An ETag without quotes (plain or &quot;), lower case, into out. */
+static void s3_etag_bare(const char *etag, char *out, size_t cap)
+{
+	size_t n = 0;
+
+	for (const char *p = etag; *p && n + 1 < cap; p++) {
+		if (*p == '"')
+			continue;
+		if (!strncmp(p, "&quot;", 6)) {
+			p += 5;
+			continue;
+		}
+		out[n++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+	}
+	out[n] = '\0';
+}
+
+static void s3_hex(const unsigned char *d, size_t n, char *out)
+{
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+/* Whether bare looks like an MD5 ("32 hex") or a multipart ETag ("-N"). */
+static int s3_etag_is_md5(const char *bare)
+{
+	size_t i;
+
+	for (i = 0; i < 32; i++)
+		if (!((bare[i] >= '0' && bare[i] <= '9') || (bare[i] >= 'a' && bare[i] <= 'f')))
+			return 0;
+	if (bare[32] == '\0')
+		return 1;
+	if (bare[32] != '-' || !bare[33])
+		return 0;
+	for (i = 33; bare[i]; i++)
+		if (bare[i] < '0' || bare[i] > '9')
+			return 0;
+	return 1;
+}
+
+/* ---- one request --------------------------------------------------------------- */
+
+static size_t s3_on_header(char *buf, size_t size, size_t n, void *arg)
+{
+	struct s3_req *r = arg;
+	size_t len = size * n;
+
+	if (len >= 5 && !strncmp(buf, "HTTP/", 5)) {
+		r->etag[0] = '\0';	/* a new answer (after a 100 Continue) */
+		r->length = 0;
+	} else if (len > 5 && !strncasecmp(buf, "ETag:", 5)) {
+		const char *v = buf + 5;
+		size_t vl = len - 5;
+
+		while (vl && (*v == ' ' || *v == '\t'))
+			v++, vl--;
+		while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+			vl--;
+		snprintf(r->etag, sizeof(r->etag), "%.*s", (int)vl, v);
+	} else if (len > 15 && !strncasecmp(buf, "Content-Length:", 15)) {
+		r->length = strtoull(buf + 15, NULL, 10);
+	}
+	return len;
+}
+
+static size_t s3_on_body(char *buf, size_t size, size_t n, void *arg)
+{
+	struct s3_req *r = arg;
+	size_t len = size * n;
+
+	if (!r->status)
+		curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &r->status);
+	if (r->sink && r->status / 100 == 2) {
+		r->sink_rc = r->sink(r->sink_arg, buf, len);
+		if (r->sink_rc < 0)
+			return 0;	/* curl fails the transfer */
+		r->got += len;
+		return len;
+	}
+	/* An error document or an XML answer: keep it (bounded). */
+	if (r->resp_len + len + 1 > r->resp_cap) {
+		size_t cap = MAX(r->resp_cap * 2, r->resp_len + len + 1);
+		char *b;
+
+		if (cap > S3_RESP_MAX)
+			return len;	/* the rest is of no use to us */
+		b = realloc(r->resp, cap);
+		if (!b)
+			return 0;
+		r->resp = b;
+		r->resp_cap = cap;
+	}
+	memcpy(r->resp + r->resp_len, buf, len);
+	r->resp_len += len;
+	r->resp[r->resp_len] = '\0';
+	return len;
+}
+
+static size_t s3_on_read(char *buf, size_t size, size_t n, void *arg)
+{
+	struct s3_req *r = arg;
+	size_t want = (size_t)MIN((uint64_t)(size * n), r->len - r->sent);
+
+	if (want == 0)
+		return 0;
+	if (r->mem) {
+		memcpy(buf, r->mem + r->sent, want);
+	} else {
+		r->src_rc = r->src(r->arg, buf, want, r->off + r->sent);
+		if (r->src_rc < 0)
+			return CURL_READFUNC_ABORT;
+	}
+	if (r->md5)
+		EVP_DigestUpdate(r->md5, buf, want);
+	r->sent += want;
+	return want;
+}
+
+/*
+ * curl rewinds a body when a kept connection turned out dead after some of
+ * it was sent. A body in memory rewinds; a streamed one only if nothing was
+ * pulled yet (the source is read once, in order): the transfer then fails
+ * as "no answer", and the caller's retry starts the put again.
+ */
+static int s3_on_seek(void *arg, curl_off_t offset, int origin)
+{
+	struct s3_req *r = arg;
+
+	if (origin != SEEK_SET || offset != 0)
+		return CURL_SEEKFUNC_CANTSEEK;
+	if (r->mem || r->sent == 0) {
+		r->sent = 0;
+		return CURL_SEEKFUNC_OK;
+	}
+	return CURL_SEEKFUNC_CANTSEEK;
+}
+
+/* The partner's <Code> and <Message>, for a log line. */
+static void s3_error_text(const struct s3_req *r, char *code, size_t ccap, char *msg,
+			  size_t mcap)
+{
+	const char *p = r->resp, *end = r->resp ? r->resp + r->resp_len : NULL;
+
+	code[0] = msg[0] = '\0';
+	if (!p)
+		return;
+	if (s3_xml_text(&p, end, "Code", code, ccap) < 0)
+		code[0] = '\0';
+	p = r->resp;
+	if (s3_xml_text(&p, end, "Message", msg, mcap) < 0)
+		msg[0] = '\0';
+}
+
+/*
+ * Sends r; 0 for a 2xx answer, else the errno of the table above (logged,
+ * but for -ENOENT). what names the operation in the log line.
+ */
+static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
+{
+	struct curl_slist *h = NULL, *l;
+	char *url = NULL, ctype[300], code[128], msg[256];
+	size_t ulen = 0;
+	FILE *f = open_memstream(&url, &ulen);
+	CURLcode cc;
 	int rc;
 
-	if (c->src_rc < 0)
-		return c->src_rc;
-	if (c->sink_rc < 0)
-		return c->sink_rc;
-	switch (c->status) {
-	case S3StatusOK:
-		return 0;
-	case S3StatusErrorNoSuchKey:
-	case S3StatusHttpErrorNotFound:
-		return -ENOENT;
-	case S3StatusHttpErrorUnknown:	/* 500, 503: libs3 has no name for them */
-	case S3StatusErrorSlowDown:
-	case S3StatusErrorInternalError:
-	case S3StatusErrorRequestTimeout:	/* the partner's word: we were slow */
-		rc = -EAGAIN;
-		break;
-	case S3StatusConnectionFailed:	/* also a connection dropped half way */
-	case S3StatusInternalError:	/* libs3's word for other curl failures (a
-					 * send or receive cut off by a partner that
-					 * went away: test_migrate_s3.sh) */
-	case S3StatusNameLookupError:
-	case S3StatusFailedToConnect:
-		rc = -EHOSTUNREACH;
-		break;
-	default:
-		rc = -EIO;
+	if (!f)
+		return -ENOMEM;
+	if (s->path_style) {
+		fprintf(f, "%s/", s->origin);
+		s3_uri_encode(f, s->bucket, 0);
+	} else {
+		fprintf(f, "%.*s%s.%s", (int)(strstr(s->origin, "://") + 3 - s->origin), s->origin,
+			s->bucket, strstr(s->origin, "://") + 3);
 	}
-	log_err(0, "s3 %s of '%s' in bucket '%s' failed: %s%s%s", what, key, s->bucket,
-		S3_get_status_name(c->status), c->msg[0] ? ": " : "", c->msg);
+	fputc('/', f);
+	if (r->pkey)
+		s3_uri_encode(f, r->pkey, 1);
+	if (r->query)
+		fprintf(f, "?%s", r->query);
+	if (fclose(f) != 0) {
+		free(url);
+		return -ENOMEM;
+	}
+	h = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+	/* No 100-continue round trip before each body. */
+	if (h && (l = curl_slist_append(h, "Expect:")))
+		h = l;
+	if (h && r->ctype) {
+		snprintf(ctype, sizeof(ctype), "Content-Type: %s", r->ctype);
+		if ((l = curl_slist_append(h, ctype)))
+			h = l;
+	}
+	r->curl = s3_handle_get(s);
+	if (!h || !r->curl) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	curl_easy_reset(r->curl);	/* keeps the open connection */
+	curl_easy_setopt(r->curl, CURLOPT_URL, url);
+	curl_easy_setopt(r->curl, CURLOPT_PATH_AS_IS, 1L);
+	curl_easy_setopt(r->curl, CURLOPT_AWS_SIGV4, s->sigv4);
+	curl_easy_setopt(r->curl, CURLOPT_USERPWD, s->userpwd);
+	curl_easy_setopt(r->curl, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(r->curl, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(r->curl, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(r->curl, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(r->curl, CURLOPT_CONNECTTIMEOUT, 10L);
+	/* A partner that stalls: less than 1 byte/s for 30 s is no answer. */
+	curl_easy_setopt(r->curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(r->curl, CURLOPT_LOW_SPEED_TIME, 30L);
+	curl_easy_setopt(r->curl, CURLOPT_ERRORBUFFER, r->errbuf);
+	curl_easy_setopt(r->curl, CURLOPT_HEADERFUNCTION, s3_on_header);
+	curl_easy_setopt(r->curl, CURLOPT_HEADERDATA, r);
+	curl_easy_setopt(r->curl, CURLOPT_WRITEFUNCTION, s3_on_body);
+	curl_easy_setopt(r->curl, CURLOPT_WRITEDATA, r);
+	if (s->ca_file)
+		curl_easy_setopt(r->curl, CURLOPT_CAINFO, s->ca_file);
+	if (!strcmp(r->method, "HEAD")) {
+		curl_easy_setopt(r->curl, CURLOPT_NOBODY, 1L);
+	} else if (!strcmp(r->method, "PUT") || !strcmp(r->method, "POST")) {
+		curl_easy_setopt(r->curl, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(r->curl, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->len);
+		curl_easy_setopt(r->curl, CURLOPT_READFUNCTION, s3_on_read);
+		curl_easy_setopt(r->curl, CURLOPT_READDATA, r);
+		curl_easy_setopt(r->curl, CURLOPT_SEEKFUNCTION, s3_on_seek);
+		curl_easy_setopt(r->curl, CURLOPT_SEEKDATA, r);
+		curl_easy_setopt(r->curl, CURLOPT_UPLOAD_BUFFERSIZE, 512L * 1024);
+		if (!strcmp(r->method, "POST"))
+			curl_easy_setopt(r->curl, CURLOPT_CUSTOMREQUEST, "POST");
+	} else if (strcmp(r->method, "GET") != 0) {
+		curl_easy_setopt(r->curl, CURLOPT_CUSTOMREQUEST, r->method);
+	}
+	r->errbuf[0] = '\0';
+	cc = curl_easy_perform(r->curl);
+	if (r->src_rc < 0 || r->sink_rc < 0) {
+		rc = r->src_rc < 0 ? r->src_rc : r->sink_rc;
+		goto out;
+	}
+	if (cc != CURLE_OK) {
+		switch (cc) {
+		case CURLE_COULDNT_RESOLVE_HOST:
+		case CURLE_COULDNT_CONNECT:
+		case CURLE_OPERATION_TIMEDOUT:
+		case CURLE_SEND_ERROR:
+		case CURLE_RECV_ERROR:
+		case CURLE_GOT_NOTHING:
+		case CURLE_PARTIAL_FILE:
+		case CURLE_HTTP2_STREAM:
+		case CURLE_SEND_FAIL_REWIND:	/* a kept connection died mid-body */
+			rc = -EHOSTUNREACH;
+			break;
+		default:
+			rc = -EIO;	/* TLS that does not verify, a bad URL ... */
+		}
+		log_err(0, "s3 %s of '%s' in bucket '%s' failed: %s", what, r->pkey ? r->pkey : "",
+			s->bucket, r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc));
+		goto out;
+	}
+	curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &r->status);
+	if (r->status / 100 == 2) {
+		rc = 0;
+		goto out;
+	}
+	s3_error_text(r, code, sizeof(code), msg, sizeof(msg));
+	if (r->status == 404)
+		rc = -ENOENT;
+	else if (r->status == 500 || r->status == 503 || !strcmp(code, "SlowDown") ||
+		 !strcmp(code, "InternalError") || !strcmp(code, "RequestTimeout"))
+		rc = -EAGAIN;
+	else if (r->status == 501 || r->status == 405 || !strcmp(code, "NotImplemented"))
+		rc = -EOPNOTSUPP;
+	else
+		rc = -EIO;
+	if (rc != -ENOENT && !(rc == -EOPNOTSUPP && r->quiet_unsupported))
+		log_err(0, "s3 %s of '%s' in bucket '%s' failed: HTTP %ld%s%s%s%s", what,
+			r->pkey ? r->pkey : "", s->bucket, r->status, code[0] ? " " : "", code,
+			msg[0] ? ": " : "", msg);
+out:
+	s3_handle_put(s, r->curl);
+	r->curl = NULL;
+	curl_slist_free_all(h);
+	free(url);
 	return rc;
 }
 
-/* PREFIX/KEY: caller frees. */
-static char *s3_key(struct cold_s3 *s, const char *key)
+static void s3_req_release(struct s3_req *r)
 {
-	size_t len = strlen(s->prefix) + strlen(key) + 2;
-	char *k = malloc(len);
-
-	if (k)
-		snprintf(k, len, "%s%s%s", s->prefix, s->prefix[0] ? "/" : "", key);
-	return k;
+	free(r->resp);
+	r->resp = NULL;
 }
 
-static int s3_put_data(int size, char *buf, void *data)
-{
-	struct s3_call *c = data;
-	size_t n = (size_t)MIN((uint64_t)size, c->size - c->off);
+/* ---- put ------------------------------------------------------------------------ */
 
-	if (n == 0)
-		return 0;
-	c->src_rc = c->src(c->arg, buf, n, c->off);
-	if (c->src_rc < 0)
-		return -1;	/* aborts the request */
-	c->off += n;
-	return (int)n;
+/* Compares the partner's ETag with what we hashed; sets info. */
+static int s3_check_etag(struct cold_s3 *s, const char *pkey, const char *etag,
+			 const char *want, const char *alt, struct cold_put_info *info)
+{
+	char bare[KVT_ETAG_MAX - 2];
+
+	s3_etag_bare(etag, bare, sizeof(bare));
+	if (info) {
+		snprintf(info->etag, KVT_ETAG_MAX, "\"%s\"", bare);
+		info->verified = 0;
+	}
+	if (!s3_etag_is_md5(bare))
+		return 0;	/* nothing to compare: the caller reads back */
+	if (strcmp(bare, want) != 0 && (!alt || strcmp(bare, alt) != 0)) {
+		log_err(0, "s3 put of '%s' in bucket '%s': the partner answered ETag %s, but what"
+			" was sent has MD5 %s", pkey, s->bucket, bare, want);
+		return -EIO;
+	}
+	if (info)
+		info->verified = 1;
+	return 0;
+}
+
+static int s3_put_single(struct cold_s3 *s, const char *pkey, uint64_t size, const char *ctype,
+			 cold_source_fn src, void *arg, struct cold_put_info *info)
+{
+	struct s3_req r = { .method = "PUT", .pkey = pkey, .ctype = ctype, .src = src,
+			    .arg = arg, .len = size };
+	unsigned char d[EVP_MAX_MD_SIZE];
+	unsigned dlen = 0;
+	char hex[40];
+	int rc;
+
+	r.md5 = EVP_MD_CTX_new();
+	if (!r.md5 || !EVP_DigestInit_ex(r.md5, EVP_md5(), NULL)) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = s3_perform(s, &r, "put");
+	if (rc < 0)
+		goto out;
+	if (r.sent != size) {
+		log_err(0, "s3 put of '%s': %" PRIu64 " of %" PRIu64 " bytes sent", pkey, r.sent,
+			size);
+		rc = -EIO;
+		goto out;
+	}
+	EVP_DigestFinal_ex(r.md5, d, &dlen);
+	s3_hex(d, dlen, hex);
+	rc = s3_check_etag(s, pkey, r.etag, hex, NULL, info);
+out:
+	EVP_MD_CTX_free(r.md5);
+	s3_req_release(&r);
+	return rc;
+}
+
+/* A multipart upload in flight. */
+struct s3_mpu {
+	struct cold_s3 *s;
+	const char *pkey, *upload_id;
+	uint64_t size, part_size;
+	unsigned nparts;
+	cold_source_fn src;
+	void *arg;
+	pthread_mutex_t lock;	/* the source, next, rc */
+	unsigned next;		/* next part to read */
+	int rc;			/* first failure: every worker stops */
+	EVP_MD_CTX *whole;	/* MD5 of the whole object, parts in order */
+	unsigned char (*md5)[16];	/* of each part */
+};
+
+static void *s3_mpu_worker(void *arg)
+{
+	struct s3_mpu *m = arg;
+	char *buf = malloc(m->part_size), query[1200], hex[40], what[32];
+	char *qid = NULL;
+	size_t qlen = 0;
+	FILE *f;
+
+	f = open_memstream(&qid, &qlen);
+	if (f) {
+		s3_uri_encode(f, m->upload_id, 0);
+		if (fclose(f) != 0) {
+			free(qid);
+			qid = NULL;
+		}
+	}
+	if (!buf || !qid) {
+		pthread_mutex_lock(&m->lock);
+		if (!m->rc)
+			m->rc = -ENOMEM;
+		pthread_mutex_unlock(&m->lock);
+		goto out;
+	}
+	for (;;) {
+		struct s3_req r = { .method = "PUT", .pkey = m->pkey, .mem = buf };
+		unsigned i;
+		uint64_t off, len;
+		unsigned char d[EVP_MAX_MD_SIZE];
+		unsigned dlen = 0;
+		EVP_MD_CTX *md;
+		int rc;
+
+		/* The source is read in order, one part at a time. */
+		pthread_mutex_lock(&m->lock);
+		if (m->rc || m->next >= m->nparts) {
+			pthread_mutex_unlock(&m->lock);
+			break;
+		}
+		i = m->next++;
+		off = (uint64_t)i * m->part_size;
+		len = MIN(m->part_size, m->size - off);
+		rc = m->src(m->arg, buf, len, off);
+		if (rc == 0)
+			EVP_DigestUpdate(m->whole, buf, len);
+		else
+			m->rc = rc;
+		pthread_mutex_unlock(&m->lock);
+		if (rc < 0)
+			break;
+		md = EVP_MD_CTX_new();
+		if (!md || !EVP_DigestInit_ex(md, EVP_md5(), NULL) ||
+		    !EVP_DigestUpdate(md, buf, len) || !EVP_DigestFinal_ex(md, d, &dlen)) {
+			EVP_MD_CTX_free(md);
+			rc = -ENOMEM;
+		} else {
+			EVP_MD_CTX_free(md);
+			memcpy(m->md5[i], d, 16);
+			s3_hex(d, 16, hex);
+			snprintf(query, sizeof(query), "partNumber=%u&uploadId=%s", i + 1, qid);
+			r.query = query;
+			r.len = len;
+			snprintf(what, sizeof(what), "put of part %u", i + 1);
+			rc = s3_perform(m->s, &r, what);
+			if (rc == 0) {
+				char bare[KVT_ETAG_MAX];
+
+				s3_etag_bare(r.etag, bare, sizeof(bare));
+				/* A part's ETag is its MD5 on every S3 we know; one
+				 * that is no MD5 we cannot check here (the whole
+				 * object's ETag still is). */
+				if (s3_etag_is_md5(bare) && strcmp(bare, hex) != 0) {
+					log_err(0, "s3 part %u of '%s': the partner answered ETag"
+						" %s, but what was sent has MD5 %s", i + 1, m->pkey,
+						bare, hex);
+					rc = -EIO;
+				}
+			}
+		}
+		s3_req_release(&r);
+		if (rc < 0) {
+			pthread_mutex_lock(&m->lock);
+			if (!m->rc)
+				m->rc = rc;
+			pthread_mutex_unlock(&m->lock);
+			break;
+		}
+	}
+out:
+	free(qid);
+	free(buf);
+	return NULL;
+}
+
+/* "uploadId=ID", encoded: caller frees. */
+static char *s3_upload_query(const char *upload_id)
+{
+	char *q = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&q, &len);
+
+	if (!f)
+		return NULL;
+	fputs("uploadId=", f);
+	s3_uri_encode(f, upload_id, 0);
+	if (fclose(f) != 0) {
+		free(q);
+		return NULL;
+	}
+	return q;
+}
+
+static int s3_abort(struct cold_s3 *s, const char *pkey, const char *upload_id)
+{
+	struct s3_req r = { .method = "DELETE", .pkey = pkey };
+	char *q = s3_upload_query(upload_id);
+	int rc;
+
+	if (!q)
+		return -ENOMEM;
+	r.query = q;
+	rc = s3_perform(s, &r, "abort of a multipart upload");
+	s3_req_release(&r);
+	free(q);
+	return rc;
+}
+
+static int s3_abort_upload(struct cold *cold, const char *pkey, const char *upload_id)
+{
+	return s3_abort((struct cold_s3 *)cold, pkey, upload_id);
+}
+
+static int s3_put_multipart(struct cold_s3 *s, const char *pkey, uint64_t size,
+			    const char *ctype, cold_source_fn src, void *arg,
+			    struct cold_put_info *info)
+{
+	struct s3_req r = { .method = "POST", .pkey = pkey, .query = "uploads=", .ctype = ctype };
+	struct s3_mpu m = { .s = s, .pkey = pkey, .size = size, .src = src, .arg = arg };
+	char upload_id[1024], *q = NULL, *xml = NULL, want[48], whole[40];
+	const char *p;
+	unsigned char d[EVP_MAX_MD_SIZE];
+	unsigned dlen = 0, nthreads = 0;
+	pthread_t th[64];
+	size_t xlen = 0;
+	EVP_MD_CTX *md = NULL;
+	int rc, journaled = 0, aborted = 0;
+	FILE *f;
+
+	m.part_size = s->part_size;
+	if (size / m.part_size >= S3_PARTS_MAX)	/* S3 allows 10000 parts */
+		m.part_size = ((size / S3_PARTS_MAX) + (1u << 20)) & ~((uint64_t)(1u << 20) - 1);
+	m.nparts = (unsigned)((size + m.part_size - 1) / m.part_size);
+	pthread_mutex_init(&m.lock, NULL);
+	m.whole = EVP_MD_CTX_new();
+	m.md5 = calloc(m.nparts, sizeof(*m.md5));
+	if (!m.whole || !m.md5 || !EVP_DigestInit_ex(m.whole, EVP_md5(), NULL)) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* 1. Initiate. */
+	rc = s3_perform(s, &r, "initiation of a multipart upload");
+	if (rc == 0) {
+		p = r.resp;
+		if (s3_xml_text(&p, r.resp ? r.resp + r.resp_len : NULL, "UploadId", upload_id,
+				sizeof(upload_id)) < 0 || !upload_id[0]) {
+			log_err(0, "s3 multipart upload of '%s': no UploadId in the answer", pkey);
+			rc = -EIO;
+		}
+	}
+	s3_req_release(&r);
+	if (rc < 0)
+		goto out;
+	m.upload_id = upload_id;
+	if (s->base.journal.begin) {
+		rc = s->base.journal.begin(s->base.journal.arg, s->base.url, pkey, upload_id);
+		if (rc < 0) {
+			log_err(rc, "cannot record the multipart upload of '%s'", pkey);
+			goto fail;
+		}
+		journaled = 1;
+	}
+	/* 2. Parts, in parallel; the caller's thread is one of the workers. */
+	{
+		unsigned want_threads = MIN(MIN(MAX(s->jobs, 1u), 64u), m.nparts);
+
+		log_debug("multipart upload of '%s': %u parts of %" PRIu64 " bytes, %u in parallel",
+			  pkey, m.nparts, m.part_size, want_threads);
+
+		while (nthreads + 1 < want_threads &&
+		       pthread_create(&th[nthreads], NULL, s3_mpu_worker, &m) == 0)
+			nthreads++;
+		s3_mpu_worker(&m);
+		for (unsigned i = 0; i < nthreads; i++)
+			pthread_join(th[i], NULL);
+	}
+	rc = m.rc;
+	if (rc < 0)
+		goto fail;
+	/* 3. Complete, and check the ETag against the parts' MD5s. */
+	f = open_memstream(&xml, &xlen);
+	if (!f) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	fputs("<CompleteMultipartUpload>", f);
+	md = EVP_MD_CTX_new();
+	if (md)
+		EVP_DigestInit_ex(md, EVP_md5(), NULL);
+	for (unsigned i = 0; i < m.nparts; i++) {
+		char hex[40];
+
+		s3_hex(m.md5[i], 16, hex);
+		fprintf(f, "<Part><PartNumber>%u</PartNumber><ETag>\"%s\"</ETag></Part>", i + 1,
+			hex);
+		if (md)
+			EVP_DigestUpdate(md, m.md5[i], 16);
+	}
+	fputs("</CompleteMultipartUpload>", f);
+	if (fclose(f) != 0 || !md || !EVP_DigestFinal_ex(md, d, &dlen)) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	s3_hex(d, 16, want);
+	snprintf(want + 32, sizeof(want) - 32, "-%u", m.nparts);
+	EVP_DigestFinal_ex(m.whole, d, &dlen);
+	s3_hex(d, 16, whole);
+	q = s3_upload_query(upload_id);
+	if (!q) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	r = (struct s3_req){ .method = "POST", .pkey = pkey, .query = q, .mem = xml,
+			     .len = xlen, .ctype = "application/xml" };
+	rc = s3_perform(s, &r, "completion of a multipart upload");
+	if (rc == 0) {
+		char code[128] = "", etag[KVT_ETAG_MAX];
+		const char *end = r.resp ? r.resp + r.resp_len : NULL;
+
+		/* S3 may answer 200 and an <Error> in the body. */
+		p = r.resp;
+		if (!r.resp || strstr(r.resp, "<Error>")) {
+			p = r.resp;
+			if (r.resp)
+				s3_xml_text(&p, end, "Code", code, sizeof(code));
+			log_err(0, "s3 completion of the multipart upload of '%s' failed: %s", pkey,
+				code[0] ? code : "no answer");
+			rc = !strcmp(code, "SlowDown") || !strcmp(code, "InternalError") ? -EAGAIN
+											   : -EIO;
+		} else if (s3_xml_text(&p, end, "ETag", etag, sizeof(etag)) < 0) {
+			etag[0] = '\0';
+		}
+		if (rc == 0) {
+			/* Completed: the upload is no more, whatever the check says. */
+			aborted = 1;
+			rc = s3_check_etag(s, pkey, etag, want, whole, info);
+		}
+	}
+	s3_req_release(&r);
+	if (rc == 0 || aborted)
+		goto done;
+fail:
+	/* 4. Abort on any failure: the partner keeps parts until told. */
+	if (s3_abort(s, pkey, upload_id) == 0 || !journaled)
+		aborted = 1;
+	else
+		log_err(0, "the multipart upload '%s' of '%s' stays recorded; the next run aborts"
+			" it", upload_id, pkey);
+done:
+	if (journaled && aborted && s->base.journal.end)
+		s->base.journal.end(s->base.journal.arg, upload_id);
+out:
+	EVP_MD_CTX_free(md);
+	EVP_MD_CTX_free(m.whole);
+	free(m.md5);
+	free(xml);
+	free(q);
+	pthread_mutex_destroy(&m.lock);
+	return rc;
 }
 
 static int s3_put(struct cold *cold, const char *key, uint64_t size, const char *ctype,
-		  cold_source_fn src, void *arg, char *etag)
+		  cold_source_fn src, void *arg, struct cold_put_info *info)
 {
 	struct cold_s3 *s = (struct cold_s3 *)cold;
-	struct s3_call c = { .status = S3StatusInternalError, .src = src, .arg = arg, .size = size };
-	S3PutProperties props = { .contentType = ctype, .expires = -1 };
-	S3PutObjectHandler h = { { s3_props, s3_complete }, s3_put_data };
-	char *k = s3_key(s, key);
+	char *k = cold_s3_key(s->prefix, key);
 	int rc;
 
 	if (!k)
 		return -ENOMEM;
-	S3_put_object(&s->ctx, k, size, &props, NULL, &h, &c);
-	rc = s3_errno(s, &c, "put", k);
-	if (rc == 0 && etag)
-		snprintf(etag, KVT_ETAG_MAX, "%s", c.etag);
+	if (size > s->part_size)
+		rc = s3_put_multipart(s, k, size, ctype, src, arg, info);
+	else
+		rc = s3_put_single(s, k, size, ctype, src, arg, info);
 	free(k);
 	return rc;
 }
 
-static S3Status s3_get_data(int size, const char *buf, void *data)
-{
-	struct s3_call *c = data;
-
-	c->sink_rc = c->sink(c->arg, buf, (size_t)size);
-	if (c->sink_rc < 0)
-		return S3StatusAbortedByCallback;
-	c->got += (uint64_t)size;
-	return S3StatusOK;
-}
+/* ---- get, head, delete ------------------------------------------------------------ */
 
 static int s3_get(struct cold *cold, const char *key, cold_sink_fn sink, void *arg,
 		  uint64_t *size)
 {
 	struct cold_s3 *s = (struct cold_s3 *)cold;
-	struct s3_call c = { .status = S3StatusInternalError, .sink = sink, .arg = arg };
-	S3GetObjectHandler h = { { s3_props, s3_complete }, s3_get_data };
-	char *k = s3_key(s, key);
+	struct s3_req r = { .method = "GET", .sink = sink, .sink_arg = arg };
+	char *k = cold_s3_key(s->prefix, key);
 	int rc;
 
 	if (!k)
 		return -ENOMEM;
-	S3_get_object(&s->ctx, k, NULL, 0, 0, NULL, &h, &c);
-	rc = s3_errno(s, &c, "get", k);
+	r.pkey = k;
+	rc = s3_perform(s, &r, "get");
+	if (rc == 0 && r.length && r.got != r.length) {
+		log_err(0, "s3 get of '%s': %" PRIu64 " of %" PRIu64 " bytes", k, r.got, r.length);
+		rc = -EHOSTUNREACH;
+	}
 	if (rc == 0 && size)
-		*size = c.got;
+		*size = r.got;
+	s3_req_release(&r);
 	free(k);
 	return rc;
 }
@@ -195,17 +896,17 @@ static int s3_get(struct cold *cold, const char *key, cold_sink_fn sink, void *a
 static int s3_head(struct cold *cold, const char *key, uint64_t *size)
 {
 	struct cold_s3 *s = (struct cold_s3 *)cold;
-	struct s3_call c = { .status = S3StatusInternalError };
-	S3ResponseHandler h = { s3_props, s3_complete };
-	char *k = s3_key(s, key);
+	struct s3_req r = { .method = "HEAD" };
+	char *k = cold_s3_key(s->prefix, key);
 	int rc;
 
 	if (!k)
 		return -ENOMEM;
-	S3_head_object(&s->ctx, k, NULL, &h, &c);
-	rc = s3_errno(s, &c, "head", k);
+	r.pkey = k;
+	rc = s3_perform(s, &r, "head");
 	if (rc == 0 && size)
-		*size = c.length;
+		*size = r.length;
+	s3_req_release(&r);
 	free(k);
 	return rc;
 }
@@ -213,28 +914,139 @@ static int s3_head(struct cold *cold, const char *key, uint64_t *size)
 static int s3_del(struct cold *cold, const char *key)
 {
 	struct cold_s3 *s = (struct cold_s3 *)cold;
-	struct s3_call c = { .status = S3StatusInternalError };
-	S3ResponseHandler h = { s3_props, s3_complete };
-	char *k = s3_key(s, key);
+	struct s3_req r = { .method = "DELETE" };
+	char *k = cold_s3_key(s->prefix, key);
 	int rc;
 
 	if (!k)
 		return -ENOMEM;
-	S3_delete_object(&s->ctx, k, NULL, &h, &c);
-	rc = s3_errno(s, &c, "delete", k);
+	r.pkey = k;
+	rc = s3_perform(s, &r, "delete");
+	s3_req_release(&r);
 	free(k);
 	return rc;
+}
+
+/* "2026-11-29T23:00:00.000Z" -> ns since the epoch; -1 if it is not one. */
+static int64_t s3_iso_ns(const char *t)
+{
+	struct tm tm = { 0 };
+	const char *end = strptime(t, "%Y-%m-%dT%H:%M:%S", &tm);
+
+	if (!end)
+		return -1;
+	return (int64_t)timegm(&tm) * 1000000000;
+}
+
+/*
+ * Uploads under PREFIX that were initiated more than a day ago: what a run
+ * killed before its journal was written, or a catalog that was lost, left.
+ * A day, because another node's run over the same bucket may still be
+ * uploading. A partner that cannot list them (s3rver) is left alone.
+ */
+static int s3_cleanup(struct cold *cold)
+{
+	struct cold_s3 *s = (struct cold_s3 *)cold;
+	char keym[1100] = "", idm[1100] = "";
+	int64_t now = (int64_t)time(NULL) * 1000000000;
+	int rc = 0, pages = 0;
+
+	do {
+		struct s3_req r = { .method = "GET" };
+		char *q = NULL, trunc[16] = "";
+		size_t qlen = 0;
+		const char *p, *end;
+		FILE *f = open_memstream(&q, &qlen);
+
+		if (!f)
+			return -ENOMEM;
+		if (keym[0]) {
+			fputs("key-marker=", f);
+			s3_uri_encode(f, keym, 0);
+			fputc('&', f);
+		}
+		fputs("prefix=", f);
+		if (s->prefix[0]) {
+			s3_uri_encode(f, s->prefix, 0);
+			fputs("%2F", f);
+		}
+		if (idm[0]) {
+			fputs("&upload-id-marker=", f);
+			s3_uri_encode(f, idm, 0);
+		}
+		fputs("&uploads=", f);
+		if (fclose(f) != 0) {
+			free(q);
+			return -ENOMEM;
+		}
+		r.query = q;
+		r.quiet_unsupported = 1;
+		rc = s3_perform(s, &r, "listing of multipart uploads");
+		free(q);
+		if (rc == -EOPNOTSUPP) {
+			log_info("g4 '%s' cannot list multipart uploads: stale ones are aborted from"
+				 " the catalog only", s->base.url);
+			s3_req_release(&r);
+			return 0;
+		}
+		if (rc < 0 || !r.resp) {
+			s3_req_release(&r);
+			return rc;
+		}
+		end = r.resp + r.resp_len;
+		p = r.resp;
+		while ((p = strstr(p, "<Upload>")) != NULL && p < end) {
+			const char *uend = strstr(p, "</Upload>"), *u;
+			char key[1100], id[1100], init[64];
+			int64_t t;
+
+			if (!uend)
+				break;
+			u = p;
+			if (s3_xml_text(&u, uend, "Key", key, sizeof(key)) < 0)
+				key[0] = '\0';
+			u = p;
+			if (s3_xml_text(&u, uend, "UploadId", id, sizeof(id)) < 0)
+				id[0] = '\0';
+			u = p;
+			if (s3_xml_text(&u, uend, "Initiated", init, sizeof(init)) < 0)
+				init[0] = '\0';
+			p = uend;
+			t = init[0] ? s3_iso_ns(init) : -1;
+			if (!key[0] || !id[0] || t < 0 || now - t < S3_STALE_NS)
+				continue;
+			if (s3_abort(s, key, id) == 0)
+				log_info("aborted the multipart upload '%s' of '%s', initiated %s and"
+					 " left behind", id, key, init);
+		}
+		p = r.resp;
+		s3_xml_text(&p, end, "IsTruncated", trunc, sizeof(trunc));
+		p = r.resp;
+		if (s3_xml_text(&p, end, "NextKeyMarker", keym, sizeof(keym)) < 0)
+			keym[0] = '\0';
+		p = r.resp;
+		if (s3_xml_text(&p, end, "NextUploadIdMarker", idm, sizeof(idm)) < 0)
+			idm[0] = '\0';
+		s3_req_release(&r);
+		if (strcmp(trunc, "true") != 0 || !keym[0])
+			break;
+	} while (++pages < 1000);
+	return 0;
 }
 
 static void s3_free(struct cold *cold)
 {
 	struct cold_s3 *s = (struct cold_s3 *)cold;
 
+	for (unsigned i = 0; i < s->nidle; i++)
+		curl_easy_cleanup(s->idle[i]);
+	pthread_mutex_destroy(&s->lock);
 	free(s->bucket);
 	free(s->prefix);
-	free(s->host);
+	free(s->origin);
+	free(s->ca_file);
 	free(cold->url);
-	memset(s->secret, 0, sizeof(s->secret));
+	explicit_bzero(s->userpwd, sizeof(s->userpwd));
 	free(s);
 }
 
@@ -244,19 +1056,23 @@ static const struct cold_ops cold_s3_ops = {
 	.get = s3_get,
 	.head = s3_head,
 	.del = s3_del,
+	.cleanup = s3_cleanup,
+	.abort_upload = s3_abort_upload,
 	.free = s3_free,
 };
 
 /* "access_key = X" and "secret_key = Y", from a file only its owner reads. */
 static int s3_read_keys(struct cold_s3 *s, const char *path)
 {
-	char line[600], name[64], value[512];
+	char line[600], name[64], value[512], access[512] = "", secret[512] = "";
 	struct stat sb;
 	FILE *f = fopen(path, "r");
+	int rc = 0;
 
 	if (!f) {
-		log_err(-errno, "cannot open the g4 credentials '%s'", path);
-		return -errno;
+		rc = -errno;
+		log_err(rc, "cannot open the g4 credentials '%s'", path);
+		return rc;
 	}
 	if (fstat(fileno(f), &sb) < 0 || (sb.st_mode & 077)) {
 		log_err(0, "the g4 credentials '%s' must be readable by their owner only (chmod 600)",
@@ -269,77 +1085,100 @@ static int s3_read_keys(struct cold_s3 *s, const char *path)
 			continue;
 		if (sscanf(line, " %63[a-z_] = %511s", name, value) != 2) {
 			log_err(0, "bad line in the g4 credentials '%s'", path);
-			fclose(f);
-			return -EINVAL;
+			rc = -EINVAL;
+			goto out;
 		}
 		if (!strcmp(name, "access_key"))
-			snprintf(s->access, sizeof(s->access), "%s", value);
+			snprintf(access, sizeof(access), "%s", value);
 		else if (!strcmp(name, "secret_key"))
-			snprintf(s->secret, sizeof(s->secret), "%s", value);
+			snprintf(secret, sizeof(secret), "%s", value);
 	}
+	if (!access[0] || !secret[0] || strchr(access, ':')) {
+		log_err(0, "the g4 credentials '%s' need access_key (without ':') and secret_key",
+			path);
+		rc = -EINVAL;
+		goto out;
+	}
+	snprintf(s->userpwd, sizeof(s->userpwd), "%s:%s", access, secret);
+out:
+	explicit_bzero(secret, sizeof(secret));
+	explicit_bzero(value, sizeof(value));
+	explicit_bzero(line, sizeof(line));
 	fclose(f);
-	if (!s->access[0] || !s->secret[0]) {
-		log_err(0, "the g4 credentials '%s' need access_key and secret_key", path);
-		return -EINVAL;
-	}
-	return 0;
+	return rc;
 }
 
-int cold_s3_new(const char *url, const char *endpoint, const char *credentials,
-		struct cold **out)
+int cold_s3_new(const struct cold_opts *o, struct cold **out)
 {
 	struct cold_s3 *s = calloc(1, sizeof(*s));
-	const char *b = url + 5, *slash = strchr(b, '/');
-	S3Protocol proto = S3ProtocolHTTPS;
+	const char *url = o->url, *b = url + 5, *slash = strchr(b, '/');
+	const char *region = o->region && o->region[0] ? o->region : "us-east-1";
 	int rc;
 
 	if (!s)
 		return -ENOMEM;
+	pthread_mutex_init(&s->lock, NULL);
 	s->base.ops = &cold_s3_ops;
 	s->base.url = strdup(url);
 	s->bucket = slash ? strndup(b, (size_t)(slash - b)) : strdup(b);
 	s->prefix = strdup(slash ? slash + 1 : "");
-	if (!s->base.url || !s->bucket || !s->prefix) {
+	s->part_size = o->part_size ? o->part_size : 8u << 20;
+	s->jobs = o->jobs ? o->jobs : 4;
+	if (!s->base.url || !s->bucket || !s->prefix ||
+	    (o->ca_file && !(s->ca_file = strdup(o->ca_file)))) {
 		rc = -ENOMEM;
 		goto fail;
 	}
 	for (size_t n = strlen(s->prefix); n > 0 && s->prefix[n - 1] == '/'; n--)
 		s->prefix[n - 1] = '\0';
-	if (endpoint) {
-		if (!strncmp(endpoint, "http://", 7)) {
-			proto = S3ProtocolHTTP;
-			endpoint += 7;
-		} else if (!strncmp(endpoint, "https://", 8)) {
-			endpoint += 8;
-		}
-		s->host = strdup(endpoint);
-		if (!s->host) {
+	if (strchr(region, ':') || strlen(region) > 64) {
+		log_err(0, "[g4] region '%s' is not a region name", region);
+		rc = -EINVAL;
+		goto fail;
+	}
+	snprintf(s->sigv4, sizeof(s->sigv4), "aws:amz:%s:s3", region);
+	if (o->endpoint) {
+		const char *e = o->endpoint;
+		size_t len;
+
+		s->path_style = 1;
+		len = strlen(e) + 16;
+		s->origin = malloc(len);
+		if (!s->origin) {
 			rc = -ENOMEM;
 			goto fail;
 		}
+		if (!strncmp(e, "http://", 7) || !strncmp(e, "https://", 8))
+			snprintf(s->origin, len, "%s", e);
+		else
+			snprintf(s->origin, len, "https://%s", e);
+		for (size_t n = strlen(s->origin); n > 0 && s->origin[n - 1] == '/'; n--)
+			s->origin[n - 1] = '\0';
+	} else {
+		/* AWS: the bucket in the host name, the region's endpoint. */
+		size_t len = strlen(region) + 32;
+
+		s->origin = malloc(len);
+		if (!s->origin) {
+			rc = -ENOMEM;
+			goto fail;
+		}
+		snprintf(s->origin, len, "https://s3.%s.amazonaws.com", region);
 	}
-	if (!credentials) {
+	if (!o->credentials) {
 		log_err(0, "g4 url '%s' needs [g4] credentials", url);
 		rc = -EINVAL;
 		goto fail;
 	}
-	rc = s3_read_keys(s, credentials);
+	rc = s3_read_keys(s, o->credentials);
 	if (rc < 0)
 		goto fail;
-	pthread_once(&s3_once, s3_init);
-	if (s3_init_status != S3StatusOK) {
-		log_err(0, "cannot initialise libs3: %s", S3_get_status_name(s3_init_status));
+	pthread_once(&s3_once, s3_global_init);
+	if (s3_init_rc != CURLE_OK) {
+		log_err(0, "cannot initialise libcurl: %s", curl_easy_strerror(s3_init_rc));
 		rc = -EIO;
 		goto fail;
 	}
-	s->ctx = (S3BucketContext){
-		.hostName = s->host,
-		.bucketName = s->bucket,
-		.protocol = proto,
-		.uriStyle = s->host ? S3UriStylePath : S3UriStyleVirtualHost,
-		.accessKeyId = s->access,
-		.secretAccessKey = s->secret,
-	};
 	*out = &s->base;
 	return 0;
 fail:

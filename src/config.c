@@ -153,6 +153,7 @@ static const struct cfg_key cfg_keys[] = {
 	CFG_STRING("g4", "endpoint", g4.endpoint, NULL),
 	CFG_STRING("g4", "region", g4.region, "us-east-1"),
 	CFG_PATH("g4", "credentials", g4.credentials, NULL),
+	CFG_PATH("g4", "ca_file", g4.ca_file, NULL),
 };
 
 /* A kvtier.conf is a few kilobytes; anything this big is not one. */

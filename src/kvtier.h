@@ -84,8 +84,9 @@ struct kvt_config {
 		unsigned jobs;		/* transfers in parallel */
 		uint64_t part_size;	/* multipart part size */
 		char *endpoint;		/* S3: host[:port]; NULL: AWS */
-		char *region;
+		char *region;		/* S3: SigV4 scope */
 		char *credentials;	/* S3: keys file, owner-only */
+		char *ca_file;		/* S3: PEM CAs for the partner's TLS; NULL: the system's */
 	} g4;
 };
 

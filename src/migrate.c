@@ -39,7 +39,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,13 +51,45 @@
 
 #define MANIFEST_MAX (64u << 20)
 
+/* The cold tier's journal of multipart uploads is the catalog's g4_uploads. */
+static int g4_journal_begin(void *arg, const char *url, const char *pkey, const char *upload_id)
+{
+	struct cat *c = store_cat(arg);
+
+	return c ? cat_g4_upload_begin(c, url, pkey, upload_id, util_now_ns()) : -ENOMEM;
+}
+
+static void g4_journal_end(void *arg, const char *upload_id)
+{
+	struct cat *c = store_cat(arg);
+
+	/* If this fails the row stays, and the next run's abort finds the
+	 * upload gone (-ENOENT) and forgets it. */
+	if (c)
+		cat_g4_upload_end(c, upload_id);
+}
+
 int store_cold(struct kvt_store *st, struct cold **out)
 {
 	int rc = 0;
 
 	pthread_mutex_lock(&st->cold_lock);
-	if (!st->cold)
-		rc = cold_new(st->g4_url, st->g4_endpoint, st->g4_credentials, st->dir, &st->cold);
+	if (!st->cold) {
+		struct cold_opts o = {
+			.url = st->g4_url,
+			.endpoint = st->g4_endpoint,
+			.region = st->g4_region,
+			.credentials = st->g4_credentials,
+			.ca_file = st->g4_ca_file,
+			.store_dir = st->dir,
+			.part_size = st->g4_part_size,
+			.jobs = st->g4_jobs,
+		};
+
+		rc = cold_new(&o, &st->cold);
+	}
+	if (st->cold && !st->cold->journal.begin)
+		st->cold->journal = (struct cold_journal){ g4_journal_begin, g4_journal_end, st };
 	*out = st->cold;
 	pthread_mutex_unlock(&st->cold_lock);
 	return rc;
@@ -67,14 +101,6 @@ void store_set_cold(struct kvt_store *st, struct cold *c)
 	cold_free(st->cold);
 	st->cold = c;
 	pthread_mutex_unlock(&st->cold_lock);
-}
-
-int kvt_g4_cleanup(struct kvt_store *st)
-{
-	struct cold *cold;
-	int rc = store_cold(st, &cold);
-
-	return rc < 0 ? rc : cold_cleanup(cold);
 }
 
 /*
@@ -340,8 +366,13 @@ static int crc_sink(void *arg, const void *buf, size_t len)
 }
 
 /*
- * Uploads one DEMOTING object and reads it back: G4 must hold exactly its
- * size and CRC32C before the catalog says so. -ENOENT: it changed meanwhile.
+ * Uploads one DEMOTING object and verifies it: the bytes sent are the
+ * object's (size and CRC32C of what the hot tier served), and the partner
+ * stored exactly them (its ETag is the MD5 of what was sent: cold.h,
+ * cold_put_info). Only a partner that gives nothing to compare is read back
+ * (size and CRC32C). Then the catalog says G4 holds it. -ENOENT: it changed
+ * meanwhile. Under the key's lock, so that g4_sweep() never deletes a copy
+ * that an upload has just made.
  */
 static int demote_upload_once(struct kvt_store *st, struct cold *cold, const char *bucket,
 			      struct cat_g4_obj *go, struct g4_ctl *ctl)
@@ -350,12 +381,18 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 	struct kvt_object *o = go->co->obj;
 	struct extent_src es = { .st = st, .ctl = ctl };
 	struct crc_sink cs = { .ctl = ctl };
-	char etag[KVT_ETAG_MAX] = "", *gkey = g4_object_key(bucket, o->key);
+	struct cold_put_info info = { .verified = 0 };
+	char *gkey = g4_object_key(bucket, o->key);
 	uint64_t got = 0;
-	int rc;
+	int rc, lock = -1;
 
 	if (!c || !gkey) {
 		rc = -ENOMEM;
+		goto out;
+	}
+	lock = g4_lock(st, "key", bucket, o->key, 1);
+	if (lock < 0) {
+		rc = lock;
 		goto out;
 	}
 	rc = cat_object_lookup(c, bucket, o->key, 1, &es.co);
@@ -368,7 +405,7 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 	rc = store_io_get(st, &es.io);
 	if (rc < 0)
 		goto out;
-	rc = cold_put(cold, gkey, o->size, o->content_type, extent_source, &es, etag);
+	rc = cold_put(cold, gkey, o->size, o->content_type, extent_source, &es, &info);
 	if (rc < 0) {
 		log_err(rc, "cannot upload '%s' to g4", gkey);
 		goto out;
@@ -379,23 +416,27 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 		rc = -EIO;
 		goto out;
 	}
-	rc = cold_get(cold, gkey, crc_sink, &cs, &got);
-	if (rc < 0) {
-		log_err(rc, "cannot read back '%s' from g4", gkey);
-		goto out;
+	if (!info.verified) {
+		/* Nothing to compare: read it back (twice the traffic). */
+		rc = cold_get(cold, gkey, crc_sink, &cs, &got);
+		if (rc < 0) {
+			log_err(rc, "cannot read back '%s' from g4", gkey);
+			goto out;
+		}
+		if (cs.size != o->size || cs.crc != o->crc32c) {
+			log_err(0, "g4 holds '%s' as %" PRIu64 " bytes with crc32c %08x, not %"
+				PRIu64 " with %08x", gkey, cs.size, cs.crc, o->size, o->crc32c);
+			rc = -EIO;
+			goto out;
+		}
 	}
-	if (cs.size != o->size || cs.crc != o->crc32c) {
-		log_err(0, "g4 holds '%s' as %" PRIu64 " bytes with crc32c %08x, not %" PRIu64
-			" with %08x", gkey, cs.size, cs.crc, o->size, o->crc32c);
-		rc = -EIO;
-		goto out;
-	}
-	rc = cat_g4_set_uploaded(c, go->co->id, go->co->vid, etag);
+	rc = cat_g4_set_uploaded(c, go->co->id, go->co->vid, info.etag);
 	if (rc == 0) {
 		go->g4_vid = go->co->vid;
-		snprintf(go->g4_etag, sizeof(go->g4_etag), "%s", etag);
+		snprintf(go->g4_etag, sizeof(go->g4_etag), "%s", info.etag);
 	}
 out:
+	g4_unlock(lock);
 	store_io_put(st, es.io);
 	cat_object_free(es.co);
 	free(gkey);
@@ -961,6 +1002,236 @@ int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *ses
 	return rc;
 }
 
+/* ---- housekeeping: stale uploads, dead keys ---------------------------------- */
+
+struct upload_ref {
+	char *url, *key, *id;
+	long pid;
+};
+
+struct upload_list {
+	struct upload_ref *v;
+	size_t n, cap;
+};
+
+static int upload_collect(void *arg, const char *url, const char *key, const char *upload_id,
+			  int64_t started_ns, long pid)
+{
+	struct upload_list *l = arg;
+
+	(void)started_ns;
+	if (l->n == l->cap) {
+		struct upload_ref *v = realloc(l->v, (l->cap = l->cap ? 2 * l->cap : 8) * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+	}
+	l->v[l->n] = (struct upload_ref){ strdup(url), strdup(key), strdup(upload_id), pid };
+	if (!l->v[l->n].url || !l->v[l->n].key || !l->v[l->n].id) {
+		free(l->v[l->n].url);
+		free(l->v[l->n].key);
+		free(l->v[l->n].id);
+		return -ENOMEM;
+	}
+	l->n++;
+	return 0;
+}
+
+/*
+ * Aborts the multipart uploads the catalog recorded and no run completed
+ * (a kvtier-migrate killed half way). Runs under the migrate lock, so no
+ * other run is uploading; but reclaim under pressure in the gateway or the
+ * mount uploads too (g4_demote_pressure()): an upload whose process is
+ * alive is left alone. Uploads of another G4 url (the configuration
+ * changed) are left recorded and logged.
+ */
+static int g4_abort_stale(struct kvt_store *st, struct cat *c, struct cold *cold)
+{
+	struct upload_list l = { 0 };
+	int rc = cat_g4_uploads(c, upload_collect, &l);
+
+	for (size_t i = 0; rc == 0 && i < l.n; i++) {
+		const struct upload_ref *u = &l.v[i];
+		int r;
+
+		if (u->pid != (long)getpid() && u->pid > 0 &&
+		    (kill((pid_t)u->pid, 0) == 0 || errno != ESRCH))
+			continue;	/* still uploading, in another process */
+		if (strcmp(u->url, cold->url) != 0) {
+			log_info("multipart upload '%s' of '%s' was to g4 '%s', not '%s': left alone",
+				 u->id, u->key, u->url, cold->url);
+			continue;
+		}
+		r = cold_abort_upload(cold, u->key, u->id);
+		if (r == 0)
+			log_info("aborted the multipart upload '%s' of '%s', left by an interrupted"
+				 " run", u->id, u->key);
+		else if (r == -ENOENT)
+			log_info("multipart upload '%s' of '%s' is gone from g4", u->id, u->key);
+		else if (r == -EOPNOTSUPP)
+			log_err(0, "g4 '%s' cannot abort the multipart upload '%s' of '%s'; its"
+				" parts stay until the partner expires them", cold->url, u->id, u->key);
+		else
+			continue;	/* logged; the next run tries again */
+		rc = cat_g4_upload_end(c, u->id);
+	}
+	for (size_t i = 0; i < l.n; i++) {
+		free(l.v[i].url);
+		free(l.v[i].key);
+		free(l.v[i].id);
+	}
+	free(l.v);
+	(void)st;
+	return rc;
+}
+
+struct dead_ref {
+	int64_t id, bucket_id;
+	char *bucket, *key, *session;
+};
+
+struct dead_list {
+	struct dead_ref *v;
+	size_t n, cap;
+};
+
+static int dead_collect(void *arg, int64_t id, int64_t bucket_id, const char *bucket,
+			const char *key, const char *session)
+{
+	struct dead_list *l = arg;
+
+	if (l->n == l->cap) {
+		struct dead_ref *v = realloc(l->v, (l->cap = l->cap ? 2 * l->cap : 16) * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+	}
+	l->v[l->n] = (struct dead_ref){ id, bucket_id, strdup(bucket), strdup(key), strdup(session) };
+	if (!l->v[l->n].bucket || !l->v[l->n].key || !l->v[l->n].session) {
+		free(l->v[l->n].bucket);
+		free(l->v[l->n].key);
+		free(l->v[l->n].session);
+		return -ENOMEM;
+	}
+	l->n++;
+	return 0;
+}
+
+/*
+ * Keys deleted, overwritten, renamed or moved to another session since G4
+ * got them (catalog.c, g4_dead): the session's manifest is written again
+ * from the catalog, so it no longer lists them and an import elsewhere
+ * cannot bring them back; then the G4 copy of a key this store no longer
+ * holds at all is deleted (an overwritten key keeps its copy: the next
+ * demotion replaces it, and the manifest does not point at it). Each
+ * session under its demotion lock, each key under its key lock (as
+ * demote_upload_once() takes it), so a demotion never loses a fresh copy.
+ * What fails stays for the next run.
+ */
+static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold)
+{
+	struct dead_list l = { 0 };
+	size_t i = 0;
+	int rc = cat_g4_dead(c, dead_collect, &l), failed = 0;
+
+	while (rc == 0 && i < l.n) {
+		const struct dead_ref *first = &l.v[i];
+		size_t j = i, n = 0;
+		struct cat_g4_obj *v = NULL;
+		int lock, r;
+
+		while (j < l.n && l.v[j].bucket_id == first->bucket_id &&
+		       !strcmp(l.v[j].session, first->session))
+			j++;
+		lock = g4_lock(st, "demote", first->bucket, first->session, 1);
+		if (lock < 0) {
+			rc = lock;
+			break;
+		}
+		r = cat_g4_session_objects(c, first->bucket_id, first->session, 0xf, &v, &n);
+		if (r == 0) {
+			size_t listed = 0;
+
+			for (size_t k = 0; k < n; k++)
+				listed += v[k].g4_vid == v[k].co->vid;
+			if (listed) {
+				r = manifest_write(cold, first->bucket, first->session, v, n, NULL);
+			} else {
+				char *mkey = g4_manifest_key(first->bucket, first->session);
+
+				r = mkey ? cold_del(cold, mkey) : -ENOMEM;
+				if (r == -ENOENT)
+					r = 0;
+				if (r < 0)
+					log_err(r, "cannot delete the manifest '%s'", mkey ? mkey : "?");
+				free(mkey);
+			}
+		}
+		cat_g4_objs_free(v, n);
+		for (; r == 0 && i < j; i++) {
+			const struct dead_ref *d = &l.v[i];
+			int klock = g4_lock(st, "key", d->bucket, d->key, 1), taken;
+
+			if (klock < 0) {
+				r = klock;
+				break;
+			}
+			taken = cat_g4_key_taken(c, d->bucket_id, d->key);
+			if (taken == 0) {
+				char *gkey = g4_object_key(d->bucket, d->key);
+
+				taken = gkey ? cold_del(cold, gkey) : -ENOMEM;
+				if (taken == -ENOENT)
+					taken = 0;
+				if (taken < 0)
+					log_err(taken, "cannot delete '%s' from g4", gkey ? gkey : "?");
+				free(gkey);
+			}
+			g4_unlock(klock);
+			if (taken < 0) {
+				failed++;
+				continue;
+			}
+			r = cat_g4_dead_done(c, d->id);
+		}
+		if (r < 0)
+			failed++;
+		i = j;
+		g4_unlock(lock);
+	}
+	for (size_t k = 0; k < l.n; k++) {
+		free(l.v[k].bucket);
+		free(l.v[k].key);
+		free(l.v[k].session);
+	}
+	free(l.v);
+	if (rc == 0 && failed)
+		rc = -EIO;
+	return rc;
+}
+
+int kvt_g4_cleanup(struct kvt_store *st)
+{
+	struct cat *c = store_cat(st);
+	struct cold *cold;
+	int rc = store_cold(st, &cold), r;
+
+	if (rc < 0)
+		return rc;
+	if (!c)
+		return -ENOMEM;
+	rc = g4_abort_stale(st, c, cold);
+	r = g4_sweep(st, c, cold);
+	if (r < 0) {
+		log_err(r, "cannot drop from g4 all that was deleted here; the next run goes on");
+		rc = rc ? rc : r;
+	}
+	r = cold_cleanup(cold);
+	return rc ? rc : r;
+}
+
 /* One run's jobs: the work list, the merged report, one progress call at a time. */
 struct g4_job {
 	struct kvt_store *st;
@@ -1397,6 +1668,21 @@ int kvt_g4_recall_keys(struct kvt_store *st, const char *const *keys, size_t n,
 
 /* ---- import ---------------------------------------------------------------- */
 
+/*
+ * The mode a manifest entry may give: the manifest is whoever can write the
+ * partner bucket, so permission bits only, never set-uid, set-gid or sticky
+ * (docs/security.md, G4). A file type, if given (it says "a mode was set";
+ * 0 means the mount's defaults), is the one of the entry's kind.
+ */
+static uint32_t import_mode(uint64_t mode, enum kvt_kind kind)
+{
+	static const uint32_t type[] = {
+		[KVT_KIND_FILE] = S_IFREG, [KVT_KIND_SYMLINK] = S_IFLNK, [KVT_KIND_DIR] = S_IFDIR,
+	};
+
+	return ((mode & S_IFMT) ? type[kind] : 0) | (uint32_t)(mode & 0777);
+}
+
 /* One manifest entry as a cold object of this store. */
 static int import_one(struct kvt_store *st, struct cat *c, int64_t bid, const char *session,
 		      const struct jval *e)
@@ -1431,7 +1717,8 @@ static int import_one(struct kvt_store *st, struct cat *c, int64_t bid, const ch
 	if (*end || strlen(crc->str) != 8)
 		return -EINVAL;
 	put.posix = (struct kvt_posix){
-		.mode = (uint32_t)mode, .uid = (uint32_t)uid, .gid = (uint32_t)gid,
+		.mode = import_mode(mode, (enum kvt_kind)kind), .uid = (uint32_t)uid,
+		.gid = (uint32_t)gid,
 		.atime_ns = (int64_t)mtime, .ctime_ns = (int64_t)mtime, .kind = (enum kvt_kind)kind,
 	};
 	if (meta && meta->n) {

@@ -667,12 +667,18 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	pthread_mutex_init(&st->cold_lock, NULL);	/* the cold tier opens on first use */
 	if ((cfg->g4.url && !(st->g4_url = strdup(cfg->g4.url))) ||
 	    (cfg->g4.endpoint && !(st->g4_endpoint = strdup(cfg->g4.endpoint))) ||
-	    (cfg->g4.credentials && !(st->g4_credentials = strdup(cfg->g4.credentials)))) {
+	    (cfg->g4.credentials && !(st->g4_credentials = strdup(cfg->g4.credentials))) ||
+	    (cfg->g4.region && !(st->g4_region = strdup(cfg->g4.region))) ||
+	    (cfg->g4.ca_file && !(st->g4_ca_file = strdup(cfg->g4.ca_file)))) {
 		free(st->g4_url);
 		free(st->g4_endpoint);
+		free(st->g4_credentials);
+		free(st->g4_region);
 		free(st);
 		return -ENOMEM;
 	}
+	st->g4_part_size = cfg->g4.part_size;
+	st->g4_jobs = cfg->g4.jobs;
 	st->dir = strdup(cfg->store.dir);
 	st->seg_size = cfg->store.segment_size;
 	st->nsegs = (uint32_t)(cfg->store.capacity / cfg->store.segment_size);
@@ -823,6 +829,8 @@ void kvt_store_close(struct kvt_store *st)
 	free(st->g4_url);
 	free(st->g4_endpoint);
 	free(st->g4_credentials);
+	free(st->g4_region);
+	free(st->g4_ca_file);
 	pthread_mutex_destroy(&st->cold_lock);
 	free(st->dir);
 	free(st);

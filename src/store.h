@@ -77,6 +77,9 @@ struct kvt_store {
 	pthread_mutex_t cold_lock;
 	char *g4_url;		/* NULL: file://<dir>/g4 */
 	char *g4_endpoint, *g4_credentials;	/* S3 only; may be NULL */
+	char *g4_region, *g4_ca_file;		/* S3 only; may be NULL */
+	uint64_t g4_part_size;
+	unsigned g4_jobs;
 	struct cold *cold;
 };
 
