@@ -17,6 +17,14 @@
  *   XML:  <Lookup><Key>k1</Key><Key>k2</Key>...</Lookup> (any root element)
  * At most 10000 keys. The answer is XML (see man/kvtier-gateway.8) and
  * repeats the count in the header x-kvtier-stored.
+ *
+ * A lookup sits on the path of every prompt (before prefill), so it costs
+ * one catalog read transaction whatever the number of keys
+ * (kvt_object_lookup_many: one prepared statement stepped once a key, tier
+ * and size only), writes nothing, touches no access time (a lookup is not
+ * a use: the reads that follow are) and takes no lock that a writer's
+ * commit holds. A catalog error fails the whole answer: reporting a stored
+ * key as missing would make the engine recompute blocks it has.
  */
 #include "config.h"
 
