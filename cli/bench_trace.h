@@ -32,6 +32,20 @@ enum bt_cfg { BT_KVTIER, BT_UNBOUNDED, BT_NOG4, BT_NCFGS };
  */
 enum bt_lat { BT_LOOKUP, BT_READ_HOT, BT_READ_RECALL, BT_WRITE, BT_LOOKUP_DUE, BT_NLATS };
 
+/*
+ * The gateway's own view of its requests (/metrics, scraped before it
+ * stops): from the request line to the last byte sent, so without the
+ * client, the network and any wait before the gateway's thread reads the
+ * request. p50/p99 are the histogram's upper bounds (ms; INFINITY past 10 s).
+ */
+enum bt_gw_op { BT_GW_LOOKUP, BT_GW_GET, BT_GW_PUT, BT_GW_NOPS };
+struct bt_gw_hist {
+	uint64_t n;
+	double mean;
+	double le[2];
+};
+
+extern const char *const bt_gw_op_names[BT_GW_NOPS];
 extern const char *const bt_cfg_names[BT_NCFGS];
 extern const char *const bt_lat_names[BT_NLATS];
 extern const char *const bt_face_names[BT_NFACES];
@@ -143,12 +157,7 @@ struct bt_run {
 	double p[BT_NFACES + 1][BT_NLATS][2];	/* [face or all][lat][p50, p99] ms */
 	size_t pn[BT_NFACES + 1][BT_NLATS];
 	double lag_p50, lag_p99, lag_max;	/* ms */
-	/* The gateway's own view of its KvLookups (/metrics, scraped before it
-	 * stops): from the request line to the last byte sent, so without the
-	 * client, the network and any wait before the gateway reads the request.
-	 * p50/p99 are the histogram's upper bounds (ms; INFINITY past 10 s). */
-	uint64_t gw_lookup_n;
-	double gw_lookup_mean, gw_lookup_le[2];
+	struct bt_gw_hist gw[BT_GW_NOPS];
 	int ran;
 };
 
@@ -193,7 +202,7 @@ void bt_series_add(struct bt_series *s, double v);
 void bt_replay_one(struct bt_run *r, struct bt_client *cl, size_t i);
 /* The bytes of block id (size bytes), the same in every run. */
 void bt_block_fill(uint64_t id, unsigned char *buf, uint64_t size);
-/* Reads the gateway's KvLookup latency histogram into r->gw_lookup_*. */
+/* Reads the gateway's latency histograms of enum bt_gw_op into r->gw. */
 int bt_gateway_scrape(struct bt_run *r);
 
 /* bench_trace_report.c */

@@ -304,20 +304,53 @@ static int bt_s3_put(struct bt_run *r, struct bt_client *cl, uint64_t id, uint32
 	return -EIO;
 }
 
+const char *const bt_gw_op_names[BT_GW_NOPS] = { "KvLookup", "GetObject", "PutObject" };
+
+/* One operation's histogram out of a /metrics text. */
+static void bt_gw_hist_parse(const char *text, const char *op, struct bt_gw_hist *h)
+{
+	char bucket[128], sum[128];
+	double le[32], sum_s = 0;
+	uint64_t cum[32];
+	size_t nb = 0, lb, ls;
+	const char *p;
+
+	lb = (size_t)snprintf(bucket, sizeof(bucket),
+			      "kvtier_gateway_request_duration_seconds_bucket{op=\"%s\",le=\"", op);
+	ls = (size_t)snprintf(sum, sizeof(sum), "kvtier_gateway_request_duration_seconds_sum"
+			      "{op=\"%s\"} ", op);
+	memset(h, 0, sizeof(*h));
+	for (p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+		if (strncmp(p, bucket, lb) == 0 && nb < 32) {
+			const char *v = p + lb, *q = strstr(v, "} ");
+
+			le[nb] = strncmp(v, "+Inf", 4) == 0 ? INFINITY : strtod(v, NULL);
+			cum[nb] = q ? strtoull(q + 2, NULL, 10) : 0;
+			h->n = cum[nb++];
+		} else if (strncmp(p, sum, ls) == 0) {
+			sum_s = strtod(p + ls, NULL);
+		}
+	}
+	h->mean = h->n ? sum_s * 1e3 / (double)h->n : 0;
+	for (int k = 0; k < 2; k++) {
+		const double q = k ? 0.99 : 0.50;
+
+		for (size_t i = 0; i < nb && h->n; i++) {
+			if ((double)cum[i] >= q * (double)h->n) {
+				h->le[k] = le[i] * 1e3;
+				break;
+			}
+		}
+	}
+}
+
 /*
- * The gateway's KvLookup histogram from its /metrics (unauthenticated on the
- * S3 port when no metrics listener is configured, as here): the count, the
- * mean, and the buckets' upper bounds that hold p50 and p99.
+ * The gateway's histograms from its /metrics (unauthenticated on the S3
+ * port when no metrics listener is configured, as here).
  */
 int bt_gateway_scrape(struct bt_run *r)
 {
-	static const char bucket[] = "kvtier_gateway_request_duration_seconds_bucket{op=\"KvLookup\",le=\"";
-	static const char sum[] = "kvtier_gateway_request_duration_seconds_sum{op=\"KvLookup\"} ";
-	double le[32], sum_s = 0;
-	uint64_t cum[32], count = 0;
 	struct bt_client cl;
-	size_t nb = 0;
-	const char *p;
 	CURL *c;
 	int rc = -EIO;
 
@@ -332,34 +365,11 @@ int bt_gateway_scrape(struct bt_run *r)
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, bt_curl_take);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &cl);
-	if (curl_easy_perform(c) != CURLE_OK || !cl.resp)
-		goto out;
-	for (p = cl.resp; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-		if (strncmp(p, bucket, sizeof(bucket) - 1) == 0 && nb < 32) {
-			const char *v = p + sizeof(bucket) - 1, *q = strstr(v, "} ");
-
-			le[nb] = strncmp(v, "+Inf", 4) == 0 ? INFINITY : strtod(v, NULL);
-			cum[nb] = q ? strtoull(q + 2, NULL, 10) : 0;
-			count = cum[nb++];
-		} else if (strncmp(p, sum, sizeof(sum) - 1) == 0) {
-			sum_s = strtod(p + sizeof(sum) - 1, NULL);
-		}
+	if (curl_easy_perform(c) == CURLE_OK && cl.resp) {
+		for (int op = 0; op < BT_GW_NOPS; op++)
+			bt_gw_hist_parse(cl.resp, bt_gw_op_names[op], &r->gw[op]);
+		rc = 0;
 	}
-	r->gw_lookup_n = count;
-	r->gw_lookup_mean = count ? sum_s * 1e3 / (double)count : 0;
-	for (int k = 0; k < 2; k++) {
-		const double q = k ? 0.99 : 0.50;
-
-		r->gw_lookup_le[k] = 0;
-		for (size_t i = 0; i < nb && count; i++) {
-			if ((double)cum[i] >= q * (double)count) {
-				r->gw_lookup_le[k] = le[i] * 1e3;
-				break;
-			}
-		}
-	}
-	rc = 0;
-out:
 	curl_easy_cleanup(c);
 	free(cl.resp);
 	return rc;

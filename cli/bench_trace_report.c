@@ -168,16 +168,35 @@ static void bt_print_lookup_split(const struct bt *b)
 				 r->p[f][BT_LOOKUP][1]);
 			snprintf(due, sizeof(due), "%.2f/%.2f", r->p[f][BT_LOOKUP_DUE][0],
 				 r->p[f][BT_LOOKUP_DUE][1]);
-			if (f == BT_S3 && r->gw_lookup_n) {
-				bt_le(a, sizeof(a), r->gw_lookup_le[0]);
-				bt_le(z, sizeof(z), r->gw_lookup_le[1]);
-				snprintf(gw, sizeof(gw), "%s/%s (mean %.2f)", a, z, r->gw_lookup_mean);
+			if (f == BT_S3 && r->gw[BT_GW_LOOKUP].n) {
+				bt_le(a, sizeof(a), r->gw[BT_GW_LOOKUP].le[0]);
+				bt_le(z, sizeof(z), r->gw[BT_GW_LOOKUP].le[1]);
+				snprintf(gw, sizeof(gw), "%s/%s (mean %.2f)", a, z,
+					 r->gw[BT_GW_LOOKUP].mean);
 			} else if (f == BT_FUSE) {
 				snprintf(gw, sizeof(gw), "(stat per block)");
 			}
 			printf("%-9s %-5s | %-15s %-17s | %-22s\n", bt_cfg_names[c], bt_face_names[f],
 			       send, due, gw);
 		}
+	}
+	/* A request waits for its gateway thread while another connection's
+	 * request runs on it: the gateway's own GET and PUT times say how long. */
+	for (int c = 0; c < BT_NCFGS; c++) {
+		const struct bt_run *r = bt_get(b, (enum bt_cfg)c);
+
+		if (!r || !r->gw[BT_GW_LOOKUP].n)
+			continue;
+		printf("%-9s the gateway's own p50/p99 ms:", bt_cfg_names[c]);
+		for (int op = 0; op < BT_GW_NOPS; op++) {
+			char a[24], z[24];
+
+			bt_le(a, sizeof(a), r->gw[op].le[0]);
+			bt_le(z, sizeof(z), r->gw[op].le[1]);
+			printf("%s %s %s/%s (mean %.2f, n %" PRIu64 ")", op ? "," : "", bt_gw_op_names[op],
+			       a, z, r->gw[op].mean, r->gw[op].n);
+		}
+		printf("\n");
 	}
 }
 
@@ -350,11 +369,17 @@ static void bt_json_run(FILE *f, const struct bt *b, const struct bt_run *r)
 		r->wall > 0 ? (double)r->c.requests / r->wall : 0);
 	fprintf(f, "     \"lag_ms\": {\"p50\": %.3f, \"p99\": %.3f, \"max\": %.3f},\n", r->lag_p50,
 		r->lag_p99, r->lag_max);
-	fprintf(f, "     \"gateway_lookup_ms\": {\"n\": %" PRIu64 ", \"mean\": %.4f, \"p50_le\": ",
-		r->gw_lookup_n, r->gw_lookup_mean);
-	bt_json_num(f, r->gw_lookup_le[0]);
-	fprintf(f, ", \"p99_le\": ");
-	bt_json_num(f, r->gw_lookup_le[1]);
+	fprintf(f, "     \"gateway_ms\": {");
+	for (int op = 0; op < BT_GW_NOPS; op++) {
+		const struct bt_gw_hist *h = &r->gw[op];
+
+		fprintf(f, "%s\"%s\": {\"n\": %" PRIu64 ", \"mean\": %.4f, \"p50_le\": ",
+			op ? ", " : "", bt_gw_op_names[op], h->n, h->mean);
+		bt_json_num(f, h->le[0]);
+		fprintf(f, ", \"p99_le\": ");
+		bt_json_num(f, h->le[1]);
+		fprintf(f, "}");
+	}
 	fprintf(f, "},\n");
 	fprintf(f, "     \"latency_ms\": {");
 	for (int fc = 0; fc <= BT_NFACES; fc++) {

@@ -121,7 +121,7 @@ for name, c in cfg.items():
     for q in ("p50", "p99"):
         assert due[q] >= send[q] - 1e-3, (name, "from due < from send", due, send)
     # The gateway counted the S3 lookups the replay sent, no more, no fewer.
-    gw = c["gateway_lookup_ms"]
+    gw = c["gateway_ms"]["KvLookup"]
     assert gw["n"] == c["latency_ms"]["s3"]["lookup"]["n"], (name, "gateway lookups", gw)
     if gw["n"]:
         assert gw["p50_le"] is not None and gw["p50_le"] <= (gw["p99_le"] or 1e9), (name, gw)
