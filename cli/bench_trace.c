@@ -29,9 +29,11 @@
  *    for the sampler    owner-only                         migrator  wait)
  *    and migrator)      credentials)
  *
- * Requests are released at their timestamp divided by --speed to a bounded
- * pool of workers (bench_trace_io.c); the delay between release time and
- * start is the lag. Once a second of wall time a sampler records the
+ * Requests are released at their timestamp divided by --speed (their due
+ * time) to a bounded pool of workers (bench_trace_io.c); how long a request
+ * waits for a worker after its due time is the lag, how far behind the
+ * trace's own arrival rate the replay runs. Latencies are timed from the
+ * send, and the lookup once more from the due time (lag + lookup). Once a second of wall time a sampler records the
  * counters and the store's tiers (the timeline and the progress line), and,
  * in the kvtier configuration, a migrator demotes sessions idle longer than
  * --idle of trace time (--idle/--speed of wall time) to G4, with the same
@@ -1019,6 +1021,9 @@ static int bt_run_config(struct bt *b, struct bt_run *r, const char *gw, const c
 
 	rc = bt_replay(r);
 	r->ran = 1;
+	if (r->port > 0 && bt_gateway_scrape(r) < 0)
+		fprintf(stderr, "kvtier: bench trace: %s: cannot read the gateway's /metrics; its "
+			"own lookup times are left out\n", bt_cfg_names[r->cfg]);
 	if (kvt_store_stat(r->st, &ss) == 0) {
 		r->end_hot_objects = ss.tier_count[KVT_TIER_HOT] + ss.tier_count[KVT_TIER_DEMOTING];
 		r->end_cold_objects = ss.tier_count[KVT_TIER_COLD] + ss.tier_count[KVT_TIER_RECALLING];

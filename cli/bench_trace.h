@@ -23,9 +23,29 @@ enum bt_face { BT_S3, BT_FUSE, BT_NFACES };
 enum bt_via { BT_VIA_S3, BT_VIA_FUSE, BT_VIA_BOTH };
 /* The three configurations, run one after another in this order. */
 enum bt_cfg { BT_KVTIER, BT_UNBOUNDED, BT_NOG4, BT_NCFGS };
-/* Latency series. */
-enum bt_lat { BT_LOOKUP, BT_READ_HOT, BT_READ_RECALL, BT_WRITE, BT_NLATS };
+/*
+ * Latency series. Each is timed from the moment the client sends, except
+ * BT_LOOKUP_DUE: the lookup's answer timed from the request's due time on
+ * the trace clock (timestamp / --speed), so it adds the lag of the replay
+ * (a request waiting for a worker) to BT_LOOKUP: what an inference engine
+ * whose prompt arrived at that time would wait for the answer.
+ */
+enum bt_lat { BT_LOOKUP, BT_READ_HOT, BT_READ_RECALL, BT_WRITE, BT_LOOKUP_DUE, BT_NLATS };
 
+/*
+ * The gateway's own view of its requests (/metrics, scraped before it
+ * stops): from the request line to the last byte sent, so without the
+ * client, the network and any wait before the gateway's thread reads the
+ * request. p50/p99 are the histogram's upper bounds (ms; INFINITY past 10 s).
+ */
+enum bt_gw_op { BT_GW_LOOKUP, BT_GW_GET, BT_GW_PUT, BT_GW_NOPS };
+struct bt_gw_hist {
+	uint64_t n;
+	double mean;
+	double le[2];
+};
+
+extern const char *const bt_gw_op_names[BT_GW_NOPS];
 extern const char *const bt_cfg_names[BT_NCFGS];
 extern const char *const bt_lat_names[BT_NLATS];
 extern const char *const bt_face_names[BT_NFACES];
@@ -94,7 +114,7 @@ struct bt_client {
 	char url[512];
 	char errbuf[256];
 	struct bt_series lat[BT_NFACES][BT_NLATS];
-	struct bt_series lag;	/* ms behind the trace clock at start */
+	struct bt_series lag;	/* ms behind the trace clock when a worker took it */
 };
 
 /* Everything about one configuration's run. */
@@ -137,6 +157,7 @@ struct bt_run {
 	double p[BT_NFACES + 1][BT_NLATS][2];	/* [face or all][lat][p50, p99] ms */
 	size_t pn[BT_NFACES + 1][BT_NLATS];
 	double lag_p50, lag_p99, lag_max;	/* ms */
+	struct bt_gw_hist gw[BT_GW_NOPS];
 	int ran;
 };
 
@@ -181,6 +202,8 @@ void bt_series_add(struct bt_series *s, double v);
 void bt_replay_one(struct bt_run *r, struct bt_client *cl, size_t i);
 /* The bytes of block id (size bytes), the same in every run. */
 void bt_block_fill(uint64_t id, unsigned char *buf, uint64_t size);
+/* Reads the gateway's latency histograms of enum bt_gw_op into r->gw. */
+int bt_gateway_scrape(struct bt_run *r);
 
 /* bench_trace_report.c */
 void bt_run_finish(struct bt_run *r);

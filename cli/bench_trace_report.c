@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +135,71 @@ static void bt_goal(const char *what, int have, double v, int met, const char *d
 		       detail[0] ? "  " : "", detail);
 }
 
+/* A p50 or p99 as the gateway's histogram bounds it. */
+static void bt_le(char *out, size_t len, double le_ms)
+{
+	if (isinf(le_ms))
+		snprintf(out, len, ">10000");
+	else
+		snprintf(out, len, "<=%g", le_ms);
+}
+
+/*
+ * Where a lookup's time goes, per configuration and face: the client's
+ * time from the send, the same from the request's due time (adding the
+ * replay's lag), and for S3 the gateway's own time from its /metrics.
+ */
+static void bt_print_lookup_split(const struct bt *b)
+{
+	printf("\nlookup, ms p50/p99: from the send (client); from the due time on the trace "
+	       "clock (lag + lookup);\nthe gateway's own time, request line to last byte "
+	       "(its /metrics histogram: upper bounds):\n");
+	printf("%-9s %-5s | %-15s %-17s | %-22s\n", "config", "face", "from send",
+	       "from due time", "in the gateway");
+	for (int c = 0; c < BT_NCFGS; c++) {
+		const struct bt_run *r = bt_get(b, (enum bt_cfg)c);
+
+		for (int f = 0; r && f < BT_NFACES; f++) {
+			char send[40], due[40], gw[64] = "-", a[24], z[24];
+
+			if (!r->pn[f][BT_LOOKUP])
+				continue;
+			snprintf(send, sizeof(send), "%.2f/%.2f", r->p[f][BT_LOOKUP][0],
+				 r->p[f][BT_LOOKUP][1]);
+			snprintf(due, sizeof(due), "%.2f/%.2f", r->p[f][BT_LOOKUP_DUE][0],
+				 r->p[f][BT_LOOKUP_DUE][1]);
+			if (f == BT_S3 && r->gw[BT_GW_LOOKUP].n) {
+				bt_le(a, sizeof(a), r->gw[BT_GW_LOOKUP].le[0]);
+				bt_le(z, sizeof(z), r->gw[BT_GW_LOOKUP].le[1]);
+				snprintf(gw, sizeof(gw), "%s/%s (mean %.2f)", a, z,
+					 r->gw[BT_GW_LOOKUP].mean);
+			} else if (f == BT_FUSE) {
+				snprintf(gw, sizeof(gw), "(stat per block)");
+			}
+			printf("%-9s %-5s | %-15s %-17s | %-22s\n", bt_cfg_names[c], bt_face_names[f],
+			       send, due, gw);
+		}
+	}
+	/* A request waits for its gateway thread while another connection's
+	 * request runs on it: the gateway's own GET and PUT times say how long. */
+	for (int c = 0; c < BT_NCFGS; c++) {
+		const struct bt_run *r = bt_get(b, (enum bt_cfg)c);
+
+		if (!r || !r->gw[BT_GW_LOOKUP].n)
+			continue;
+		printf("%-9s the gateway's own p50/p99 ms:", bt_cfg_names[c]);
+		for (int op = 0; op < BT_GW_NOPS; op++) {
+			char a[24], z[24];
+
+			bt_le(a, sizeof(a), r->gw[op].le[0]);
+			bt_le(z, sizeof(z), r->gw[op].le[1]);
+			printf("%s %s %s/%s (mean %.2f, n %" PRIu64 ")", op ? "," : "", bt_gw_op_names[op],
+			       a, z, r->gw[op].mean, r->gw[op].n);
+		}
+		printf("\n");
+	}
+}
+
 void bt_print_report(const struct bt *b)
 {
 	const struct bt_run *k = bt_get(b, BT_KVTIER), *u = bt_get(b, BT_UNBOUNDED),
@@ -146,16 +212,16 @@ void bt_print_report(const struct bt *b)
 		any |= b->runs[c].ran;
 	if (!any)
 		return;
-	printf("\n%-9s %6s %7s %6s %7s %7s %7s %5s | %-13s %-13s %-13s %-13s | %6s %6s %-11s %6s | %8s %8s\n",
+	printf("\n%-9s %6s %7s %6s %7s %7s %7s %5s | %-13s %-13s %-13s %-13s | %6s %6s %-14s %6s | %8s %8s\n",
 	       "config", "reqs", "blocks", "hit", "hot", "recall", "miss", "lost",
 	       "lookup ms", "read hot ms", "recall ms", "write ms",
 	       "MiB/s", "req/s", "lag s", "errors", "hot MiB", "G4 MiB");
-	printf("%-9s %6s %7s %6s %7s %7s %7s %5s | %-13s %-13s %-13s %-13s | %6s %6s %-11s %6s | %8s %8s\n",
+	printf("%-9s %6s %7s %6s %7s %7s %7s %5s | %-13s %-13s %-13s %-13s | %6s %6s %-14s %6s | %8s %8s\n",
 	       "", "", "", "ratio", "hits", "s", "es", "", "p50/p99", "p50/p99", "p50/p99",
-	       "p50/p99", "", "", "p99/max", "", "(end)", "(end)");
+	       "p50/p99", "", "", "p50/p99/max", "", "(end)", "(end)");
 	for (int c = 0; c < BT_NCFGS; c++) {
 		const struct bt_run *r = bt_get(b, (enum bt_cfg)c);
-		char lat[BT_NLATS][32], lag[32];
+		char lat[BT_NLATS][32], lag[48];
 
 		if (!r)
 			continue;
@@ -166,9 +232,10 @@ void bt_print_report(const struct bt *b)
 			else
 				snprintf(lat[l], sizeof(lat[l]), "-");
 		}
-		snprintf(lag, sizeof(lag), "%.2f/%.2f", r->lag_p99 / 1e3, r->lag_max / 1e3);
+		snprintf(lag, sizeof(lag), "%.2f/%.2f/%.2f", r->lag_p50 / 1e3, r->lag_p99 / 1e3,
+			 r->lag_max / 1e3);
 		printf("%-9s %6" PRIu64 " %7" PRIu64 " %6.3f %7" PRIu64 " %7" PRIu64 " %7" PRIu64
-		       " %5" PRIu64 " | %-13s %-13s %-13s %-13s | %6.1f %6.1f %-11s %6" PRIu64
+		       " %5" PRIu64 " | %-13s %-13s %-13s %-13s | %6.1f %6.1f %-14s %6" PRIu64
 		       " | %8.0f %8.0f\n",
 		       bt_cfg_names[c], r->c.requests, r->c.blocks, bt_hit(r), r->c.hot, r->c.recalled,
 		       r->c.missed, r->c.lost, lat[0], lat[1], lat[2], lat[3], bt_mibps(r),
@@ -186,7 +253,7 @@ void bt_print_report(const struct bt *b)
 
 			for (int f = 0; r && f < BT_NFACES; f++) {
 				printf("%-9s %-5s |", bt_cfg_names[c], bt_face_names[f]);
-				for (int l = 0; l < BT_NLATS; l++) {
+				for (int l = 0; l < BT_LOOKUP_DUE; l++) {
 					char cell[32] = "-";
 
 					if (r->pn[f][l])
@@ -198,6 +265,7 @@ void bt_print_report(const struct bt *b)
 			}
 		}
 	}
+	bt_print_lookup_split(b);
 	printf("\nhit ratio = (hot hits + recalls) / blocks requested. A miss is a block after "
 	       "the stored prefix: written unless\nalready stored past a gap. lost: in the prefix "
 	       "at lookup, gone at read (a miss).\n");
@@ -240,13 +308,15 @@ void bt_print_report(const struct bt *b)
 			continue;
 		snprintf(what, sizeof(what), "kvtier lookup p99 < 1 ms%s%s", f < BT_NFACES ? " via " : "",
 			 f < BT_NFACES ? bt_face_names[f] : "");
-		snprintf(detail, sizeof(detail), "ms; mean %.1f blocks a lookup",
+		snprintf(detail, sizeof(detail), "ms from the send; mean %.1f blocks a lookup",
 			 k->c.requests ? (double)k->c.blocks / (double)k->c.requests : 0);
 		bt_goal(what, k->pn[f][BT_LOOKUP] > 0, k->p[f][BT_LOOKUP][1],
 			k->p[f][BT_LOOKUP][1] < 1.0, detail);
 	}
 	if (k) {
-		snprintf(detail, sizeof(detail), "s; at --speed %g%s", b->o.speed,
+		snprintf(detail, sizeof(detail), "s; p50 %.3f, max %.3f; %.0f s of wall time for "
+			 "%.0f s of trace at --speed %g%s", k->lag_p50 / 1e3, k->lag_max / 1e3,
+			 k->wall, b->t.duration, b->o.speed,
 			 b->o.speed == 1 ? "" : " (the goal is at --speed 1)");
 		bt_goal("kvtier keeps up: lag p99 < 1 s", 1, k->lag_p99 / 1e3, k->lag_p99 < 1e3, detail);
 	}
@@ -267,6 +337,15 @@ static void bt_json_str(FILE *f, const char *s)
 			fputc(*s, f);
 	}
 	fputc('"', f);
+}
+
+/* A number, or null for what JSON cannot say (past the last bucket). */
+static void bt_json_num(FILE *f, double v)
+{
+	if (isfinite(v))
+		fprintf(f, "%.4f", v);
+	else
+		fprintf(f, "null");
 }
 
 static void bt_json_run(FILE *f, const struct bt *b, const struct bt_run *r)
@@ -290,6 +369,18 @@ static void bt_json_run(FILE *f, const struct bt *b, const struct bt_run *r)
 		r->wall > 0 ? (double)r->c.requests / r->wall : 0);
 	fprintf(f, "     \"lag_ms\": {\"p50\": %.3f, \"p99\": %.3f, \"max\": %.3f},\n", r->lag_p50,
 		r->lag_p99, r->lag_max);
+	fprintf(f, "     \"gateway_ms\": {");
+	for (int op = 0; op < BT_GW_NOPS; op++) {
+		const struct bt_gw_hist *h = &r->gw[op];
+
+		fprintf(f, "%s\"%s\": {\"n\": %" PRIu64 ", \"mean\": %.4f, \"p50_le\": ",
+			op ? ", " : "", bt_gw_op_names[op], h->n, h->mean);
+		bt_json_num(f, h->le[0]);
+		fprintf(f, ", \"p99_le\": ");
+		bt_json_num(f, h->le[1]);
+		fprintf(f, "}");
+	}
+	fprintf(f, "},\n");
 	fprintf(f, "     \"latency_ms\": {");
 	for (int fc = 0; fc <= BT_NFACES; fc++) {
 		fprintf(f, "%s\"%s\": {", fc ? ", " : "", fc == BT_NFACES ? "all" : bt_face_names[fc]);
@@ -363,11 +454,34 @@ int bt_write_json(const struct bt *b)
 		fprintf(f, "%.4f", k->p[BT_NFACES][BT_LOOKUP][1]);
 	else
 		fprintf(f, "null");
+	for (int fc = 0; fc < BT_NFACES; fc++) {
+		fprintf(f, ", \"kvtier_lookup_p99_ms_%s\": ", bt_face_names[fc]);
+		if (k && k->pn[fc][BT_LOOKUP])
+			fprintf(f, "%.4f", k->p[fc][BT_LOOKUP][1]);
+		else
+			fprintf(f, "null");
+	}
+	fprintf(f, ", \"kvtier_lookup_from_due_p99_ms\": ");
+	if (k)
+		fprintf(f, "%.4f", k->p[BT_NFACES][BT_LOOKUP_DUE][1]);
+	else
+		fprintf(f, "null");
+	fprintf(f, ", \"kvtier_lag_p50_s\": ");
+	if (k)
+		fprintf(f, "%.4f", k->lag_p50 / 1e3);
+	else
+		fprintf(f, "null");
 	fprintf(f, ", \"kvtier_lag_p99_s\": ");
 	if (k)
 		fprintf(f, "%.4f", k->lag_p99 / 1e3);
 	else
 		fprintf(f, "null");
+	fprintf(f, ", \"kvtier_lag_max_s\": ");
+	if (k)
+		fprintf(f, "%.4f", k->lag_max / 1e3);
+	else
+		fprintf(f, "null");
+	fprintf(f, ", \"speed\": %g", b->o.speed);
 	fprintf(f, "}\n}\n");
 	if (fclose(f) != 0) {
 		fprintf(stderr, "kvtier: bench trace: cannot write '%s'\n", path);

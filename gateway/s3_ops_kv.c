@@ -17,6 +17,14 @@
  *   XML:  <Lookup><Key>k1</Key><Key>k2</Key>...</Lookup> (any root element)
  * At most 10000 keys. The answer is XML (see man/kvtier-gateway.8) and
  * repeats the count in the header x-kvtier-stored.
+ *
+ * A lookup sits on the path of every prompt (before prefill), so it costs
+ * one catalog read transaction whatever the number of keys
+ * (kvt_object_lookup_many: one prepared statement stepped once a key, tier
+ * and size only), writes nothing, touches no access time (a lookup is not
+ * a use: the reads that follow are) and takes no lock that a writer's
+ * commit holds. A catalog error fails the whole answer: reporting a stored
+ * key as missing would make the engine recompute blocks it has.
  */
 #include "config.h"
 
@@ -154,6 +162,7 @@ void gw_prestage_wait(struct gw_server *srv)
 static void s3_kv_run(struct gw_req *rq, bool prestage)
 {
 	struct prestage_job *job = NULL;
+	struct kvt_key_state *states = NULL;
 	struct xml_keylist keys;
 	struct gw_buf b, items;
 	struct MHD_Response *resp;
@@ -161,6 +170,7 @@ static void s3_kv_run(struct gw_req *rq, bool prestage)
 	bool prefix = true;
 	enum s3_code code;
 	char num[32];
+	int rc;
 
 	if (!s3_bucket_ok(rq, rq->route.bucket))
 		return;
@@ -193,6 +203,18 @@ static void s3_kv_run(struct gw_req *rq, bool prestage)
 				: NULL);
 		return;
 	}
+	states = calloc(keys.n ? keys.n : 1, sizeof(*states));
+	rc = states ? kvt_object_lookup_many(rq->srv->st, rq->route.bucket,
+					     (const char *const *)keys.keys, keys.n, states)
+		    : -ENOMEM;
+	if (rc < 0) {
+		/* A catalog error is not a miss: the caller must not recompute
+		 * blocks it has, so the whole answer fails. */
+		free(states);
+		xml_keylist_release(&keys);
+		http_send_errno(rq, rc, S3_CTX_BUCKET);
+		return;
+	}
 	gw_buf_init(&items);
 	if (prestage) {
 		job = calloc(1, sizeof(*job));
@@ -203,18 +225,18 @@ static void s3_kv_run(struct gw_req *rq, bool prestage)
 		}
 	}
 	for (size_t i = 0; i < keys.n; i++) {
-		struct kvt_object *o = NULL;
-		int rc = kvt_object_head(rq->srv->st, rq->route.bucket, keys.keys[i], &o);
+		const struct kvt_key_state *ks = &states[i];
+		bool found = ks->found;
 
 		xml_open(&items, "Key");
 		xml_elem(&items, "Name", keys.keys[i]);
-		if (rc == 0 && prestage && !(job && job->bucket && job->keys))
-			rc = -ENOMEM;	/* cannot queue the recall: say so below */
-		if (rc == 0) {
-			const bool is_hot = o->tier == KVT_TIER_HOT || o->tier == KVT_TIER_DEMOTING;
+		if (found && prestage && !(job && job->bucket && job->keys))
+			found = false;	/* cannot queue the recall: say so below */
+		if (found) {
+			const bool is_hot = ks->tier == KVT_TIER_HOT || ks->tier == KVT_TIER_DEMOTING;
 
-			xml_elem(&items, "Tier", kvt_tier_name(o->tier));
-			xml_elemf(&items, "Size", "%llu", (unsigned long long)o->size);
+			xml_elem(&items, "Tier", kvt_tier_name(ks->tier));
+			xml_elemf(&items, "Size", "%llu", (unsigned long long)ks->size);
 			if (prestage && !is_hot && job && job->keys) {
 				/* Ownership of the key moves to the job. */
 				job->keys[job->nkeys++] = keys.keys[i];
@@ -233,8 +255,8 @@ static void s3_kv_run(struct gw_req *rq, bool prestage)
 			prefix = false;
 		}
 		xml_close(&items, "Key");
-		kvt_object_free(o);
 	}
+	free(states);
 	if (!prestage)
 		metrics_lookup(hot, cold, missing);
 	if (job && job->nkeys > 0 && job->bucket)

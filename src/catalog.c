@@ -108,6 +108,7 @@ enum stmt_id {
 	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_OBJ_LOOKUP_FULL, S_OBJ_HEAD_BY_NAME, S_EXT_ADOPT, S_OBJ_GET_ID,
 	S_OBJ_SETATTR, S_OBJ_SET_SESSION, S_OBJ_RENAME, S_OBJ_RENAME_PREFIX, S_PREFIX_HAS_OTHER, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_DROP_STATE, S_OBJ_PIN,
 	S_OBJ_RANGE, S_OBJ_RANGE_INCL, S_OBJ_WALK,
+	S_OBJ_STATE,
 	S_SEG_GET, S_SEG_LIST, S_SEG_LIVE_ADD, S_SEG_CLAIM, S_SEG_NEXT_FREE, S_SEG_NEXT_PARTIAL,
 	S_SEG_REOPEN,
 	S_SEG_SET_STATE, S_SEG_HAS_EXTENTS, S_SEG_FREE, S_SEG_VICTIM, S_SEG_COUNTS,
@@ -182,6 +183,8 @@ static const char *const stmt_sql[S_COUNT] = {
 			     " AND o.key >= ?2 AND o.key < ?3 ORDER BY o.key LIMIT ?4",
 	[S_OBJ_WALK] = "SELECT o.id, o.bucket, b.name, o.key FROM objects o"
 		       " JOIN buckets b ON b.id = o.bucket WHERE o.id > ?1 ORDER BY o.id LIMIT 256",
+	/* A batch lookup's probe: two columns off the (bucket, key) index. */
+	[S_OBJ_STATE] = "SELECT tier, size FROM objects WHERE bucket = ?1 AND key = ?2",
 	[S_SEG_GET] = "SELECT id, state, gen, live, used, last_access FROM segments WHERE id = ?1",
 	[S_SEG_LIST] = "SELECT id, state, gen, live, used, last_access FROM segments ORDER BY id",
 	[S_SEG_LIVE_ADD] = "UPDATE segments SET live = live + ?3, last_access = max(last_access, ?4)"
@@ -1150,6 +1153,36 @@ int cat_object_lookup(struct cat *c, const char *bucket, const char *key, int wi
 		return -ENOENT;
 	*out = co;
 	return 0;
+}
+
+int cat_object_states(struct cat *c, int64_t bucket_id, const char *const *keys, size_t n,
+		      struct kvt_key_state *out)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_OBJ_STATE);
+	int rc = 0;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		int r;
+
+		memset(&out[i], 0, sizeof(out[i]));
+		if (!keys[i])
+			continue;
+		sqlite3_bind_text(s, 2, keys[i], -1, SQLITE_STATIC);
+		r = sqlite3_step(s);
+		if (r == SQLITE_ROW) {
+			out[i].found = 1;
+			out[i].tier = sqlite3_column_int(s, 0);
+			out[i].size = (uint64_t)sqlite3_column_int64(s, 1);
+		} else if (r != SQLITE_DONE) {
+			rc = cat_errno(c, r, "object states");
+		}
+		sqlite3_reset(s);
+	}
+	cat_done(s);
+	return rc;
 }
 
 int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key)

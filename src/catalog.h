@@ -116,6 +116,13 @@ int cat_object_get(struct cat *c, int64_t bucket_id, const char *key, int with_e
 int cat_object_lookup(struct cat *c, const char *bucket, const char *key, int with_extents,
 		      struct cat_object **out);
 int cat_object_by_id(struct cat *c, int64_t id, struct cat_object **out);
+/*
+ * The tier and size of keys[0..n) of a bucket, one prepared statement stepped
+ * n times; a NULL key is reported missing without a query. The caller holds
+ * the read transaction (cat_begin_read) that makes the answers one instant.
+ */
+int cat_object_states(struct cat *c, int64_t bucket_id, const char *const *keys, size_t n,
+		      struct kvt_key_state *out);
 int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key);
 /*
  * The same, and the extents of objects parts[0..nparts) (each still at

@@ -307,6 +307,22 @@ void kvt_reader_close(struct kvt_reader *r);
 
 int kvt_object_head(struct kvt_store *st, const char *bucket, const char *key,
 		    struct kvt_object **out);
+
+/* What a batch lookup says of one key. */
+struct kvt_key_state {
+	int found;		/* 0: no such object, or not a valid key */
+	enum kvt_tier tier;
+	uint64_t size;
+};
+
+/*
+ * The state of keys[0..n) of bucket as of one instant (an inference
+ * engine's lookup of a prompt's blocks before prefill): one read
+ * transaction, one prepared statement stepped n times, nothing written and
+ * no access time touched. -ENOENT if the bucket does not exist.
+ */
+int kvt_object_lookup_many(struct kvt_store *st, const char *bucket, const char *const *keys,
+			   size_t n, struct kvt_key_state *out);
 int kvt_object_delete(struct kvt_store *st, const char *bucket, const char *key);
 
 /* Copies bytes and, when opts is NULL, the source's metadata and session. */

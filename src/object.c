@@ -121,6 +121,40 @@ int kvt_object_head(struct kvt_store *st, const char *bucket, const char *key,
 	return 0;
 }
 
+int kvt_object_lookup_many(struct kvt_store *st, const char *bucket, const char *const *keys,
+			   size_t n, struct kvt_key_state *out)
+{
+	struct cat *c = store_cat(st);
+	const char **valid = NULL;
+	int64_t bucket_id;
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	valid = malloc((n ? n : 1) * sizeof(*valid));
+	if (!valid)
+		return -ENOMEM;
+	/* An invalid key cannot be stored: missing, without a query. */
+	for (size_t i = 0; i < n; i++)
+		valid[i] = kvt_key_valid(keys[i]) == 0 ? keys[i] : NULL;
+	/*
+	 * A deferred read transaction: a snapshot of the WAL, no lock a writer
+	 * waits for and none a writer's commit holds, so a lookup neither
+	 * stalls nor is stalled by PUTs; and one snapshot for all n keys
+	 * instead of one per statement.
+	 */
+	rc = cat_begin_read(c);
+	if (rc < 0)
+		goto out;
+	rc = store_bucket_id(st, bucket, &bucket_id);
+	if (rc == 0)
+		rc = cat_object_states(c, bucket_id, valid, n, out);
+	cat_rollback(c);
+out:
+	free(valid);
+	return rc;
+}
+
 int kvt_object_delete(struct kvt_store *st, const char *bucket, const char *key)
 {
 	struct cat *c = store_cat(st);

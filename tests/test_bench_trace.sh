@@ -6,8 +6,10 @@
 # others write more than the hot tier holds) is replayed through the real
 # kvtier-gateway and a real kvtier-fuse mount, kvtier against the unbounded
 # and the no-G4 baselines. The report must add up (hot hits + recalls +
-# misses = blocks requested, every block of the trace counted), kvtier must
-# have recalled from G4, the hit ratios must be ordered unbounded >= kvtier
+# misses = blocks requested, every block of the trace counted), the lag
+# behind the trace clock must be there (p50 <= p99 <= max), the gateway's
+# own count of lookups must match the replay's, kvtier must have recalled
+# from G4, the hit ratios must be ordered unbounded >= kvtier
 # >= no-G4, no byte may be wrong, and nothing may stay mounted or running.
 # Then a replay interrupted with SIGINT must stop everything it started.
 #
@@ -108,6 +110,21 @@ for name, c in cfg.items():
     assert c["latency_ms"]["all"]["lookup"]["n"] == c["requests"], (name, "lookups")
     assert c["writes"] + c["misses_already_stored"] == c["misses"], (name, "writes")
     assert c["latency_ms"]["all"]["write"]["n"] == c["writes"], (name, "write latencies")
+    # Keeping up is a measured figure: every request's lag behind its due time.
+    lag = c["lag_ms"]
+    assert 0 <= lag["p50"] <= lag["p99"] <= lag["max"], (name, "lag", lag)
+    assert lag["max"] < 1000 * c["wall_s"], (name, "lag past the whole replay", lag)
+    # The lookup timed from the due time adds the lag to the lookup from the
+    # send, request by request, so its quantiles can be no lower.
+    due, send = c["latency_ms"]["all"]["lookup_from_due"], c["latency_ms"]["all"]["lookup"]
+    assert due["n"] == c["requests"], (name, "lookups from due time")
+    for q in ("p50", "p99"):
+        assert due[q] >= send[q] - 1e-3, (name, "from due < from send", due, send)
+    # The gateway counted the S3 lookups the replay sent, no more, no fewer.
+    gw = c["gateway_ms"]["KvLookup"]
+    assert gw["n"] == c["latency_ms"]["s3"]["lookup"]["n"], (name, "gateway lookups", gw)
+    if gw["n"]:
+        assert gw["p50_le"] is not None and gw["p50_le"] <= (gw["p99_le"] or 1e9), (name, gw)
 k, u, n = cfg["kvtier"], cfg["unbounded"], cfg["nog4"]
 assert k["recalls"] > 0, "kvtier recalled nothing from G4"
 assert k["demotion_runs"]["objects"] > 0, "kvtier demoted nothing"
@@ -115,6 +132,14 @@ assert u["recalls"] == 0 and n["recalls"] == 0, "a baseline recalled"
 assert u["hit_ratio"] >= k["hit_ratio"] >= n["hit_ratio"], "hit ratios out of order"
 assert k["hit_ratio"] > n["hit_ratio"], "G4 gained nothing over plain eviction"
 print("ordered: unbounded %.3f >= kvtier %.3f > nog4 %.3f" % (u["hit_ratio"], k["hit_ratio"], n["hit_ratio"]))
+g = r["goals"]
+for key in ("kvtier_lag_p50_s", "kvtier_lag_p99_s", "kvtier_lag_max_s", "kvtier_lookup_p99_ms",
+            "kvtier_lookup_from_due_p99_ms", "kvtier_lookup_p99_ms_s3", "kvtier_lookup_p99_ms_fuse"):
+    assert key in g, ("goal missing", key)
+assert g["kvtier_lag_p50_s"] <= g["kvtier_lag_p99_s"] <= g["kvtier_lag_max_s"], g
+assert abs(g["kvtier_lag_p99_s"] * 1000 - k["lag_ms"]["p99"]) < 1, g
+print("kvtier lag p50/p99/max %.3f/%.3f/%.3f s" % (g["kvtier_lag_p50_s"], g["kvtier_lag_p99_s"],
+                                                  g["kvtier_lag_max_s"]))
 PY
 
 step "SIGINT in the middle stops the gateway and unmounts"

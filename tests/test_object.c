@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <openssl/evp.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -446,6 +447,60 @@ static void test_head_fields(void **state)
 		assert_int_equal(s.tier_count[KVT_TIER_HOT], 4);
 	}
 	free(data);
+}
+
+/*
+ * kvt_object_lookup_many: every key's state in order, invalid keys missing
+ * without an error, and the lookup neither waits for nor is stalled by a
+ * writer that holds the catalog's write lock (another process's
+ * transaction, open here on a connection of our own): it reads the last
+ * committed snapshot at once.
+ */
+static void test_lookup_many(void **state)
+{
+	struct fixture *f = *state;
+	char longkey[KVT_KEY_MAX + 2], db[300];
+	const char *keys[] = { "conv/b0", "conv/b1", "conv/b2", "conv/b3", "", "bad\xff", longkey };
+	struct kvt_key_state ks[7];
+	sqlite3 *w = NULL;
+	struct timespec t0, t1;
+
+	memset(longkey, 'k', sizeof(longkey) - 1);
+	longkey[sizeof(longkey) - 1] = '\0';
+	assert_int_equal(test_put(f->st, "bkt", "conv/b0", 5000, 1), 0);
+	assert_int_equal(test_put(f->st, "bkt", "conv/b1", 0, 2), 0);
+	assert_int_equal(test_put(f->st, "bkt", "conv/b3", 70000, 3), 0);
+	memset(ks, 0xa5, sizeof(ks));
+	assert_int_equal(kvt_object_lookup_many(f->st, "bkt", keys, 7, ks), 0);
+	assert_int_equal(ks[0].found, 1);
+	assert_int_equal(ks[0].tier, KVT_TIER_HOT);
+	assert_int_equal(ks[0].size, 5000);
+	assert_int_equal(ks[1].found, 1);
+	assert_int_equal(ks[1].size, 0);
+	assert_int_equal(ks[2].found, 0);
+	assert_int_equal(ks[3].found, 1);
+	assert_int_equal(ks[3].size, 70000);
+	for (int i = 4; i < 7; i++)
+		assert_int_equal(ks[i].found, 0);
+	assert_int_equal(kvt_object_lookup_many(f->st, "bkt", keys, 0, ks), 0);
+	assert_int_equal(kvt_object_lookup_many(f->st, "nosuchbucket", keys, 2, ks), -ENOENT);
+
+	/* A writer in the middle of a transaction: the lookup does not wait. */
+	snprintf(db, sizeof(db), "%s/catalog.db", f->env.cfg.store.dir);
+	assert_int_equal(sqlite3_open(db, &w), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(w, "BEGIN IMMEDIATE; DELETE FROM objects WHERE key = 'conv/b0'",
+				      NULL, NULL, NULL), SQLITE_OK);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(kvt_object_lookup_many(f->st, "bkt", keys, 4, ks), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	assert_int_equal(ks[0].found, 1);	/* the committed state */
+	assert_true((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 < 1000);
+	assert_int_equal(sqlite3_exec(w, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(w);
+	assert_int_equal(kvt_object_delete(f->st, "bkt", "conv/b0"), 0);
+	assert_int_equal(kvt_object_lookup_many(f->st, "bkt", keys, 4, ks), 0);
+	assert_int_equal(ks[0].found, 0);
+	assert_int_equal(ks[3].found, 1);
 }
 
 static void test_session_depth2(void **state)
@@ -1721,6 +1776,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_roundtrip_uneven_chunks, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_range_reads, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_head_fields, setup_big, teardown),
+		cmocka_unit_test_setup_teardown(test_lookup_many, setup_big, teardown),
 		cmocka_unit_test(test_session_depth2),
 		cmocka_unit_test_setup_teardown(test_md5_etag, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_if_none_match, setup_big, teardown),
