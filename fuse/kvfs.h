@@ -192,12 +192,17 @@ int kvfs_errno(int rc);
 
 struct fh;
 
-int fh_open(struct kvfs *kv, struct node *n, int flags, struct fuse_file_info *fi);
-int fh_create(struct kvfs *kv, struct node *n, int flags, const struct kvt_posix *posix,
-	      struct fuse_file_info *fi);
+/* opener: the thread that asked (fuse_req_ctx()->pid), 0 if unknown. */
+int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fuse_file_info *fi);
+int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
+	      const struct kvt_posix *posix, struct fuse_file_info *fi);
 ssize_t fh_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, off_t off);
-ssize_t fh_write(struct kvfs *kv, struct fh *h, const char *buf, size_t size, off_t off);
-int fh_flush(struct kvfs *kv, struct fh *h);
+/* owner: the lock owner (descriptor table) of the writer, 0 if unknown. */
+ssize_t fh_write(struct kvfs *kv, struct fh *h, const char *buf, size_t size, off_t off,
+		 uint64_t owner);
+/* A close(2) by lock owner `owner`, thread pid: publishes if it is the
+ * writer's (see "Who closes" in file.c). */
+int fh_flush(struct kvfs *kv, struct fh *h, uint64_t owner, pid_t pid);
 int fh_fsync(struct kvfs *kv, struct fh *h);
 int fh_truncate(struct kvfs *kv, struct fh *h, uint64_t size);
 int fh_writable(const struct fh *h);

@@ -735,7 +735,7 @@ struct open_job {
 static void open_reply(struct kvfs *kv, fuse_req_t req, struct node *n,
 		       struct fuse_file_info *fi)
 {
-	int rc = fh_open(kv, n, fi->flags, fi);
+	int rc = fh_open(kv, n, fi->flags, fuse_req_ctx(req)->pid, fi);
 
 	if (rc < 0)
 		reply_err(req, rc);
@@ -866,13 +866,14 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		if (rc < 0)
 			goto out;
 		n = node_link(kv, p, name, NODE_FILE);
-		rc = n ? fh_open(kv, n, fi->flags, fi) : -ENOMEM;
+		rc = n ? fh_open(kv, n, fi->flags, fuse_req_ctx(req)->pid, fi) : -ENOMEM;
 		if (rc == 0)
 			rc = kvfs_stat_node(kv, n, &s);
 	} else {
 		kvfs_posix_new(fuse_req_ctx(req), KVT_KIND_FILE, mode, &posix);
 		n = node_link(kv, p, name, NODE_FILE);
-		rc = n ? fh_create(kv, n, fi->flags, &posix, fi) : -ENOMEM;
+		rc = n ? fh_create(kv, n, fi->flags, fuse_req_ctx(req)->pid, &posix, fi)
+		       : -ENOMEM;
 		if (rc == 0)
 			rc = kvfs_stat_node(kv, n, &s);
 	}
@@ -923,7 +924,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	ssize_t n = fh_write(req_kv(req), (struct fh *)(uintptr_t)fi->fh, buf, size, off);
+	/* Direct-I/O writes carry the writer's lock owner (fi->lock_owner). */
+	ssize_t n = fh_write(req_kv(req), (struct fh *)(uintptr_t)fi->fh, buf, size, off,
+			     fi->lock_owner);
 
 	(void)ino;
 	if (n < 0)
@@ -935,7 +938,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	reply_err(req, fh_flush(req_kv(req), (struct fh *)(uintptr_t)fi->fh));
+	reply_err(req, fh_flush(req_kv(req), (struct fh *)(uintptr_t)fi->fh, fi->lock_owner,
+				fuse_req_ctx(req)->pid));
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
