@@ -380,6 +380,7 @@ static struct fh *fh_new(struct kvfs *kv, struct node *n, int flags, pid_t opene
 	h->kv = kv;
 	pthread_mutex_lock(&kv->lock);
 	n->refs++;
+	n->nopen++;
 	h->node = n;
 	h->open_next = kv->open_fhs;
 	if (kv->open_fhs)
@@ -907,8 +908,9 @@ static int fh_publish_stage(struct kvfs *kv, struct fh *h, const char *bucket, c
 /*
  * Publishes the handle's content under the node's current name, atomically.
  * A file removed meanwhile (unlink, rename over it) publishes nothing.
+ * Called with kvfs.names held shared (fh_publish).
  */
-static int fh_publish(struct kvfs *kv, struct fh *h)
+static int fh_publish_named(struct kvfs *kv, struct fh *h)
 {
 	struct node *n = h->node;
 	struct kvt_put_opts opts;
@@ -916,10 +918,6 @@ static int fh_publish(struct kvfs *kv, struct fh *h)
 	char *bucket = NULL, *key = NULL, *session = NULL;
 	int rc;
 
-	if (h->err)
-		return h->err;
-	if (!h->dirty || h->abandoned)
-		return 0;
 	pthread_mutex_lock(&kv->lock);
 	if (n->psession && !(session = strdup(n->psession))) {
 		pthread_mutex_unlock(&kv->lock);
@@ -1028,6 +1026,22 @@ static int fh_publish(struct kvfs *kv, struct fh *h)
 	return rc;
 }
 
+/* fh_publish_named() under kvfs.names: the name it finds stays the file's
+ * until the store has the new version. */
+static int fh_publish(struct kvfs *kv, struct fh *h)
+{
+	int rc;
+
+	if (h->err)
+		return h->err;
+	if (!h->dirty || h->abandoned)
+		return 0;
+	pthread_rwlock_rdlock(&kv->names);
+	rc = fh_publish_named(kv, h);
+	pthread_rwlock_unlock(&kv->names);
+	return rc;
+}
+
 /* ---- open, create, release ------------------------------------------------- */
 
 int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fuse_file_info *fi)
@@ -1053,9 +1067,10 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 		 * writer starts empty, as if it had opened the file just before
 		 * the first write.
 		 */
-		rc = h->writable ? 0 : -ENOENT;
-		if (rc < 0)
-			goto fail;
+		if (!h->writable) {
+			rc = -ENOENT;
+			goto fail_noent;
+		}
 		goto done;
 	}
 	rc = node_path(kv, n, &bucket, &key);
@@ -1130,12 +1145,29 @@ done:
 	free(key);
 	return 0;
 fail:
+	/*
+	 * -ENOENT here means the kernel's name for n is stale: the node lost
+	 * its name after the kernel looked it up (unlinked, or renamed over, by
+	 * another process before this open reached us) or its key holds nothing
+	 * now (deleted through S3). -ESTALE makes the VFS walk the path again,
+	 * once, revalidating every name: the new lookup finds what the name
+	 * holds now, and O_CREAT creates. The engine's own -ESTALE (a version
+	 * reclaimed under a reader) is an I/O error.
+	 */
+	if (rc == -ESTALE)
+		rc = -EIO;
+	else if (rc == -ENOENT)
+		rc = -ESTALE;
+fail_noent:
 	kvt_object_free(o);
 	free(bucket);
 	free(key);
 	if (h->dirty)
 		fh_clean(kv, h);
-	node_put(kv, h->node);
+	pthread_mutex_lock(&kv->lock);
+	h->node->nopen--;
+	node_put_locked(kv, h->node);
+	pthread_mutex_unlock(&kv->lock);
 	fh_free(h);
 	return rc;
 }
@@ -1165,6 +1197,8 @@ int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
 void fh_release(struct kvfs *kv, struct fh *h)
 {
 	struct node *n = h->node;
+	fuse_ino_t pino = 0;
+	char *name = NULL;
 	int rc;
 
 	pthread_mutex_lock(&h->lock);
@@ -1178,6 +1212,7 @@ void fh_release(struct kvfs *kv, struct fh *h)
 	pthread_mutex_unlock(&h->lock);
 
 	pthread_mutex_lock(&kv->lock);
+	n->nopen--;
 	if (h->writable)
 		n->nwriters--;
 	if (n->nwriters == 0) {
@@ -1185,28 +1220,35 @@ void fh_release(struct kvfs *kv, struct fh *h)
 		free(n->psession);
 		n->psession = NULL;
 		if (n->pending) {
-			/* Never published: the file never existed. */
+			/*
+			 * Never published: the file never existed. This very node
+			 * goes, in the same hold of the lock: detached by name
+			 * after dropping it, a create(2) that meanwhile took the
+			 * node up again for the same name lost its file.
+			 */
 			n->pending = 0;
 			n->has_last = 0;
 			if (n->hashed && n->parent) {
-				struct node *p = n->parent;
-				fuse_ino_t pino = p->ino;
-				char *name = strdup(n->name);
-
-				pthread_mutex_unlock(&kv->lock);
-				node_unhash(kv, p, n->name);
-				/* The kernel still has the name from create(2). */
-				if (name)
-					kvfs_notify_inval_entry(kv, pino, name);
-				free(name);
-				pthread_mutex_lock(&kv->lock);
+				pino = n->parent->ino;
+				name = strdup(n->name);
+				node_detach_locked(kv, n);
 			}
 		}
 	}
 	node_put_locked(kv, n);
 	pthread_mutex_unlock(&kv->lock);
+	/* The kernel still has the name from create(2). */
+	if (name)
+		kvfs_notify_inval_entry(kv, pino, name);
+	free(name);
 	h->node = NULL;
 	fh_free(h);
+}
+
+void fh_discard(struct kvfs *kv, struct fh *h)
+{
+	h->abandoned = 1;	/* nobody else has it: no lock needed */
+	fh_release(kv, h);
 }
 
 void fh_release_orphans(struct kvfs *kv)
