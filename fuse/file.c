@@ -408,6 +408,7 @@ static void fh_touch(struct kvfs *kv, struct fh *h)
 	}
 	n->wsize = h->size;
 	n->wmtime = kvfs_now_ns();
+	node_changed_locked(kv, n);
 	/* A write after utimens sets mtime again, as on any file system. */
 	n->pend.mask &= ~(unsigned)KVT_ATTR_MTIME;
 	pthread_mutex_unlock(&kv->lock);
@@ -1005,6 +1006,7 @@ static int fh_publish_named(struct kvfs *kv, struct fh *h)
 	}
 	if (rc == 0) {
 		pthread_mutex_lock(&kv->lock);
+		node_changed_locked(kv, n);
 		h->excl = 0;
 		if (n->pending) {
 			n->pending = 0;
@@ -1043,6 +1045,22 @@ static int fh_publish(struct kvfs *kv, struct fh *h)
 }
 
 /* ---- open, create, release ------------------------------------------------- */
+
+/* What fstat answers once the name is gone, for a node first known from a
+ * listing (only lookups and stats record it otherwise). */
+static void fh_remember(struct kvfs *kv, struct node *n, const struct kvt_object *o)
+{
+	struct stat st;
+
+	kvfs_attr_object(kv, o, &st);
+	pthread_mutex_lock(&kv->lock);
+	if (!n->has_last) {
+		st.st_ino = n->ino;
+		n->last = st;
+		n->has_last = 1;
+	}
+	pthread_mutex_unlock(&kv->lock);
+}
 
 int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fuse_file_info *fi)
 {
@@ -1085,6 +1103,7 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 		rc = fh_copy_base_info(h, o);
 		if (rc < 0)
 			goto fail;
+		fh_remember(kv, n, o);
 		fh_touch(kv, h);
 		goto done;
 	}
@@ -1099,6 +1118,7 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 	{
 		const struct kvt_object *ro = kvt_reader_object(h->r);
 
+		fh_remember(kv, n, ro);
 		h->size = ro->size;
 		snprintf(h->rtag, sizeof(h->rtag), "%s", ro->etag);
 		if (h->writable) {

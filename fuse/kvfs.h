@@ -82,6 +82,7 @@ struct node {
 	unsigned ndirty;	/* ... holding bytes not yet published */
 	uint64_t wsize;		/* size of the newest dirty content */
 	int64_t wmtime;		/* ... and when it last changed */
+	uint64_t cseq;		/* kvfs.cseq when this daemon last changed it */
 	struct kvt_posix cposix; /* a pending file's POSIX metadata */
 	char *psession;		/* user.kvtier.session set while open for writing */
 	struct node_pend pend;
@@ -129,6 +130,7 @@ struct kvfs {
 	fuse_ino_t next_ino;
 	struct node root;
 	struct fh *open_fhs;		/* every open file handle, under lock */
+	uint64_t cseq;			/* counts changes made here (node.cseq) */
 };
 
 /* ---- node.c --------------------------------------------------------------- */
@@ -156,6 +158,16 @@ void node_unlink_lookup(struct kvfs *kv, struct node *n);
 void node_unhash(struct kvfs *kv, struct node *parent, const char *name);
 /* Detaches n itself, whatever now holds its name; kvfs.lock held. */
 void node_detach_locked(struct kvfs *kv, struct node *n);
+/* Notes that this daemon changed n's content or attributes; kvfs.lock held. */
+void node_changed_locked(struct kvfs *kv, struct node *n);
+/* kvfs.cseq now: listings remember when they read the store. */
+uint64_t node_cseq(struct kvfs *kv);
+/*
+ * 1 if attributes read from the store at cseq may still be given to the
+ * kernel for the child `name` of parent: no node, or one that nobody here
+ * has written, is writing or has changed since.
+ */
+int node_attr_fresh(struct kvfs *kv, struct node *parent, const char *name, uint64_t cseq);
 /* 1 if a file being created here (pending) lies anywhere under dir. */
 int node_pending_under(struct kvfs *kv, struct node *dir);
 /* Moves the child `name` to newparent/newname, detaching what was there. */

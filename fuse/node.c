@@ -316,6 +316,33 @@ void node_unhash(struct kvfs *kv, struct node *parent, const char *name)
 	pthread_mutex_unlock(&kv->lock);
 }
 
+void node_changed_locked(struct kvfs *kv, struct node *n)
+{
+	n->cseq = ++kv->cseq;
+}
+
+uint64_t node_cseq(struct kvfs *kv)
+{
+	uint64_t c;
+
+	pthread_mutex_lock(&kv->lock);
+	c = kv->cseq;
+	pthread_mutex_unlock(&kv->lock);
+	return c;
+}
+
+int node_attr_fresh(struct kvfs *kv, struct node *parent, const char *name, uint64_t cseq)
+{
+	struct node *n;
+	int fresh;
+
+	pthread_mutex_lock(&kv->lock);
+	n = name_find(kv, parent, name);
+	fresh = !n || (n->cseq <= cseq && n->nwriters == 0 && !n->pending);
+	pthread_mutex_unlock(&kv->lock);
+	return fresh;
+}
+
 void node_detach_locked(struct kvfs *kv, struct node *n)
 {
 	name_remove(kv, n);
@@ -366,6 +393,7 @@ void node_move(struct kvfs *kv, struct node *parent, const char *name,
 			node_maybe_free(kv, from);
 		}
 		name_insert(kv, n);
+		node_changed_locked(kv, n);
 	} else if (n) {
 		/* Out of memory: forget the name rather than keep a wrong one. */
 		name_remove(kv, n);

@@ -379,6 +379,11 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			goto out;
 	}
 out:
+	if (rc == 0 && (mask || (to_set & FUSE_SET_ATTR_SIZE))) {
+		pthread_mutex_lock(&kv->lock);
+		node_changed_locked(kv, n);	/* listings fetched before are stale */
+		pthread_mutex_unlock(&kv->lock);
+	}
 	if (rc == 0)
 		rc = kvfs_stat_node(kv, n, &s);
 	if (rc < 0)
