@@ -123,6 +123,26 @@ static char *s3_strip_aws_chunked(const char *v)
 	return gw_buf_detach(&b, NULL);
 }
 
+/*
+ * Whether a stored name and value can be sent back as a header line: the
+ * name a token (RFC 9110, 5.6.2), the value free of control characters.
+ * libmicrohttpd passes bytes like 0xf5 in a header name through, and a GET
+ * would echo them in x-amz-meta-NAME (found by the fuzz target gw_http).
+ */
+static bool s3_meta_sendable(const char *name, const char *value)
+{
+	if (!*name)
+		return false;
+	for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+		if (!(*c >= '0' && *c <= '9') && !((*c | 0x20) >= 'a' && (*c | 0x20) <= 'z') &&
+		    !strchr("!#$%&'*+-.^_`|~", *c))
+			return false;
+	for (const unsigned char *c = (const unsigned char *)value; *c; c++)
+		if ((*c < ' ' && *c != '\t') || *c == 0x7f)
+			return false;
+	return true;
+}
+
 enum s3_code s3_collect_meta(struct gw_req *rq)
 {
 	size_t user_bytes = 0;
@@ -134,7 +154,7 @@ enum s3_code s3_collect_meta(struct gw_req *rq)
 		char *name = NULL;
 
 		if (strncasecmp(n, "x-amz-meta-", 11) == 0) {
-			if (n[11] == '\0')
+			if (!s3_meta_sendable(n + 11, v))
 				return S3_INVALID_ARGUMENT;
 			name = strdup(n + 11);
 			user_bytes += strlen(n + 11) + strlen(v);

@@ -82,7 +82,7 @@ enum stmt_id {
 	S_BUCKET_LIST,
 	S_OBJ_LOOKUP, S_OBJ_GET, S_OBJ_EXTENTS, S_OBJ_INSERT, S_OBJ_DELETE_ID,
 	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_OBJ_LOOKUP_FULL, S_OBJ_HEAD_BY_NAME, S_EXT_ADOPT, S_OBJ_GET_ID,
-	S_OBJ_SETATTR, S_OBJ_SET_SESSION, S_OBJ_RENAME, S_OBJ_RENAME_PREFIX, S_PREFIX_HAS_OTHER, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_PIN,
+	S_OBJ_SETATTR, S_OBJ_SET_SESSION, S_OBJ_RENAME, S_OBJ_RENAME_PREFIX, S_PREFIX_HAS_OTHER, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_DROP_STATE, S_OBJ_PIN,
 	S_OBJ_RANGE, S_OBJ_RANGE_INCL, S_OBJ_WALK,
 	S_SEG_GET, S_SEG_LIST, S_SEG_LIVE_ADD, S_SEG_CLAIM, S_SEG_NEXT_FREE, S_SEG_NEXT_PARTIAL,
 	S_SEG_REOPEN,
@@ -150,6 +150,7 @@ static const char *const stmt_sql[S_COUNT] = {
 			      " WHERE b.name = ?1 AND o.key = ?2 ORDER BY e.seq",
 	[S_EXT_DELETE_OBJ] = "DELETE FROM extents WHERE object = ?1",
 	[S_OBJ_VID] = "SELECT vid FROM objects WHERE id = ?1",
+	[S_OBJ_DROP_STATE] = "SELECT vid, tier, g4_vid = vid, key = session FROM objects WHERE id = ?1",
 	[S_OBJ_PIN] = "UPDATE objects SET pinned = ?3 WHERE bucket = ?1 AND key = ?2",
 	[S_OBJ_RANGE] = "SELECT " OBJ_COLS " FROM objects o WHERE o.bucket = ?1 AND o.key > ?2"
 			" AND o.key < ?3 ORDER BY o.key LIMIT ?4",
@@ -1146,14 +1147,21 @@ fail:
 
 static int cat_g4_drop_to_cold(struct cat *c, int64_t id, uint64_t vid);
 
-int cat_object_drop(struct cat *c, int64_t id, uint64_t vid)
+int cat_object_drop(struct cat *c, int64_t id, uint64_t vid, int keep_session_state)
 {
 	sqlite3_stmt *s;
+	int tier, in_g4, plain_cache;
 	int rc = cat_begin(c);
 
 	if (rc < 0)
 		return rc;
-	s = cat_stmt(c, S_OBJ_VID);
+	/*
+	 * Reclaim decided from what it read before this transaction; decide
+	 * again from the row as it is now. Meanwhile the migrator may have
+	 * turned the object cold (its extents are gone from the victim: nothing
+	 * to drop) or a new demotion may have begun.
+	 */
+	s = cat_stmt(c, S_OBJ_DROP_STATE);
 	if (!s) {
 		rc = -EIO;
 		goto fail;
@@ -1166,16 +1174,28 @@ int cat_object_drop(struct cat *c, int64_t id, uint64_t vid)
 		rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "object vid");
 		goto fail;
 	}
+	tier = sqlite3_column_int(s, 1);
+	in_g4 = sqlite3_column_int(s, 2);
+	plain_cache = sqlite3_column_int(s, 3);
 	cat_done(s);
-	/* G4 holds this version verified: it goes cold, not away (migrate.c). */
-	rc = cat_g4_drop_to_cold(c, id, vid);
-	if (rc < 0)
+	if (tier != KVT_TIER_HOT && tier != KVT_TIER_DEMOTING) {
+		rc = -ENOENT;	/* cold or being recalled: holds no extent of the victim */
 		goto fail;
-	if (rc == 1) {
+	}
+	/* G4 holds this version verified: it goes cold, not away (migrate.c). */
+	if (in_g4) {
+		rc = cat_g4_drop_to_cold(c, id, vid);
+		if (rc < 0)
+			goto fail;
 		rc = cat_counter_add(c, "reclaimed_to_cold", 1);
 		if (rc < 0)
 			goto fail;
 		return cat_commit(c);
+	}
+	/* Session state G4 lacks is demoted first, never dropped (reclaim.c). */
+	if (keep_session_state && !plain_cache) {
+		rc = -EAGAIN;
+		goto fail;
 	}
 	rc = cat_delete_id(c, id);
 	if (rc < 0)
@@ -2235,9 +2255,9 @@ int cat_g4_victim(struct cat *c, int64_t id, uint64_t vid, char **bucket, char *
 }
 
 /*
- * Reclaim's drop, inside its transaction: if G4 holds version vid verified
- * (g4_vid = vid), the object becomes COLD and its extents are released;
- * returns 1. Returns 0 when it must really be dropped.
+ * Reclaim's drop, inside its transaction, of a hot or demoting object whose
+ * version vid G4 holds verified (g4_vid = vid): the object becomes COLD and
+ * its extents are released.
  */
 static int cat_g4_drop_to_cold(struct cat *c, int64_t id, uint64_t vid)
 {
@@ -2250,8 +2270,9 @@ static int cat_g4_drop_to_cold(struct cat *c, int64_t id, uint64_t vid)
 	sqlite3_bind_int64(s, 1, id);
 	sqlite3_bind_int64(s, 2, (int64_t)vid);
 	rc = cat_g4_run(c, s, "drop to cold", &changes);
-	if (rc < 0 || changes == 0)
+	if (rc < 0)
 		return rc;
-	rc = cat_release_extents(c, id);
-	return rc < 0 ? rc : 1;
+	if (changes != 1)
+		return -EIO;	/* the caller checked the row in this transaction */
+	return cat_release_extents(c, id);
 }

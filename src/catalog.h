@@ -123,8 +123,14 @@ int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key);
 int cat_object_put_parts(struct cat *c, const struct cat_put *put, const int64_t *parts,
 			 const uint64_t *part_vids, size_t nparts, int64_t *id_out,
 			 uint64_t *freed_vid);
-/* Deletes object id only if its version is still vid (reclaim's drop). */
-int cat_object_drop(struct cat *c, int64_t id, uint64_t vid);
+/*
+ * Reclaim's drop of object id at version vid, decided in one transaction:
+ * -ENOENT if it changed (another version, deleted, cold or recalling: it
+ * holds nothing in the victim any more); COLD if G4 holds this version;
+ * with keep_session_state, -EAGAIN for session state G4 lacks (only plain
+ * cache, a key that is its own session, is deleted); else deleted.
+ */
+int cat_object_drop(struct cat *c, int64_t id, uint64_t vid, int keep_session_state);
 int cat_object_set_pin(struct cat *c, int64_t bucket_id, const char *key, int pinned);
 
 /* Lists up to limit objects of a bucket with key > after (NULL: from the

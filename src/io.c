@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "io.h"
@@ -109,36 +110,43 @@ void io_ctx_free(struct io_ctx *io)
 	io->ops->free(io);
 }
 
+/*
+ * The buffers are one anonymous mapping, not heap blocks: page-aligned as
+ * O_DIRECT wants, and given back to the kernel when the context is freed.
+ * From the heap, glibc's sliding mmap threshold kept freed 1 MiB buffers in
+ * the arena, and a burst of 32 writers left the process 260 MiB larger.
+ */
 int io_bufs_alloc(struct io_ctx *io, unsigned nbufs, size_t buf_size)
 {
-	int rc = 0;
+	char *base;
 
 	io->bufs = NULL;
 	io->nbufs = 0;
 	io->buf_size = buf_size;
 	if (nbufs == 0)
 		return 0;
-	if (buf_size == 0)
+	if (buf_size == 0 || buf_size % IO_ALIGN != 0)
 		return -EINVAL;
 	io->bufs = calloc(nbufs, sizeof(*io->bufs));
 	if (!io->bufs)
 		return -ENOMEM;
-	for (unsigned i = 0; i < nbufs; i++) {
-		rc = -posix_memalign(&io->bufs[i], IO_ALIGN, buf_size);
-		if (rc < 0)
-			goto out;
-		io->nbufs = i + 1;
+	base = mmap(NULL, nbufs * buf_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		    -1, 0);
+	if (base == MAP_FAILED) {
+		free(io->bufs);
+		io->bufs = NULL;
+		return -ENOMEM;
 	}
-out:
-	if (rc < 0)
-		io_bufs_release(io);
-	return rc;
+	for (unsigned i = 0; i < nbufs; i++)
+		io->bufs[i] = base + (size_t)i * buf_size;
+	io->nbufs = nbufs;
+	return 0;
 }
 
 void io_bufs_release(struct io_ctx *io)
 {
-	for (unsigned i = 0; i < io->nbufs; i++)
-		free(io->bufs[i]);
+	if (io->nbufs > 0)
+		munmap(io->bufs[0], io->nbufs * io->buf_size);
 	free(io->bufs);
 	io->bufs = NULL;
 	io->nbufs = 0;

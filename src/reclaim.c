@@ -269,10 +269,24 @@ static int reclaim_free(struct kvt_store *st, uint32_t id)
 	return rc;
 }
 
-/* Empties and frees one SEALED segment; -ENOENT if there is none.
+/*
+ * Segments emptied but not yet free, each under its append lock, in state
+ * RECLAIMING: one sync of the store makes the drops and moves of all of
+ * them durable before any is freed (reclaim_flush). Per segment, that sync
+ * (a flush of every segment file and of the catalog) cost tens of
+ * milliseconds each, paid by a writer waiting for space.
+ */
+#define RECLAIM_BATCH 8
+struct emptied {
+	uint32_t id[RECLAIM_BATCH];
+	unsigned n;
+};
+
+/* Empties one SEALED segment into *done; -ENOENT if there is none.
  * -EINPROGRESS: nothing done, the sessions in need must be demoted first. */
 static int reclaim_segment(struct kvt_store *st, int allow_relocate,
-			   const struct session_set *tried, struct session_set *need)
+			   const struct session_set *tried, struct session_set *need,
+			   struct emptied *done)
 {
 	struct store_thread *t = store_thread(st);
 	struct victim_list list = { 0 };
@@ -308,25 +322,20 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate,
 		else if (vo->pinned)
 			rc = reclaim_relocate(st, id, vo);
 		else
-			rc = cat_object_drop(t->cat, vo->id, vo->vid);
+			rc = cat_object_drop(t->cat, vo->id, vo->vid, !store_g4_none(st));
 		if (rc == -ENOENT)
 			rc = 0;	/* deleted or overwritten meanwhile */
 	}
-	/*
-	 * The moves and drops above are durable before the segment can be
-	 * rewritten: a power loss that lost them but kept newer bytes written
-	 * over the old extents would bring back catalog rows that point at
-	 * another object's bytes (test_powerloss).
-	 */
-	if (rc == 0)
-		rc = kvt_store_sync(st);
-	if (rc == 0)
-		rc = reclaim_free(st, id);
+	if (rc == 0) {
+		done->id[done->n++] = id;	/* reclaim_flush frees it and unlocks */
+		free(list.v);
+		return 0;
+	}
 	if (rc < 0) {
 		/* Leave it readable: what was not moved is still in place. */
 		if (reclaim_set_state(t->cat, id, SEG_RECLAIMING, SEG_SEALED) < 0)
 			log_err(0, "segment %u left reclaiming (recovery will seal it)", id);
-		if (rc != -ENOSPC && rc != -EINPROGRESS)
+		if (rc != -ENOSPC && rc != -EINPROGRESS && rc != -EAGAIN)
 			log_err(rc, "cannot reclaim segment %u", id);
 		else	/* so that the next pick takes another segment */
 			cat_touch_segment(t->cat, id, util_now_ns());
@@ -336,16 +345,48 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate,
 	return rc;
 }
 
-int kvt_store_reclaim(struct kvt_store *st, unsigned need)
+/*
+ * Frees the emptied segments. The moves and drops that emptied them are
+ * made durable first: a power loss that lost them but kept newer bytes
+ * written over the old extents would bring back catalog rows that point at
+ * another object's bytes (test_powerloss). If that fails, the segments go
+ * back to SEALED, empty: the next reclaim frees them.
+ */
+static int reclaim_flush(struct kvt_store *st, struct emptied *done)
 {
 	struct store_thread *t = store_thread(st);
-	struct session_set tried = { 0 }, todo = { 0 };
-	uint64_t counts[4], target, swept = 0;
-	int rc = 0, tries = 0;
+	int rc;
 
+	if (done->n == 0)
+		return 0;
 	if (!t)
 		return -ENOMEM;
-	pthread_mutex_lock(&st->reclaim_lock);
+	rc = kvt_store_sync(st);
+	for (unsigned i = 0; i < done->n; i++) {
+		uint32_t id = done->id[i];
+		int r = rc < 0 ? rc : reclaim_free(st, id);
+
+		if (r < 0) {
+			log_err(r, "cannot free reclaimed segment %u", id);
+			if (reclaim_set_state(t->cat, id, SEG_RECLAIMING, SEG_SEALED) < 0)
+				log_err(0, "segment %u left reclaiming (recovery will seal it)", id);
+			rc = r;
+		}
+		seg_append_unlock(st->lock_fd, id);
+	}
+	done->n = 0;
+	return rc;
+}
+
+/* kvt_store_reclaim() with st->reclaim_lock held (it lets go of it while
+ * demoting, and holds it again on return). */
+static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned need)
+{
+	struct session_set tried = { 0 }, todo = { 0 };
+	struct emptied done = { .n = 0 };
+	uint64_t counts[4], target, swept = 0;
+	int rc = 0, r, tries = 0;
+
 	t->in_reclaim = 1;
 	/* Free segments to reach: below the low watermark, and at least `need`. */
 	target = st->nsegs - (uint64_t)(st->low_watermark * st->nsegs);
@@ -353,8 +394,18 @@ int kvt_store_reclaim(struct kvt_store *st, unsigned need)
 		rc = cat_segment_counts(t->cat, counts);
 		if (rc < 0)
 			break;
-		if (counts[SEG_FREE] >= MAX(target, need))
+		if (counts[SEG_FREE] + done.n >= MAX(target, need))
 			break;
+		/*
+		 * A full batch, or free space so short that writers (of this or
+		 * another process) may be waiting for what the batch holds.
+		 */
+		if (done.n == RECLAIM_BATCH || (done.n > 0 && counts[SEG_FREE] <= MAX(need, 1))) {
+			rc = reclaim_flush(st, &done);
+			if (rc < 0)
+				break;
+			continue;
+		}
 		/*
 		 * Each segment once per call at most: relocating the pinned objects
 		 * of full segments frees no net space, and unbounded it went round
@@ -365,7 +416,7 @@ int kvt_store_reclaim(struct kvt_store *st, unsigned need)
 			break;
 		}
 		/* Relocating needs somewhere to go: with no free segment, drop only. */
-		rc = reclaim_segment(st, counts[SEG_FREE] > 0, &tried, &todo);
+		rc = reclaim_segment(st, counts[SEG_FREE] > 0, &tried, &todo, &done);
 		if (rc == -EINPROGRESS) {
 			/*
 			 * Session state G4 lacks: demote it, then take the victim
@@ -374,11 +425,9 @@ int kvt_store_reclaim(struct kvt_store *st, unsigned need)
 			 * meanwhile), nor the victim's append lock (another process
 			 * may take it), nor a catalog transaction.
 			 */
+			rc = reclaim_flush(st, &done);	/* what is free, others may use */
 			pthread_mutex_unlock(&st->reclaim_lock);
-			rc = 0;
 			for (size_t i = 0; i < todo.n; i++) {
-				int r;
-
 				g4_demote_pressure(st, todo.bucket[i], todo.session[i]);
 				/* Once per call: a failure leaves the segment whole. */
 				r = session_set_add(&tried, todo.bucket[i], todo.session[i]);
@@ -418,15 +467,49 @@ int kvt_store_reclaim(struct kvt_store *st, unsigned need)
 		if (rc < 0)
 			break;
 	}
+	r = reclaim_flush(st, &done);
+	if (r < 0 && rc >= 0)
+		rc = r;
 	t->in_reclaim = 0;
-	pthread_mutex_unlock(&st->reclaim_lock);
 	session_set_release(&todo);
 	session_set_release(&tried);
 	if (rc == -ENOENT) {
 		/* Nothing sealed is left to take. */
-		rc = counts[SEG_FREE] >= need ? 0 : -ENOSPC;
+		r = cat_segment_counts(t->cat, counts);
+		rc = r < 0 ? r : counts[SEG_FREE] >= need ? 0 : -ENOSPC;
 	}
 	return rc;
+}
+
+int kvt_store_reclaim(struct kvt_store *st, unsigned need)
+{
+	struct store_thread *t = store_thread(st);
+	int rc;
+
+	if (!t)
+		return -ENOMEM;
+	pthread_mutex_lock(&st->reclaim_lock);
+	rc = reclaim_locked(st, t, need);
+	pthread_mutex_unlock(&st->reclaim_lock);
+	return rc;
+}
+
+/*
+ * The reclaim a writer starts when the store is above its high watermark
+ * but may still have free segments. If another thread of this process is
+ * already reclaiming (down to the low watermark), the writer goes on with
+ * the free space instead of queueing behind it: with 8 writers, 6 waited
+ * here while one synced the store for each segment it freed. A writer
+ * that finds no free segment at all still waits (kvt_store_reclaim).
+ */
+void store_reclaim_if_idle(struct kvt_store *st)
+{
+	struct store_thread *t = store_thread(st);
+
+	if (!t || pthread_mutex_trylock(&st->reclaim_lock) != 0)
+		return;
+	reclaim_locked(st, t, 1);
+	pthread_mutex_unlock(&st->reclaim_lock);
 }
 
 /* ---- recovery ---------------------------------------------------------------- */

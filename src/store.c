@@ -362,7 +362,7 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 
 		/* Out of room: claim a fresh segment outside the lock (it may reclaim). */
 		if (!t->in_reclaim && store_above_high(st))
-			kvt_store_reclaim(st, 1);
+			store_reclaim_if_idle(st);
 		rc = store_claim(st, space, &fresh);
 		if (rc == -ENOSPC && !t->in_reclaim && attempt == 0) {
 			rc = kvt_store_reclaim(st, 1);

@@ -129,6 +129,8 @@ struct store_alloc {
 	uint64_t offset;
 };
 int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out);
+/* reclaim.c: reclaims toward the low watermark unless this process already does. */
+void store_reclaim_if_idle(struct kvt_store *st);
 void store_release(struct kvt_store *st, uint32_t segment, uint64_t gen);
 
 /* True for the name of an internal bucket (bucket.c). */

@@ -445,12 +445,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ok = fuzz_check(&resp);
 	if (ok && !sign) {
 		/* Anonymous success: only the operator endpoints give it. The
-		 * request line alone says which path; its headers may be junk
-		 * libmicrohttpd tolerates. */
-		char line[64] = "", target[16] = "";
+		 * request line alone says which path: the word before the HTTP
+		 * version. Its headers may be junk libmicrohttpd tolerates, and so
+		 * may its method (campaigns found "GET\0\0\x01\xf5\0 /health"
+		 * answered as /health). */
+		char line[1024] = "", *version, *target;
+		size_t n = 0;
 
-		memcpy(line, req, size < sizeof(line) - 1 ? size : sizeof(line) - 1);
-		if (sscanf(line, "%*15s %15s", target) != 1 ||
+		for (size_t i = 0; i < size && req[i] != '\n' && n < sizeof(line) - 1; i++)
+			line[n++] = req[i] == '\0' ? ' ' : req[i];
+		version = strstr(line, " HTTP/");
+		if (version) {
+			while (version > line && version[-1] == ' ')
+				version--;	/* "GET /health\0\0 HTTP/1.1" */
+			*version = '\0';
+			target = strrchr(line, ' ');
+			target = target ? target + 1 : line;
+		}
+		if (!version ||
 		    (strcmp(target, "/health") != 0 && strcmp(target, "/metrics") != 0))
 			fuzz_fail("only /health and /metrics answer 2xx without a signature",
 				  resp.data, resp.len);

@@ -565,17 +565,17 @@ static void test_object_drop_pin(void **state)
 	assert_int_equal(cat_object_set_pin(f->c, b, "nope", 1), -ENOENT);
 
 	/* Reclaim's drop only takes the version it saw. */
-	assert_int_equal(cat_object_drop(f->c, id, 0x78), -ENOENT);
+	assert_int_equal(cat_object_drop(f->c, id, 0x78, 0), -ENOENT);
 	assert_int_equal(cat_object_get(f->c, b, "p", 0, &co), 0);
 	cat_object_free(co);
 	assert_int_equal(cat_counter_get(f->c, "evicted_objects", &v), 0);
 	assert_int_equal(v, 0);
-	assert_int_equal(cat_object_drop(f->c, id, 0x77), 0);
+	assert_int_equal(cat_object_drop(f->c, id, 0x77, 0), 0);
 	assert_int_equal(cat_object_get(f->c, b, "p", 0, &co), -ENOENT);
 	assert_int_equal(seg_get(f->c, 4).live, 0);
 	assert_int_equal(cat_counter_get(f->c, "evicted_objects", &v), 0);
 	assert_int_equal(v, 1);
-	assert_int_equal(cat_object_drop(f->c, id, 0x77), -ENOENT);
+	assert_int_equal(cat_object_drop(f->c, id, 0x77, 0), -ENOENT);
 
 	/* fsck's drop by id. */
 	assert_int_equal(put_obj(f->c, b, "q", 0x79, 4, gen, 0, 2, 4096, 0, NULL), 0);
@@ -586,6 +586,51 @@ static void test_object_drop_pin(void **state)
 	assert_int_equal(cat_object_drop_id(f->c, id), 0);
 	assert_int_equal(cat_object_get(f->c, b, "q", 0, &co), -ENOENT);
 	assert_int_equal(seg_get(f->c, 4).live, 0);
+	assert_int_equal(cat_counter_get(f->c, "evicted_objects", &v), 0);
+	assert_int_equal(v, 1);
+}
+
+/*
+ * With G4 configured, reclaim's drop decides from the row as it is in its
+ * own transaction. The chaos test lost a block this way: reclaim saw it
+ * held in G4, the migrator turned it cold meanwhile, and the drop, finding
+ * no hot copy to turn cold, deleted the only catalog entry of a G4 object.
+ */
+static void test_object_drop_keeps_session_state(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_object *co = NULL;
+	int64_t b = bucket(f->c, "drops"), id, cache_id;
+	uint64_t gen = claim(f->c, 6), v = 0;
+	int count = 0;
+
+	/* "s/blk" is state of session "sess"; "sess" is its own session: cache. */
+	assert_int_equal(put_obj(f->c, b, "s/blk", 0x90, 6, gen, 0, 1, 4096, 0, NULL), 0);
+	assert_int_equal(put_obj(f->c, b, "sess", 0x91, 6, gen, space_of(4096), 1, 4096, 0, NULL), 0);
+	assert_int_equal(cat_object_get(f->c, b, "s/blk", 0, &co), 0);
+	id = co->id;
+	cat_object_free(co);
+	assert_int_equal(cat_object_get(f->c, b, "sess", 0, &co), 0);
+	cache_id = co->id;
+	cat_object_free(co);
+
+	/* Session state G4 lacks: refused, kept. Plain cache: dropped. */
+	assert_int_equal(cat_object_drop(f->c, id, 0x90, 1), -EAGAIN);
+	assert_int_equal(cat_object_get(f->c, b, "s/blk", 0, &co), 0);
+	cat_object_free(co);
+	assert_int_equal(cat_object_drop(f->c, cache_id, 0x91, 1), 0);
+	assert_int_equal(cat_object_get(f->c, b, "sess", 0, &co), -ENOENT);
+
+	/* The migrator demotes it between reclaim's look and its drop. */
+	assert_int_equal(cat_g4_demote_begin(f->c, b, "sess", &count), 0);
+	assert_int_equal(count, 1);
+	assert_int_equal(cat_g4_set_uploaded(f->c, id, 0x90, "\"etag\""), 0);
+	assert_int_equal(cat_g4_mark_cold(f->c, id, 0x90), 0);
+	assert_int_equal(cat_object_drop(f->c, id, 0x90, 1), -ENOENT);
+	assert_int_equal(cat_object_drop(f->c, id, 0x90, 0), -ENOENT);
+	assert_int_equal(cat_object_get(f->c, b, "s/blk", 0, &co), 0);
+	assert_int_equal(co->obj->tier, KVT_TIER_COLD);
+	cat_object_free(co);
 	assert_int_equal(cat_counter_get(f->c, "evicted_objects", &v), 0);
 	assert_int_equal(v, 1);
 }
@@ -1249,6 +1294,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_object_put_get, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_replace_accounting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_drop_pin, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_object_drop_keeps_session_state, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_range, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_lookup, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_put_parts, setup, teardown),
