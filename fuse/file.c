@@ -1458,9 +1458,15 @@ int fh_flush(struct kvfs *kv, struct fh *h, uint64_t owner, pid_t pid)
 	case FH_CLOSER_OTHER:
 		break;		/* a copy of the descriptor: not the writer's close */
 	case FH_CLOSER_KILLED:
-		if (h->dirty && !h->abandoned)
-			log_info("a file is not published: its writer (task %d) was killed",
-				 (int)pid);
+		if (h->dirty && !h->abandoned) {
+			char *bucket = NULL, *key = NULL;
+
+			node_path(kv, h->node, &bucket, &key);
+			log_info("'%s/%s' is not published: its writer (task %d) was killed",
+				 bucket ? bucket : "?", key ? key : "?", (int)pid);
+			free(bucket);
+			free(key);
+		}
 		h->abandoned = 1;
 		break;
 	case FH_CLOSER_WRITER:

@@ -42,7 +42,7 @@ fuse_mount "$KVTIER_CONF" "$M"
 
 step "a flush that is not the writer's publishes nothing; a killed writer leaves nothing"
 python3 "$top_srcdir/tests/fuse/flush.py" "$M/race" "$K" || fail "flush.py (above)"
-grep -q "its writer (task [0-9]*) was killed" "$T/fuse.log" ||
+grep -q "'race/killed-new' is not published: its writer (task [0-9]*) was killed" "$T/fuse.log" ||
 	fail "no log line for the killed writer: $(cat "$T/fuse.log")"
 
 secs=${KVT_RACE_SECONDS:-15}
