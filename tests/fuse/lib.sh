@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # tests/fuse/lib.sh - what the FUSE test scripts share; sourced after
 # tests/lib.sh and kvt_setup, never run.
 #
