@@ -241,13 +241,20 @@ int kvfs_stat_node(struct kvfs *kv, struct node *n, struct kvfs_stat *out)
 	pthread_mutex_unlock(&kv->lock);
 	rc = node_path(kv, n, &bucket, &key);
 	if (rc == -ENOENT) {
-		/* Removed while open: fstat still answers, with no links. */
+		/*
+		 * Removed while open: fstat still answers, with no links. A node
+		 * nobody has open was asked for by a path the kernel looked up
+		 * before another process unlinked or renamed over it: -ESTALE,
+		 * so that stat(2) looks the path up again.
+		 */
 		pthread_mutex_lock(&kv->lock);
-		if (n->has_last) {
+		if (n->has_last && n->nopen > 0) {
 			out->type = n->type;
 			out->st = n->last;
 			out->st.st_nlink = 0;
 			rc = 0;
+		} else {
+			rc = -ESTALE;
 		}
 		pthread_mutex_unlock(&kv->lock);
 		goto overlay_checked;
@@ -257,6 +264,17 @@ int kvfs_stat_node(struct kvfs *kv, struct node *n, struct kvfs_stat *out)
 	/* The name now holds something else (changed through S3). */
 	if (rc == 0 && out->type != n->type)
 		rc = -ENOENT;
+	if (rc == -ENOENT) {
+		/* Deleted through S3 while open for writing here: to the writer
+		 * the file is still there, and its close publishes it again. */
+		pthread_mutex_lock(&kv->lock);
+		if (n->nwriters > 0 && n->has_last) {
+			out->type = n->type;
+			out->st = n->last;
+			rc = 0;
+		}
+		pthread_mutex_unlock(&kv->lock);
+	}
 overlay_checked:
 	free(bucket);
 	free(key);

@@ -36,6 +36,7 @@ struct dent {
 	enum node_type type;
 	int full;		/* st is complete (files); directories get a getattr */
 	struct stat st;
+	uint64_t cseq;		/* kvfs.cseq before st was read (node_attr_fresh) */
 };
 
 struct dh {
@@ -48,6 +49,7 @@ struct dh {
 	size_t n, cap;
 	char *cont;		/* continuation token of the next page */
 	int done;
+	uint64_t cseq;		/* kvfs.cseq before the page being pushed was read */
 };
 
 static int dh_push(struct dh *d, const char *name, size_t len, enum node_type type, int full,
@@ -71,6 +73,7 @@ static int dh_push(struct dh *d, const char *name, size_t len, enum node_type ty
 	e->type = type;
 	e->full = full;
 	e->st = *st;
+	e->cseq = d->cseq;
 	d->n++;
 	return 0;
 }
@@ -169,6 +172,7 @@ static int dh_add_pending(struct kvfs *kv, struct dh *d)
 		}
 	}
 	pthread_mutex_unlock(&kv->lock);
+	d->cseq = node_cseq(kv);
 	for (size_t i = 0; i < nv; i++) {
 		struct kvfs_stat s;
 
@@ -196,6 +200,7 @@ static int dh_fetch(struct kvfs *kv, struct dh *d)
 	size_t i = 0, j = 0;
 	int rc;
 
+	d->cseq = node_cseq(kv);	/* before the store is read */
 	if (d->node->type == NODE_ROOT) {
 		struct bucket_walk bw = { kv, d };
 
@@ -315,6 +320,7 @@ void dh_readdir(struct kvfs *kv, fuse_req_t req, struct dh *d, size_t size, off_
 		struct fuse_entry_param e;
 		const char *name;
 		struct node *n = NULL;
+		int linked = 0;
 		size_t need;
 
 		memset(&e, 0, sizeof(e));
@@ -336,7 +342,8 @@ void dh_readdir(struct kvfs *kv, fuse_req_t req, struct dh *d, size_t size, off_
 			de = &d->ents[i];
 			name = de->name;
 			e.attr = de->st;
-			if (plus) {
+			if (plus && (de->type == NODE_DIR ||
+				     node_attr_fresh(kv, d->node, name, de->cseq))) {
 				need = fuse_add_direntry_plus(req, NULL, 0, name, NULL, 0);
 				if (need > size - pos)
 					break;
@@ -345,10 +352,18 @@ void dh_readdir(struct kvfs *kv, fuse_req_t req, struct dh *d, size_t size, off_
 					rc = -ENOMEM;
 					break;
 				}
+				linked = 1;
 				e.ino = n->ino;
 				e.attr_timeout = de->full ? kv->attr_timeout : 0;
 				e.entry_timeout = kv->entry_timeout;
 			} else {
+				/*
+				 * Changed here since the page was read (published,
+				 * written, renamed): its attributes there are old, and
+				 * the kernel would apply them to the inode (a reader
+				 * then read the file cut at its old size). Node id 0
+				 * gives the name alone; a lookup fetches the rest.
+				 */
 				n = node_child(kv, d->node, name);
 			}
 			/* Without an inode yet, any number will do for d_ino. */
@@ -359,7 +374,7 @@ void dh_readdir(struct kvfs *kv, fuse_req_t req, struct dh *d, size_t size, off_
 		else
 			need = fuse_add_direntry(req, buf + pos, size - pos, name, &e.attr, off + 1);
 		if (need > size - pos) {
-			if (plus && n)
+			if (linked)
 				node_unlink_lookup(kv, n);
 			node_put(kv, n);
 			break;

@@ -46,11 +46,27 @@
  * writer's size: a known limit). Shared writable mmap is the price: the
  * kernel refuses it on direct-I/O files.
  *
- * flush (every close(2) of a writable handle; read-only opens ask the
- * kernel for none, FOPEN_NOFLUSH) publishes, so close returns the error;
- * release publishes what a flush could not and frees. fsync publishes, then makes
- * the store durable. A handle is locked while it works: the kernel may send
- * requests for one handle from several threads at once.
+ * Who closes. The kernel sends FLUSH at every close(2) of a descriptor of
+ * the open file, not only the writer's: a fork copies the descriptor table,
+ * and the child's copy is closed when it execs (O_CLOEXEC) or exits. A
+ * writer that runs a subprocess between two writes would otherwise publish
+ * what it had written so far, and if it never got to close (the daemon was
+ * killed, the writer died) that half stayed published: the chaos test's
+ * truncated KV blocks, cut at the first write(2). So a flush publishes only
+ * when it comes from the writer (fh_closer): from a descriptor table (lock
+ * owner) that wrote through this handle, or, when nothing was written yet,
+ * from the process that opened it. A flush from a writer that is exiting
+ * because a signal killed it publishes nothing either (a killed writer
+ * leaves no half object; one that calls exit(3) with the file open still
+ * publishes, as the kernel closes its files for it) and the handle is
+ * abandoned. The flushes of others change nothing and return 0.
+ *
+ * flush (of a writable handle; read-only opens ask the kernel for none,
+ * FOPEN_NOFLUSH) publishes as above, so close returns the error; release
+ * publishes what no flush did (a handle only others closed), unless it was
+ * abandoned, and frees. fsync publishes, then makes the store durable. A
+ * handle is locked while it works: the kernel may send requests for one
+ * handle from several threads at once.
  */
 #include "config.h"
 
@@ -67,6 +83,10 @@
 #include "log.h"
 
 enum fh_state { FH_BASE, FH_BUF, FH_STREAM, FH_STAGE };
+
+/* Descriptor tables one handle remembers as its writers: a process and its
+ * threads are one; a few more cover descriptors passed on to helpers. */
+#define FH_OWNERS_MAX 4
 
 /* Files up to this size stay in memory while open, within a budget for
  * all of them (thousands of small files may be open at once). */
@@ -85,6 +105,12 @@ struct fh {
 	int dirty;		/* content differs from what was published */
 	int excl;		/* O_EXCL and never published: publish only if absent */
 	int err;		/* sticky: a write failed, close publishes nothing */
+
+	/* who may publish at flush ("Who closes") */
+	pid_t opener;		/* the thread that opened it (0: unknown) */
+	uint64_t owners[FH_OWNERS_MAX];	/* lock owners (descriptor tables) that wrote */
+	unsigned nowners;	/* FH_OWNERS_MAX + 1: more than fit, any may publish */
+	int abandoned;		/* its writer was killed: nothing is published */
 
 	/* FH_BASE */
 	struct kvt_reader *r;	/* NULL: no bytes (or base_lazy) */
@@ -340,7 +366,7 @@ static void fh_free(struct fh *h)
 	free(h);
 }
 
-static struct fh *fh_new(struct kvfs *kv, struct node *n, int flags)
+static struct fh *fh_new(struct kvfs *kv, struct node *n, int flags, pid_t opener)
 {
 	struct fh *h = calloc(1, sizeof(*h));
 
@@ -349,10 +375,12 @@ static struct fh *fh_new(struct kvfs *kv, struct node *n, int flags)
 	pthread_mutex_init(&h->lock, NULL);
 	h->tfd = -1;
 	h->flags = flags;
+	h->opener = opener;
 	h->writable = (flags & O_ACCMODE) != O_RDONLY;
 	h->kv = kv;
 	pthread_mutex_lock(&kv->lock);
 	n->refs++;
+	n->nopen++;
 	h->node = n;
 	h->open_next = kv->open_fhs;
 	if (kv->open_fhs)
@@ -380,6 +408,7 @@ static void fh_touch(struct kvfs *kv, struct fh *h)
 	}
 	n->wsize = h->size;
 	n->wmtime = kvfs_now_ns();
+	node_changed_locked(kv, n);
 	/* A write after utimens sets mtime again, as on any file system. */
 	n->pend.mask &= ~(unsigned)KVT_ATTR_MTIME;
 	pthread_mutex_unlock(&kv->lock);
@@ -706,6 +735,127 @@ static int fh_stage(struct kvfs *kv, struct fh *h)
 	return 0;
 }
 
+/* ---- who closes ------------------------------------------------------------ */
+
+/*
+ * Reads /proc/PID/stat of a task in the daemon's PID namespace. The kernel
+ * names the thread that sent a request; its fields are what we read while
+ * it waits for our reply, so it cannot have gone away yet.
+ */
+static int proc_stat(pid_t pid, char *buf, size_t size)
+{
+	char path[48];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, size - 1);
+	close(fd);
+	if (n <= 0)
+		return n < 0 ? -errno : -EIO;
+	buf[n] = '\0';
+	return 0;
+}
+
+/* Field `field` (1-based, as in proc(5)) of a stat line; NULL if short. */
+static const char *proc_field(const char *stat, int field)
+{
+	/* The command name (field 2) may hold spaces and parentheses. */
+	const char *p = strrchr(stat, ')');
+
+	if (!p || field < 3)
+		return NULL;
+	for (int f = 2; f < field; f++) {
+		p = strchr(p + 1, ' ');
+		if (!p)
+			return NULL;
+	}
+	return p + 1;
+}
+
+/*
+ * 1 when task pid is exiting because a signal killed it: PF_EXITING in its
+ * flags (field 9) and a signal in the low bits of its exit code (field 52,
+ * set before do_exit() closes the files). exit(3) leaves those bits clear.
+ */
+static int proc_killed(pid_t pid)
+{
+	char buf[1024];
+	const char *f;
+
+	if (pid <= 0 || proc_stat(pid, buf, sizeof(buf)) < 0)
+		return 0;
+	f = proc_field(buf, 9);
+	if (!f || !(strtoul(f, NULL, 10) & 0x4))	/* PF_EXITING */
+		return 0;
+	f = proc_field(buf, 52);
+	return f && (strtol(f, NULL, 10) & 0x7f) != 0;
+}
+
+/* The thread group (process) of thread tid, or 0 if that cannot be told. */
+static pid_t proc_tgid(pid_t tid)
+{
+	char path[48], buf[512];
+	const char *t;
+	ssize_t n;
+	int fd;
+
+	if (tid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	t = strstr(buf, "\nTgid:");
+	return t ? (pid_t)strtol(t + 6, NULL, 10) : 0;
+}
+
+/* Remembers the descriptor table a write came from. */
+static void fh_owner_add(struct fh *h, uint64_t owner)
+{
+	if (!owner || h->nowners > FH_OWNERS_MAX)
+		return;
+	for (unsigned i = 0; i < h->nowners; i++)
+		if (h->owners[i] == owner)
+			return;
+	if (h->nowners == FH_OWNERS_MAX)
+		h->nowners++;	/* too many to tell apart: any may publish */
+	else
+		h->owners[h->nowners++] = owner;
+}
+
+enum fh_closer { FH_CLOSER_WRITER, FH_CLOSER_OTHER, FH_CLOSER_KILLED };
+
+/* Who sent a flush: the writer, someone else, or a writer being killed. */
+static enum fh_closer fh_closer(const struct fh *h, uint64_t owner, pid_t pid)
+{
+	if (owner && h->nowners > 0 && h->nowners <= FH_OWNERS_MAX) {
+		unsigned i = 0;
+
+		while (i < h->nowners && h->owners[i] != owner)
+			i++;
+		if (i == h->nowners)
+			return FH_CLOSER_OTHER;
+	} else if (h->nowners == 0 && pid > 0 && h->opener > 0 && pid != h->opener) {
+		/* Nothing written yet: only the opener's process publishes the
+		 * empty file (a child between fork and exec would publish an
+		 * O_TRUNC before the first write). Another thread of it may. */
+		pid_t a = proc_tgid(pid), b = proc_tgid(h->opener);
+
+		if (!a || !b || a != b)
+			return FH_CLOSER_OTHER;
+	}
+	return proc_killed(pid) ? FH_CLOSER_KILLED : FH_CLOSER_WRITER;
+}
+
 /* ---- publishing -------------------------------------------------------------- */
 
 /* Writes the in-memory content out as a new version of bucket/key. */
@@ -759,8 +909,9 @@ static int fh_publish_stage(struct kvfs *kv, struct fh *h, const char *bucket, c
 /*
  * Publishes the handle's content under the node's current name, atomically.
  * A file removed meanwhile (unlink, rename over it) publishes nothing.
+ * Called with kvfs.names held shared (fh_publish).
  */
-static int fh_publish(struct kvfs *kv, struct fh *h)
+static int fh_publish_named(struct kvfs *kv, struct fh *h)
 {
 	struct node *n = h->node;
 	struct kvt_put_opts opts;
@@ -768,10 +919,6 @@ static int fh_publish(struct kvfs *kv, struct fh *h)
 	char *bucket = NULL, *key = NULL, *session = NULL;
 	int rc;
 
-	if (!h->dirty)
-		return 0;
-	if (h->err)
-		return h->err;
 	pthread_mutex_lock(&kv->lock);
 	if (n->psession && !(session = strdup(n->psession))) {
 		pthread_mutex_unlock(&kv->lock);
@@ -859,6 +1006,7 @@ static int fh_publish(struct kvfs *kv, struct fh *h)
 	}
 	if (rc == 0) {
 		pthread_mutex_lock(&kv->lock);
+		node_changed_locked(kv, n);
 		h->excl = 0;
 		if (n->pending) {
 			n->pending = 0;
@@ -880,11 +1028,43 @@ static int fh_publish(struct kvfs *kv, struct fh *h)
 	return rc;
 }
 
+/* fh_publish_named() under kvfs.names: the name it finds stays the file's
+ * until the store has the new version. */
+static int fh_publish(struct kvfs *kv, struct fh *h)
+{
+	int rc;
+
+	if (h->err)
+		return h->err;
+	if (!h->dirty || h->abandoned)
+		return 0;
+	pthread_rwlock_rdlock(&kv->names);
+	rc = fh_publish_named(kv, h);
+	pthread_rwlock_unlock(&kv->names);
+	return rc;
+}
+
 /* ---- open, create, release ------------------------------------------------- */
 
-int fh_open(struct kvfs *kv, struct node *n, int flags, struct fuse_file_info *fi)
+/* What fstat answers once the name is gone, for a node first known from a
+ * listing (only lookups and stats record it otherwise). */
+static void fh_remember(struct kvfs *kv, struct node *n, const struct kvt_object *o)
 {
-	struct fh *h = fh_new(kv, n, flags);
+	struct stat st;
+
+	kvfs_attr_object(kv, o, &st);
+	pthread_mutex_lock(&kv->lock);
+	if (!n->has_last) {
+		st.st_ino = n->ino;
+		n->last = st;
+		n->has_last = 1;
+	}
+	pthread_mutex_unlock(&kv->lock);
+}
+
+int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fuse_file_info *fi)
+{
+	struct fh *h = fh_new(kv, n, flags, opener);
 	char *bucket = NULL, *key = NULL;
 	struct kvt_object *o = NULL;
 	int pending, rc;
@@ -898,9 +1078,17 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, struct fuse_file_info *f
 	pthread_mutex_unlock(&kv->lock);
 	fi->keep_cache = 0;
 	if (pending) {
-		/* Its bytes are in another handle, unpublished: this one starts
-		 * empty, as if it had been opened just before the first write. */
-		rc = 0;
+		/*
+		 * Created by another handle and not yet published: to a reader
+		 * the file does not exist yet (what S3 and other mounts say too),
+		 * and its bytes are never shown before they are published. A
+		 * writer starts empty, as if it had opened the file just before
+		 * the first write.
+		 */
+		if (!h->writable) {
+			rc = -ENOENT;
+			goto fail_noent;
+		}
 		goto done;
 	}
 	rc = node_path(kv, n, &bucket, &key);
@@ -915,6 +1103,7 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, struct fuse_file_info *f
 		rc = fh_copy_base_info(h, o);
 		if (rc < 0)
 			goto fail;
+		fh_remember(kv, n, o);
 		fh_touch(kv, h);
 		goto done;
 	}
@@ -929,6 +1118,7 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, struct fuse_file_info *f
 	{
 		const struct kvt_object *ro = kvt_reader_object(h->r);
 
+		fh_remember(kv, n, ro);
 		h->size = ro->size;
 		snprintf(h->rtag, sizeof(h->rtag), "%s", ro->etag);
 		if (h->writable) {
@@ -975,20 +1165,37 @@ done:
 	free(key);
 	return 0;
 fail:
+	/*
+	 * -ENOENT here means the kernel's name for n is stale: the node lost
+	 * its name after the kernel looked it up (unlinked, or renamed over, by
+	 * another process before this open reached us) or its key holds nothing
+	 * now (deleted through S3). -ESTALE makes the VFS walk the path again,
+	 * once, revalidating every name: the new lookup finds what the name
+	 * holds now, and O_CREAT creates. The engine's own -ESTALE (a version
+	 * reclaimed under a reader) is an I/O error.
+	 */
+	if (rc == -ESTALE)
+		rc = -EIO;
+	else if (rc == -ENOENT)
+		rc = -ESTALE;
+fail_noent:
 	kvt_object_free(o);
 	free(bucket);
 	free(key);
 	if (h->dirty)
 		fh_clean(kv, h);
-	node_put(kv, h->node);
+	pthread_mutex_lock(&kv->lock);
+	h->node->nopen--;
+	node_put_locked(kv, h->node);
+	pthread_mutex_unlock(&kv->lock);
 	fh_free(h);
 	return rc;
 }
 
-int fh_create(struct kvfs *kv, struct node *n, int flags, const struct kvt_posix *posix,
-	      struct fuse_file_info *fi)
+int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
+	      const struct kvt_posix *posix, struct fuse_file_info *fi)
 {
-	struct fh *h = fh_new(kv, n, flags);
+	struct fh *h = fh_new(kv, n, flags, opener);
 
 	if (!h)
 		return -ENOMEM;
@@ -1010,6 +1217,8 @@ int fh_create(struct kvfs *kv, struct node *n, int flags, const struct kvt_posix
 void fh_release(struct kvfs *kv, struct fh *h)
 {
 	struct node *n = h->node;
+	fuse_ino_t pino = 0;
+	char *name = NULL;
 	int rc;
 
 	pthread_mutex_lock(&h->lock);
@@ -1023,6 +1232,7 @@ void fh_release(struct kvfs *kv, struct fh *h)
 	pthread_mutex_unlock(&h->lock);
 
 	pthread_mutex_lock(&kv->lock);
+	n->nopen--;
 	if (h->writable)
 		n->nwriters--;
 	if (n->nwriters == 0) {
@@ -1030,28 +1240,35 @@ void fh_release(struct kvfs *kv, struct fh *h)
 		free(n->psession);
 		n->psession = NULL;
 		if (n->pending) {
-			/* Never published: the file never existed. */
+			/*
+			 * Never published: the file never existed. This very node
+			 * goes, in the same hold of the lock: detached by name
+			 * after dropping it, a create(2) that meanwhile took the
+			 * node up again for the same name lost its file.
+			 */
 			n->pending = 0;
 			n->has_last = 0;
 			if (n->hashed && n->parent) {
-				struct node *p = n->parent;
-				fuse_ino_t pino = p->ino;
-				char *name = strdup(n->name);
-
-				pthread_mutex_unlock(&kv->lock);
-				node_unhash(kv, p, n->name);
-				/* The kernel still has the name from create(2). */
-				if (name)
-					kvfs_notify_inval_entry(kv, pino, name);
-				free(name);
-				pthread_mutex_lock(&kv->lock);
+				pino = n->parent->ino;
+				name = strdup(n->name);
+				node_detach_locked(kv, n);
 			}
 		}
 	}
 	node_put_locked(kv, n);
 	pthread_mutex_unlock(&kv->lock);
+	/* The kernel still has the name from create(2). */
+	if (name)
+		kvfs_notify_inval_entry(kv, pino, name);
+	free(name);
 	h->node = NULL;
 	fh_free(h);
+}
+
+void fh_discard(struct kvfs *kv, struct fh *h)
+{
+	h->abandoned = 1;	/* nobody else has it: no lock needed */
+	fh_release(kv, h);
 }
 
 void fh_release_orphans(struct kvfs *kv)
@@ -1104,12 +1321,15 @@ out:
 	return rc < 0 ? rc : n;
 }
 
-ssize_t fh_write(struct kvfs *kv, struct fh *h, const char *buf, size_t size, off_t off)
+ssize_t fh_write(struct kvfs *kv, struct fh *h, const char *buf, size_t size, off_t off,
+		 uint64_t owner)
 {
 	uint64_t o = (uint64_t)off;
 	int rc = 0;
 
 	pthread_mutex_lock(&h->lock);
+	fh_owner_add(h, owner);
+	h->abandoned = 0;	/* someone still writes through it */
 	if (h->err) {
 		rc = h->err;
 		goto out;
@@ -1227,19 +1447,45 @@ out:
 	return rc;
 }
 
-int fh_flush(struct kvfs *kv, struct fh *h)
+int fh_flush(struct kvfs *kv, struct fh *h, uint64_t owner, pid_t pid)
 {
-	int rc;
+	int rc = 0;
 
 	pthread_mutex_lock(&h->lock);
-	rc = fh_publish(kv, h);
+	if (!h->dirty && !h->err)
+		goto out;	/* nothing to publish: spare the /proc reads */
+	switch (fh_closer(h, owner, pid)) {
+	case FH_CLOSER_OTHER:
+		break;		/* a copy of the descriptor: not the writer's close */
+	case FH_CLOSER_KILLED:
+		if (h->dirty && !h->abandoned) {
+			char *bucket = NULL, *key = NULL;
+
+			node_path(kv, h->node, &bucket, &key);
+			log_info("'%s/%s' is not published: its writer (task %d) was killed",
+				 bucket ? bucket : "?", key ? key : "?", (int)pid);
+			free(bucket);
+			free(key);
+		}
+		h->abandoned = 1;
+		break;
+	case FH_CLOSER_WRITER:
+		rc = fh_publish(kv, h);
+		break;
+	}
+out:
 	pthread_mutex_unlock(&h->lock);
 	return rc;
 }
 
 int fh_fsync(struct kvfs *kv, struct fh *h)
 {
-	int rc = fh_flush(kv, h);
+	int rc;
+
+	/* Asked for by name: publishes whoever asks. */
+	pthread_mutex_lock(&h->lock);
+	rc = fh_publish(kv, h);
+	pthread_mutex_unlock(&h->lock);
 
 	return rc < 0 ? rc : kvt_store_sync(kv->st);
 }

@@ -77,10 +77,12 @@ struct node {
 	int hashed;		/* reachable by (parent, name) */
 	int unlinked;		/* removed: open handles must not publish */
 	int pending;		/* created here and not yet published */
-	unsigned nwriters;	/* handles open for writing */
+	unsigned nopen;		/* handles open */
+	unsigned nwriters;	/* ... of them for writing */
 	unsigned ndirty;	/* ... holding bytes not yet published */
 	uint64_t wsize;		/* size of the newest dirty content */
 	int64_t wmtime;		/* ... and when it last changed */
+	uint64_t cseq;		/* kvfs.cseq when this daemon last changed it */
 	struct kvt_posix cposix; /* a pending file's POSIX metadata */
 	char *psession;		/* user.kvtier.session set while open for writing */
 	struct node_pend pend;
@@ -113,11 +115,22 @@ struct kvfs {
 	int notify_running, notify_stop;
 
 	pthread_mutex_t lock;		/* the node table */
+	/*
+	 * Names in use against names changing. Whoever turns a node into its
+	 * key and then writes under that key (a publish, truncate or chmod by
+	 * name) holds it shared until the store has the change; rename,
+	 * unlink and rmdir hold it exclusive across the store's change and the
+	 * table's, so that a publish never lands under a name the file left
+	 * a moment before (which left the new name without it). Taken before
+	 * kvfs.lock, never while holding it.
+	 */
+	pthread_rwlock_t names;
 	struct node **by_ino, **by_name;
 	size_t nbuckets, count;
 	fuse_ino_t next_ino;
 	struct node root;
 	struct fh *open_fhs;		/* every open file handle, under lock */
+	uint64_t cseq;			/* counts changes made here (node.cseq) */
 };
 
 /* ---- node.c --------------------------------------------------------------- */
@@ -143,6 +156,20 @@ void node_forget(struct kvfs *kv, fuse_ino_t ino, uint64_t nlookup);
 void node_unlink_lookup(struct kvfs *kv, struct node *n);
 /* Detaches the child `name` (removed or replaced); marks it unlinked. */
 void node_unhash(struct kvfs *kv, struct node *parent, const char *name);
+/* Detaches n itself, whatever now holds its name; kvfs.lock held. */
+void node_detach_locked(struct kvfs *kv, struct node *n);
+/* Notes that this daemon changed n's content or attributes; kvfs.lock held. */
+void node_changed_locked(struct kvfs *kv, struct node *n);
+/* kvfs.cseq now: listings remember when they read the store. */
+uint64_t node_cseq(struct kvfs *kv);
+/*
+ * 1 if attributes read from the store at cseq may still be given to the
+ * kernel for the child `name` of parent: no node, or one that nobody here
+ * has written, is writing or has changed since.
+ */
+int node_attr_fresh(struct kvfs *kv, struct node *parent, const char *name, uint64_t cseq);
+/* 1 if a file being created here (pending) lies anywhere under dir. */
+int node_pending_under(struct kvfs *kv, struct node *dir);
 /* Moves the child `name` to newparent/newname, detaching what was there. */
 void node_move(struct kvfs *kv, struct node *parent, const char *name,
 	       struct node *newparent, const char *newname);
@@ -173,7 +200,9 @@ void kvfs_attr_dir(struct kvfs *kv, const struct kvt_object *marker, struct stat
 /* What bucket/key is: a file or symlink (an object), a directory (a marker
  * or keys under "key/"), or -ENOENT. key "" is the bucket itself. */
 int kvfs_stat_key(struct kvfs *kv, const char *bucket, const char *key, struct kvfs_stat *out);
-/* Attributes of a node, including the size of bytes still being written. */
+/* Attributes of a node, including the size of bytes still being written;
+ * -ESTALE when the node lost its name (reply ESTALE as is: the VFS looks
+ * the path up again). */
 int kvfs_stat_node(struct kvfs *kv, struct node *n, struct kvfs_stat *out);
 /* Is the directory bucket/key (key "" for the bucket) empty? 1, 0, -errno. */
 int kvfs_dir_empty(struct kvfs *kv, const char *bucket, const char *key);
@@ -192,16 +221,26 @@ int kvfs_errno(int rc);
 
 struct fh;
 
-int fh_open(struct kvfs *kv, struct node *n, int flags, struct fuse_file_info *fi);
-int fh_create(struct kvfs *kv, struct node *n, int flags, const struct kvt_posix *posix,
-	      struct fuse_file_info *fi);
+/* opener: the thread that asked (fuse_req_ctx()->pid), 0 if unknown.
+ * fh_open's -ESTALE: the kernel's name is out of date; reply ESTALE as is
+ * (the VFS then looks the path up again), not through kvfs_errno(). */
+int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fuse_file_info *fi);
+int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
+	      const struct kvt_posix *posix, struct fuse_file_info *fi);
 ssize_t fh_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, off_t off);
-ssize_t fh_write(struct kvfs *kv, struct fh *h, const char *buf, size_t size, off_t off);
-int fh_flush(struct kvfs *kv, struct fh *h);
+/* owner: the lock owner (descriptor table) of the writer, 0 if unknown. */
+ssize_t fh_write(struct kvfs *kv, struct fh *h, const char *buf, size_t size, off_t off,
+		 uint64_t owner);
+/* A close(2) by lock owner `owner`, thread pid: publishes if it is the
+ * writer's (see "Who closes" in file.c). */
+int fh_flush(struct kvfs *kv, struct fh *h, uint64_t owner, pid_t pid);
 int fh_fsync(struct kvfs *kv, struct fh *h);
 int fh_truncate(struct kvfs *kv, struct fh *h, uint64_t size);
 int fh_writable(const struct fh *h);
 void fh_release(struct kvfs *kv, struct fh *h);
+/* Releases a handle the kernel never got (its reply failed): publishes
+ * nothing, not even the empty file of a create or an O_TRUNC. */
+void fh_discard(struct kvfs *kv, struct fh *h);
 /*
  * Releases the handles whose RELEASE the kernel never delivered: a close(2)
  * just before SIGTERM queues one that the stopped loop no longer reads. Run

@@ -124,7 +124,14 @@ static void table_grow(struct kvfs *kv)
 
 int node_table_init(struct kvfs *kv)
 {
+	pthread_rwlockattr_t ra;
+
 	pthread_mutex_init(&kv->lock, NULL);
+	/* A steady stream of publishes must not starve a rename. */
+	pthread_rwlockattr_init(&ra);
+	pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&kv->names, &ra);
+	pthread_rwlockattr_destroy(&ra);
 	kv->nbuckets = 1024;
 	kv->by_ino = calloc(kv->nbuckets, sizeof(*kv->by_ino));
 	kv->by_name = calloc(kv->nbuckets, sizeof(*kv->by_name));
@@ -160,6 +167,7 @@ void node_table_release(struct kvfs *kv)
 	free(kv->by_name);
 	kv->by_ino = kv->by_name = NULL;
 	pthread_mutex_destroy(&kv->lock);
+	pthread_rwlock_destroy(&kv->names);
 }
 
 static struct node *ino_find(struct kvfs *kv, fuse_ino_t ino)
@@ -308,6 +316,56 @@ void node_unhash(struct kvfs *kv, struct node *parent, const char *name)
 	pthread_mutex_unlock(&kv->lock);
 }
 
+void node_changed_locked(struct kvfs *kv, struct node *n)
+{
+	n->cseq = ++kv->cseq;
+}
+
+uint64_t node_cseq(struct kvfs *kv)
+{
+	uint64_t c;
+
+	pthread_mutex_lock(&kv->lock);
+	c = kv->cseq;
+	pthread_mutex_unlock(&kv->lock);
+	return c;
+}
+
+int node_attr_fresh(struct kvfs *kv, struct node *parent, const char *name, uint64_t cseq)
+{
+	struct node *n;
+	int fresh;
+
+	pthread_mutex_lock(&kv->lock);
+	n = name_find(kv, parent, name);
+	fresh = !n || (n->cseq <= cseq && n->nwriters == 0 && !n->pending);
+	pthread_mutex_unlock(&kv->lock);
+	return fresh;
+}
+
+void node_detach_locked(struct kvfs *kv, struct node *n)
+{
+	name_remove(kv, n);
+	n->unlinked = 1;
+}
+
+int node_pending_under(struct kvfs *kv, struct node *dir)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&kv->lock);
+	for (size_t b = 0; b < kv->nbuckets && !found; b++) {
+		for (struct node *n = kv->by_ino[b]; n && !found; n = n->ino_next) {
+			if (!n->pending || !n->hashed)
+				continue;
+			for (const struct node *p = n->parent; p && !found; p = p->parent)
+				found = p == dir;
+		}
+	}
+	pthread_mutex_unlock(&kv->lock);
+	return found;
+}
+
 void node_move(struct kvfs *kv, struct node *parent, const char *name,
 	       struct node *newparent, const char *newname)
 {
@@ -335,6 +393,7 @@ void node_move(struct kvfs *kv, struct node *parent, const char *name,
 			node_maybe_free(kv, from);
 		}
 		name_insert(kv, n);
+		node_changed_locked(kv, n);
 	} else if (n) {
 		/* Out of memory: forget the name rather than keep a wrong one. */
 		name_remove(kv, n);

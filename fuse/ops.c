@@ -41,6 +41,20 @@ static void reply_err(fuse_req_t req, int rc)
 	fuse_reply_err(req, kvfs_errno(rc));
 }
 
+/*
+ * For what fh_open() and kvfs_stat_node() answer: their -ESTALE says the
+ * kernel's name is out of date and goes to the kernel as is, which walks
+ * the path again (once) revalidating each name; kvfs_errno() would make it
+ * EIO, as it must for the engine's ESTALE.
+ */
+static void reply_name_err(fuse_req_t req, int rc)
+{
+	if (rc == -ESTALE)
+		fuse_reply_err(req, ESTALE);
+	else
+		reply_err(req, rc);
+}
+
 /* Replies an entry for child `name` of parent, as s describes it. */
 static void reply_entry(fuse_req_t req, struct kvfs *kv, struct node *parent, const char *name,
 			const struct kvfs_stat *s)
@@ -58,6 +72,11 @@ static void reply_entry(fuse_req_t req, struct kvfs *kv, struct node *parent, co
 	e.attr.st_ino = n->ino;
 	e.attr_timeout = kv->attr_timeout;
 	e.entry_timeout = kv->entry_timeout;
+	/* What the kernel was told, for fstat once the name is gone. */
+	pthread_mutex_lock(&kv->lock);
+	n->last = e.attr;
+	n->has_last = 1;
+	pthread_mutex_unlock(&kv->lock);
 	if (fuse_reply_entry(req, &e) != 0)
 		node_unlink_lookup(kv, n);
 	node_put(kv, n);
@@ -169,7 +188,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 	rc = kvfs_stat_node(kv, n, &s);
 	if (rc < 0)
-		reply_err(req, rc);
+		reply_name_err(req, rc);
 	else
 		fuse_reply_attr(req, &s.st, kv->attr_timeout);
 	node_put(kv, n);
@@ -299,9 +318,11 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			pending = n->pending;
 			pthread_mutex_unlock(&kv->lock);
 			/* Bytes another process is still writing here cannot be cut by name. */
+			pthread_rwlock_rdlock(&kv->names);
 			rc = pending ? -EBUSY : node_path(kv, n, &bucket, &key);
 			if (rc == 0)
 				rc = kvfs_truncate_key(kv, bucket, key, (uint64_t)attr->st_size);
+			pthread_rwlock_unlock(&kv->names);
 			if (rc == -ENODATA)
 				log_err(rc, "cannot truncate '%s/%s': it is in the cold tier", bucket,
 					key);
@@ -349,16 +370,24 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 				pd->mtime_ns = mtime;
 		}
 		pthread_mutex_unlock(&kv->lock);
-		if (!pending)
+		if (!pending) {
+			pthread_rwlock_rdlock(&kv->names);
 			rc = setattr_store(kv, n, mask, &p, mtime);
+			pthread_rwlock_unlock(&kv->names);
+		}
 		if (rc < 0)
 			goto out;
 	}
 out:
+	if (rc == 0 && (mask || (to_set & FUSE_SET_ATTR_SIZE))) {
+		pthread_mutex_lock(&kv->lock);
+		node_changed_locked(kv, n);	/* listings fetched before are stale */
+		pthread_mutex_unlock(&kv->lock);
+	}
 	if (rc == 0)
 		rc = kvfs_stat_node(kv, n, &s);
 	if (rc < 0)
-		reply_err(req, rc);
+		reply_name_err(req, rc);
 	else
 		fuse_reply_attr(req, &s.st, kv->attr_timeout);
 	node_put(kv, n);
@@ -531,6 +560,8 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
+	/* Names change: no publish may sit between the delete and the unhash. */
+	pthread_rwlock_wrlock(&kv->names);
 	rc = p->type == NODE_ROOT ? -EISDIR : kvfs_child_key(kv, p, name, &bucket, &key);
 	if (rc < 0)
 		goto out;
@@ -554,6 +585,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (dkey)
 		kvfs_dir_keep(kv, bucket, dkey);
 out:
+	pthread_rwlock_unlock(&kv->names);
 	reply_err(req, rc);
 	node_put(kv, c);
 	node_put(kv, p);
@@ -565,7 +597,7 @@ out:
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct kvfs *kv = req_kv(req);
-	struct node *p = node_get(kv, parent);
+	struct node *p = node_get(kv, parent), *c = NULL;
 	char *bucket = NULL, *key = NULL, *okey = NULL, *dkey = NULL;
 	struct kvfs_stat s;
 	int rc;
@@ -574,6 +606,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
+	pthread_rwlock_wrlock(&kv->names);
 	if (p->type == NODE_ROOT) {
 		rc = kvt_bucket_name_valid(name) ? kvt_bucket_delete(kv->st, name) : -ENOENT;
 		if (rc == 0)
@@ -589,6 +622,9 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 		rc = kvfs_dir_empty(kv, bucket, key);
 		rc = rc < 0 ? rc : rc ? 0 : -ENOTEMPTY;
 	}
+	/* A file created in it and not yet published is an entry too. */
+	if (rc == 0 && (c = node_child(kv, p, name)) && node_pending_under(kv, c))
+		rc = -ENOTEMPTY;
 	if (rc < 0)
 		goto out;
 	okey = kvfs_join(key, "");
@@ -602,7 +638,9 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (dkey)
 		kvfs_dir_keep(kv, bucket, dkey);
 out:
+	pthread_rwlock_unlock(&kv->names);
 	reply_err(req, rc);
+	node_put(kv, c);
 	node_put(kv, p);
 	free(bucket);
 	free(key);
@@ -618,7 +656,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	char *fb = NULL, *fk = NULL, *tb = NULL, *tk = NULL, *fdir = NULL, *tdir = NULL;
 	char *dkey = NULL;
 	struct kvfs_stat src, dst;
-	int rc, pending = 0, dst_exists;
+	int rc, pending = 0, dst_exists, locked = 0;
 
 	if (!p || !np) {
 		rc = -ENOENT;
@@ -643,6 +681,10 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	}
 	if (strcmp(fk, tk) == 0)
 		goto out;
+	/* Names change: no publish may sit between the store's rename and the
+	 * table's (it would land under the name the file just left). */
+	pthread_rwlock_wrlock(&kv->names);
+	locked = 1;
 	c = node_child(kv, p, name);
 	if (c) {
 		pthread_mutex_lock(&kv->lock);
@@ -700,6 +742,8 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	if (dkey)
 		kvfs_dir_keep(kv, fb, dkey);
 out:
+	if (locked)
+		pthread_rwlock_unlock(&kv->names);
 	reply_err(req, rc);
 	node_put(kv, c);
 	node_put(kv, p);
@@ -735,12 +779,12 @@ struct open_job {
 static void open_reply(struct kvfs *kv, fuse_req_t req, struct node *n,
 		       struct fuse_file_info *fi)
 {
-	int rc = fh_open(kv, n, fi->flags, fi);
+	int rc = fh_open(kv, n, fi->flags, fuse_req_ctx(req)->pid, fi);
 
 	if (rc < 0)
-		reply_err(req, rc);
+		reply_name_err(req, rc);
 	else if (fuse_reply_open(req, fi) != 0)
-		fh_release(kv, (struct fh *)(uintptr_t)fi->fh);	/* interrupted */
+		fh_discard(kv, (struct fh *)(uintptr_t)fi->fh);	/* interrupted */
 }
 
 static void *open_cold_main(void *arg)
@@ -866,15 +910,17 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		if (rc < 0)
 			goto out;
 		n = node_link(kv, p, name, NODE_FILE);
-		rc = n ? fh_open(kv, n, fi->flags, fi) : -ENOMEM;
-		if (rc == 0)
-			rc = kvfs_stat_node(kv, n, &s);
+		rc = n ? fh_open(kv, n, fi->flags, fuse_req_ctx(req)->pid, fi) : -ENOMEM;
 	} else {
 		kvfs_posix_new(fuse_req_ctx(req), KVT_KIND_FILE, mode, &posix);
 		n = node_link(kv, p, name, NODE_FILE);
-		rc = n ? fh_create(kv, n, fi->flags, &posix, fi) : -ENOMEM;
-		if (rc == 0)
-			rc = kvfs_stat_node(kv, n, &s);
+		rc = n ? fh_create(kv, n, fi->flags, fuse_req_ctx(req)->pid, &posix, fi)
+		       : -ENOMEM;
+	}
+	if (rc == 0) {
+		rc = kvfs_stat_node(kv, n, &s);
+		if (rc < 0)	/* the handle is not the kernel's yet: ours to drop */
+			fh_discard(kv, (struct fh *)(uintptr_t)fi->fh);
 	}
 	if (rc < 0) {
 		if (n)
@@ -887,12 +933,12 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	e.attr_timeout = kv->attr_timeout;
 	e.entry_timeout = kv->entry_timeout;
 	if (fuse_reply_create(req, &e, fi) != 0) {
-		fh_release(kv, (struct fh *)(uintptr_t)fi->fh);
+		fh_discard(kv, (struct fh *)(uintptr_t)fi->fh);
 		node_unlink_lookup(kv, n);
 	}
 out:
 	if (rc < 0)
-		reply_err(req, rc);
+		reply_name_err(req, rc);
 	node_put(kv, n);
 	node_put(kv, c);
 	node_put(kv, p);
@@ -923,7 +969,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	ssize_t n = fh_write(req_kv(req), (struct fh *)(uintptr_t)fi->fh, buf, size, off);
+	/* Direct-I/O writes carry the writer's lock owner (fi->lock_owner). */
+	ssize_t n = fh_write(req_kv(req), (struct fh *)(uintptr_t)fi->fh, buf, size, off,
+			     fi->lock_owner);
 
 	(void)ino;
 	if (n < 0)
@@ -935,7 +983,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	reply_err(req, fh_flush(req_kv(req), (struct fh *)(uintptr_t)fi->fh));
+	reply_err(req, fh_flush(req_kv(req), (struct fh *)(uintptr_t)fi->fh, fi->lock_owner,
+				fuse_req_ctx(req)->pid));
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1227,6 +1276,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		return;
 	}
 	v = strndup(value, size);
+	pthread_rwlock_rdlock(&kv->names);
 	rc = v ? node_path(kv, n, &bucket, &key) : -ENOMEM;
 	if (rc < 0)
 		goto out;
@@ -1262,6 +1312,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		rc = -ENOTSUP;
 	}
 out:
+	pthread_rwlock_unlock(&kv->names);
 	reply_err(req, rc);
 	free(bucket);
 	free(key);

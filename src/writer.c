@@ -389,15 +389,36 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 	store_posix_fill(&put.posix, w->has_posix ? &w->posix : NULL, w->mtime_ns);
 	rc = cat_object_put(c, &put, NULL, NULL);
 	if (rc == 0 && info) {
-		struct cat_object *co = NULL;
+		/*
+		 * What was committed, from the writer itself: read back from the
+		 * catalog, a DELETE or rename of the key by another process just
+		 * after the commit made a PUT that had succeeded fail -ENOENT (the
+		 * gateway answered NoSuchBucket), and a newer PUT gave its ETag.
+		 * The strings move from w, which is freed below.
+		 */
+		struct kvt_object *o = calloc(1, sizeof(*o));
 
-		rc = cat_object_get(c, w->bucket_id, w->key, 0, &co);
-		if (rc == 0) {
-			*info = co->obj;
-			co->obj = NULL;
-			(*info)->bucket = strdup(w->bucket);
+		if (!o) {
+			rc = -ENOMEM;
+			goto out;
 		}
-		cat_object_free(co);
+		o->bucket = w->bucket;
+		o->key = w->key;
+		o->size = w->size;
+		snprintf(o->etag, sizeof(o->etag), "%s", etag);
+		o->crc32c = w->crc;
+		o->mtime_ns = w->mtime_ns;
+		o->content_type = w->content_type;
+		o->session = w->session;
+		o->tier = KVT_TIER_HOT;
+		o->pinned = put.pinned;
+		o->meta = w->meta;
+		o->nmeta = w->nmeta;
+		o->posix = put.posix;
+		w->bucket = w->key = w->content_type = w->session = NULL;
+		w->meta = NULL;
+		w->nmeta = 0;
+		*info = o;
 	}
 	if (rc == 0)
 		store_touch(w->st, w->bucket_id, NULL, w->ext, w->next);

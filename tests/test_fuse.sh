@@ -19,35 +19,17 @@ set -eu
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-[ -c /dev/fuse ] || skip "no /dev/fuse on this machine"
-command -v fusermount3 >/dev/null || skip "no fusermount3 (Debian: apt-get install fuse3)"
-command -v python3 >/dev/null || skip "no python3"
-FUSE=$top_builddir/kvtier-fuse
+# shellcheck source=tests/fuse/lib.sh
+. "$top_srcdir/tests/fuse/lib.sh"
+fuse_require
 HELPER=$top_builddir/fuse/mount.kvtier
 FSX=$top_srcdir/tests/fuse/fsx.py
-[ -x "$FUSE" ] || fail "no kvtier-fuse binary at '$FUSE' (build it first)"
-
 kvt_setup
 T=$KVT_TMP
 K=$KVTIER
 M=$T/mnt
 mkdir "$M"
 
-# Mounts made here, as "pid:dir" pairs, undone on exit.
-mounts=""
-
-fuse_cleanup()
-{
-	for m in $mounts; do
-		fusermount3 -u -z "${m#*:}" 2>/dev/null || :
-		kill -KILL "${m%%:*}" 2>/dev/null || :
-	done
-	for m in $mounts; do
-		wait "${m%%:*}" 2>/dev/null || :
-	done
-	[ -z "${GW_PID:-}" ] || { kill -TERM "$GW_PID" 2>/dev/null; wait "$GW_PID" 2>/dev/null; } || :
-	kvt_cleanup
-}
 trap fuse_cleanup EXIT
 
 # A bigger store than lib.sh's: everything below writes some 600 MiB, and
@@ -64,44 +46,6 @@ attr_timeout = 1
 entry_timeout = 1
 EOF
 kvt_expect 0 "$K" init
-
-is_mounted()
-{
-	grep -q " $1 fuse" /proc/mounts
-}
-
-# fuse_mount CONF DIR [ARGS...]: kvtier-fuse in the foreground, in the
-# background of this script; sets FUSE_PID. Skips if this machine refuses.
-fuse_mount()
-{
-	fm_conf=$1 fm_dir=$2
-	shift 2
-	"$FUSE" -c "$fm_conf" "$fm_dir" -f "$@" 2>>"$T/fuse.log" &
-	FUSE_PID=$!
-	mounts="$mounts $FUSE_PID:$fm_dir"
-	fm_i=0
-	until is_mounted "$fm_dir"; do
-		if ! kill -0 "$FUSE_PID" 2>/dev/null; then
-			if grep -q "fuse: device not found\|Operation not permitted\|Permission denied" "$T/fuse.log"; then
-				skip "this machine refuses FUSE mounts: $(tail -1 "$T/fuse.log")"
-			fi
-			fail "kvtier-fuse exited before mounting: $(cat "$T/fuse.log")"
-		fi
-		fm_i=$((fm_i + 1))
-		[ "$fm_i" -lt 300 ] || fail "kvtier-fuse did not mount in 30 s: $(cat "$T/fuse.log")"
-		sleep 0.1
-	done
-}
-
-# fuse_umount DIR: fusermount3 -u; the daemon must exit 0.
-fuse_umount()
-{
-	fusermount3 -u "$1" || fail "fusermount3 -u '$1' failed"
-	fu_rc=0
-	wait "$FUSE_PID" || fu_rc=$?
-	[ "$fu_rc" -eq 0 ] || fail "kvtier-fuse exited $fu_rc after fusermount3 -u: $(tail -5 "$T/fuse.log")"
-	mounts=$(echo "$mounts" | sed "s| $FUSE_PID:[^ ]*||")
-}
 
 # expect_err ERRNO-TEXT CMD...: CMD must fail and say ERRNO-TEXT.
 expect_err()

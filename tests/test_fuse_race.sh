@@ -1,0 +1,67 @@
+#!/bin/sh
+# tests/test_fuse_race.sh - kvtier-fuse when several processes use the same
+# names at once, and who may publish a file still open for writing.
+#
+#  1. tests/fuse/flush.py: a child's close of a copy of the writer's
+#     descriptor (fork + exec) publishes nothing; a writer killed by SIGKILL
+#     publishes nothing; one that exits with the file open publishes it;
+#     readers in other processes see ENOENT (a new file) or the old version
+#     until the writer closes. (The chaos test's truncated blocks.)
+#  2. tests/fuse/namerace.py: create, stat, read, rename and unlink of the
+#     same names from four processes, plus S3 PUT and DELETE of the same keys
+#     through the gateway (with boto3), for KVT_RACE_SECONDS (default 15):
+#     open(O_CREAT) never fails ENOENT, a process's own files read back and
+#     stat as written, readers never get bytes of two versions.
+#
+# Then fsck is clean. Skips (77) where this machine cannot mount.
+set -eu
+
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/fuse/lib.sh
+. "$top_srcdir/tests/fuse/lib.sh"
+fuse_require
+
+kvt_setup
+T=$KVT_TMP
+K=$KVTIER
+M=$T/mnt
+mkdir "$M"
+trap fuse_cleanup EXIT
+cat >"$KVTIER_CONF" <<EOF
+[store]
+dir = $KVT_DIR
+capacity = 512M
+segment_size = 16M
+EOF
+kvt_expect 0 "$K" init
+kvt_expect 0 "$K" mb race
+kvt_expect 0 "$K" mb names
+
+fuse_mount "$KVTIER_CONF" "$M"
+
+step "a flush that is not the writer's publishes nothing; a killed writer leaves nothing"
+python3 "$top_srcdir/tests/fuse/flush.py" "$M/race" "$K" || fail "flush.py (above)"
+grep -q "'race/killed-new' is not published: its writer (task [0-9]*) was killed" "$T/fuse.log" ||
+	fail "no log line for the killed writer: $(cat "$T/fuse.log")"
+
+secs=${KVT_RACE_SECONDS:-15}
+if [ -x "$top_builddir/kvtier-gateway" ] && python3 -c 'import boto3' 2>/dev/null; then
+	step "create/stat/read/rename/unlink of shared names from 4 processes and S3, ${secs} s"
+	fuse_gateway "$KVTIER_CONF"
+	AWS_ACCESS_KEY_ID=AKIDFUSETEST AWS_SECRET_ACCESS_KEY=$GW_SECRET \
+		python3 "$top_srcdir/tests/fuse/namerace.py" "$M/names/st" "$secs" 4 "$GW_URL" names ||
+		fail "namerace.py (above)"
+	kill -TERM "$GW_PID"
+	wait "$GW_PID" || :
+	GW_PID=
+else
+	step "create/stat/read/rename/unlink of shared names from 4 processes, ${secs} s (no boto3: no S3)"
+	python3 "$top_srcdir/tests/fuse/namerace.py" "$M/names/st" "$secs" 4 ||
+		fail "namerace.py (above)"
+fi
+
+step "unmount; fsck"
+fuse_umount "$M"
+kvt_expect 0 "$K" fsck
+echo "ok"
