@@ -2171,6 +2171,20 @@ int cat_g4_set_uploaded(struct cat *c, int64_t id, uint64_t vid, const char *g4_
 	return rc < 0 ? rc : changes == 1 ? 0 : -ENOENT;
 }
 
+int cat_g4_forget(struct cat *c, int64_t id, uint64_t vid)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET g4_vid = 0, g4_etag = NULL"
+				      " WHERE id = ?1 AND vid = ?2 AND g4_vid = ?2 AND tier = 1");
+	int changes = 0, rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)vid);
+	rc = cat_g4_run(c, s, "g4 forget", &changes);
+	return rc < 0 ? rc : changes == 1 ? 0 : -ENOENT;
+}
+
 int cat_g4_failed(struct cat *c, int64_t id)
 {
 	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET g4_attempts = g4_attempts + 1"

@@ -232,6 +232,10 @@ int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session
 void cat_g4_objs_free(struct cat_g4_obj *v, size_t n);
 /* G4 holds version vid verified; -ENOENT if it is not DEMOTING at vid. */
 int cat_g4_set_uploaded(struct cat *c, int64_t id, uint64_t vid, const char *g4_etag);
+/* Before an upload over the copy G4 holds of a DEMOTING object's version vid:
+ * nothing may rely on that copy while it is rewritten (some partners, s3rver
+ * among them, keep a cut PUT). -ENOENT if the object changed or went cold. */
+int cat_g4_forget(struct cat *c, int64_t id, uint64_t vid);
 int cat_g4_failed(struct cat *c, int64_t id);
 /* DEMOTING -> COLD and the extents freed, if still vid and uploaded; else -ENOENT. */
 int cat_g4_mark_cold(struct cat *c, int64_t id, uint64_t vid);

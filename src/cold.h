@@ -138,6 +138,7 @@ struct cold_fault_plan {
 	unsigned drop_puts;	/* the next N puts send half, then fail with err */
 	unsigned drop_gets;	/* the next N gets deliver half, then fail with err */
 	unsigned unverified_puts;	/* the next N puts answer info->verified = 0 */
+	unsigned fail_heads;	/* the next N heads fail with err */
 	unsigned stall_ms;	/* every put and get waits this long first */
 	int err;		/* negative errno; -EIO if 0 */
 	unsigned puts, gets;	/* counted: operations that reached the injector */

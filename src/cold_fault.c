@@ -177,7 +177,11 @@ static int cfa_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg
 
 static int cfa_head(struct cold *c, const char *key, uint64_t *size)
 {
-	return cold_head(((struct cold_fault *)c)->inner, key, size);
+	struct cold_fault *f = (struct cold_fault *)c;
+
+	if (cfa_take(&f->plan->fail_heads))
+		return cfa_err(f->plan);
+	return cold_head(f->inner, key, size);
 }
 
 static int cfa_del(struct cold *c, const char *key)

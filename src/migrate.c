@@ -935,7 +935,25 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 			free(gkey);
 			if (rc == 0 && size == go->co->obj->size)
 				continue;
-			go->g4_vid = 0;	/* gone or changed in G4: upload again */
+			/*
+			 * Gone or changed in G4: upload again, but only on the
+			 * partner's word (not when it did not answer), and only
+			 * once the catalog no longer calls that copy verified:
+			 * reclaim would turn the object cold on a copy being
+			 * rewritten, and a partner may keep a cut PUT.
+			 */
+			if (rc == 0 || rc == -ENOENT) {
+				rc = cat_g4_forget(c, go->co->id, go->co->vid);
+				if (rc == -ENOENT)
+					continue;	/* changed or cold meanwhile */
+			}
+			go->g4_vid = 0;	/* not marked cold in this run (step 3) */
+			if (rc < 0) {
+				cat_g4_failed(c, go->co->id);
+				rep->failures++;
+				g4_progress(o, s->bucket, go->co->obj->key, go->co->obj->size, rc);
+				continue;
+			}
 		}
 		rc = demote_upload(st, cold, s->bucket, go, ctl);
 		if (rc == -ENOENT)

@@ -325,6 +325,52 @@ static void test_faults(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * A recalled object demoted again: G4 still holds its version, so nothing
+ * is uploaded if the partner confirms it. If the partner does not answer
+ * that check, the object is not marked cold on an unconfirmed copy, and
+ * not uploaded again either (an upload over the verified copy that a fault
+ * cuts would leave a partner like s3rver holding a short object: the chaos
+ * test lost s03/cli-3 that way).
+ */
+static void test_redemote_after_recall(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	unsigned puts;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", 200000, 5), 0);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(st, "kvs", "s1/a", 200000, 5), 0);	/* recalled */
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	puts = plan.puts;
+
+	/* The partner does not answer the check: no upload, not cold. */
+	plan.fail_heads = 1;
+	plan.err = -EHOSTUNREACH;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 1);
+	assert_int_equal(plan.puts, puts + 1);	/* the session's manifest only */
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_DEMOTING);
+
+	/* It answers: cold again without a byte uploaded (the manifest aside). */
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(plan.puts, puts + 2);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(st, "kvs", "s1/a", 200000, 5), 0);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 /* Two stores over one G4: demoted on A, imported and recalled on B. */
 static void test_import(void **state)
 {
@@ -1115,6 +1161,7 @@ int main(void)
 		cmocka_unit_test(test_g4_none),
 		cmocka_unit_test(test_keys_stay_inside),
 		cmocka_unit_test(test_deleted_stay_deleted),
+		cmocka_unit_test(test_redemote_after_recall),
 		cmocka_unit_test(test_import_mode_clamped),
 	};
 
