@@ -26,53 +26,14 @@ K=$KVTIER
 M=$top_builddir/kvtier-migrate
 [ -x "$M" ] || fail "no kvtier-migrate binary at '$M' (build it first)"
 
-S3RVER=${S3RVER:-$(command -v s3rver || true)}
-if [ -z "$S3RVER" ]; then
-	S3RVER=$top_builddir/.s3rver/node_modules/.bin/s3rver
-	if [ ! -x "$S3RVER" ]; then
-		command -v npm >/dev/null || skip "no s3rver and no npm to install it"
-		step "installing s3rver from npm into $top_builddir/.s3rver"
-		# Under a lock: the chaos test may be installing it at the same time.
-		(flock 9 && { [ -x "$S3RVER" ] || npm install --prefix "$top_builddir/.s3rver" \
-			--no-audit --no-fund s3rver@3; }) 9>"$top_builddir/.s3rver.lock" \
-			>"$T/npm.log" 2>&1 || skip "npm could not install s3rver: $(tail -3 "$T/npm.log")"
-	fi
-fi
-command -v node >/dev/null || skip "no node to run s3rver"
+# shellcheck source=tests/s3rver.sh
+. "$top_srcdir/tests/s3rver.sh"
+s3rver_find
 
-server=
-stop_server()
-{
-	if [ -n "$server" ]; then
-		kill "$server" 2>/dev/null || true
-		wait "$server" 2>/dev/null || true
-		server=
-	fi
-}
-trap 'stop_server; kvt_cleanup' EXIT
-
-# start_server [PORT]: s3rver on PORT, else a free loopback port, bucket g4bucket.
-start_server()
-{
-	started=$(cat "$T/s3rver.log" 2>/dev/null | grep -c "listening" || true)
-	for try in 1 2 3 4 5; do
-		PORT=${1:-$(shuf -i 20000-40000 -n 1)}
-		# shellcheck disable=SC2086
-		"$S3RVER" -d "$T/s3" -a 127.0.0.1 -p "$PORT" --configure-bucket g4bucket \
-			${S3RVER_TLS:-} >>"$T/s3rver.log" 2>&1 &
-		server=$!
-		for i in $(seq 50); do
-			[ "$(grep -c "listening" "$T/s3rver.log")" -gt "$started" ] && return 0
-			kill -0 "$server" 2>/dev/null || break
-			sleep 0.1
-		done
-		stop_server
-	done
-	fail "s3rver did not start: $(cat "$T/s3rver.log")"
-}
+trap 's3rver_stop; kvt_cleanup' EXIT
 
 mkdir -p "$T/s3"
-start_server
+s3rver_start
 printf 'access_key = S3RVER\nsecret_key = S3RVER\n' >"$T/keys"
 chmod 600 "$T/keys"
 cat >>"$KVTIER_CONF" <<EOF
@@ -116,12 +77,12 @@ for size in 0 1 65536 2097153; do
 done
 
 step "partner down: the read fails clearly, nothing is lost; back up: it works"
-stop_server
+s3rver_stop
 kvt_expect 1 "$K" get models s2/blk65536 "$T/back"
 kvt_grep err "s3 get of 'kvtier/g4/models/s2/blk65536'"
 kvt_expect 0 "$K" head models s2/blk65536
 kvt_grep out "^tier: +cold$"
-start_server
+s3rver_start
 sed -i "s|^endpoint = .*|endpoint = http://127.0.0.1:$PORT|" "$KVTIER_CONF"
 kvt_expect 0 "$K" get models s2/blk65536 "$T/back"
 cmp "$T/in.s2.65536" "$T/back" || fail "s2/blk65536 differs after the outage"
@@ -137,9 +98,9 @@ done
 "$M" --session models/s4 --jobs 2 --limit-rate 4M 2>"$T/mid.err" &
 pid=$!
 sleep 1.5
-stop_server
+s3rver_stop
 sleep 1
-start_server "$PORT"
+s3rver_start "$PORT"
 rc=0
 wait "$pid" || rc=$?
 [ "$rc" -eq 0 ] || fail "the run with the partner away for a while exited $rc: $(cat "$T/mid.err")"
@@ -254,9 +215,9 @@ step "s3rver over TLS, trusted through [g4] ca_file"
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/tls.key" -out "$T/tls.crt" -days 1 \
 	-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 >"$T/openssl.log" 2>&1 ||
 	fail "openssl cannot make a certificate: $(cat "$T/openssl.log")"
-stop_server
+s3rver_stop
 S3RVER_TLS="--key $T/tls.key --cert $T/tls.crt"
-start_server
+s3rver_start
 sed -i "s|^endpoint = .*|endpoint = https://127.0.0.1:$PORT|" "$KVTIER_CONF"
 head -c 3000000 /dev/urandom >"$T/in.tls"
 kvt_expect 0 "$K" put models tls/x "$T/in.tls"
@@ -269,7 +230,7 @@ kvt_expect 0 "$M" --session models/tls
 kvt_grep err "demote: 1 sessions, 1 objects"
 kvt_expect 0 "$K" get models tls/x "$T/back"
 cmp "$T/in.tls" "$T/back" || fail "tls/x came back different over TLS"
-stop_server
+s3rver_stop
 
 step "kvtier-gateway as the partner: TLS, SigV4 for its region, abort of a killed multipart upload"
 # s3rver checks no SigV4 signature and has no Abort or ListMultipartUploads;
