@@ -439,6 +439,14 @@ static unsigned fuzz_check(const struct gw_buf *resp)
 		if (!eol)
 			break;
 		p = eol + 1;
+		/*
+		 * An answer to HEAD has Content-Length and no body: when the next
+		 * answer starts right here and not after clen bytes, it was one
+		 * (a campaign read "TTP/1.1 200" past a HEAD's 404).
+		 */
+		if (clen > 0 && end - p >= 7 && !strncmp(p, "HTTP/1.", 7) &&
+		    !(clen <= end - p - 7 && !strncmp(p + clen, "HTTP/1.", 7)) && p + clen != end)
+			continue;
 		/* A body we can skip only when its length is known; else stop. */
 		if (clen < 0 || clen > end - p)
 			break;
