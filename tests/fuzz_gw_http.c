@@ -67,7 +67,8 @@ static bool fuzz_operator_answers(const struct gw_buf *resp)
 		clen = cl ? strtol(cl + 16, NULL, 10) : -1;
 		body += 4;
 		if (status >= 200 && status < 300 &&
-		    (clen <= 0 || (strncmp(body, "ok\n", 3) != 0 && strncmp(body, "# HELP ", 7) != 0)))
+		    (clen < 7 || clen > end - body ||
+		     (memcmp(body, "ok\n", 3) != 0 && memcmp(body, "# HELP ", 7) != 0)))
 			return false;
 		if (clen < 0 || clen > end - body)
 			break;
@@ -494,10 +495,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		char target[64] = "";
 
 		if (sp && version && version > sp) {
-			size_t n = (size_t)(version - sp - 1);
+			size_t n;
 
-			sp += strspn(sp, " ");	/* "GET  /health HTTP/1.1" */
-			n = version > sp ? (size_t)(version - sp) : 0;
+			while (sp < version && *sp == ' ')
+				sp++;	/* "GET  /health HTTP/1.1"; req is not a C string */
+			n = (size_t)(version - sp);
 			memcpy(target, sp, n < sizeof(target) - 1 ? n : sizeof(target) - 1);
 			target[strcspn(target, "?")] = '\0';	/* "/health?versionId= HTTm /" */
 		}
