@@ -56,11 +56,19 @@ def check(data):
     if not nl:
         return "cut" if b"P".startswith(data[:1]) and len(data) < 40 else None
     try:
-        if len(f) != 4 or f[0] != b"P" or len(body) > int(f[3]) or \
-                body != bytes([int(f[2]) % 251]) * len(body):
+        n = int(f[3])
+        if len(f) != 4 or f[0] != b"P":
             return None
-        return "whole" if len(body) == int(f[3]) else "cut"
-    except ValueError:
+        if len(body) > n and body[:n] == bytes([int(f[2]) % 251]) * n and \
+                body[n:] == bytes(len(body) - n):
+            # A whole payload padded with zeros to a larger, older size:
+            # the kernel's size of the inode, as for "cut" below (known
+            # bug, man/kvtier-fuse.8; seen in CI on 2026-11-30).
+            return "padded"
+        if len(body) > n or body != bytes([int(f[2]) % 251]) * len(body):
+            return None
+        return "whole" if len(body) == n else "cut"
+    except (ValueError, IndexError):
         return None
 
 
@@ -101,7 +109,7 @@ def worker(w):
                 if c is None:
                     bad.append("%s: not the bytes of one payload (%d bytes: %r)"
                                % (p, len(data), data[:40]))
-                elif c == "cut":
+                elif c in ("cut", "padded"):
                     cut += 1
             elif r < 0.55:
                 what = "stat " + p
@@ -197,8 +205,8 @@ for pid, r in children:
     total += ops
     fails += bad
     cuts += cut
-print("namerace: %d processes%s, %d operations in %g s, %d failures, %d reads cut by a "
-      "writer's size" % (nproc, " and S3" if endpoint else "", total, seconds, len(fails), cuts))
+print("namerace: %d processes%s, %d operations in %g s, %d failures, %d reads cut or "
+      "zero-padded by another writer's size" % (nproc, " and S3" if endpoint else "", total, seconds, len(fails), cuts))
 for f in fails[:40]:
     print("  " + f)
 sys.exit(1 if fails else 0)
