@@ -38,6 +38,13 @@ int cold_new(const struct cold_opts *o, struct cold **out)
 	return -EINVAL;
 }
 
+void cold_set_journal(struct cold *c, const struct cold_journal *j)
+{
+	c->journal = *j;
+	if (c->ops->set_journal)
+		c->ops->set_journal(c, j);
+}
+
 void cold_free(struct cold *c)
 {
 	if (c)

@@ -82,6 +82,8 @@ struct cold_ops {
 	 * the journal recorded them); -ENOENT if the partner knows none, NULL
 	 * where puts are not multipart. */
 	int (*abort_upload)(struct cold *c, const char *pkey, const char *upload_id);
+	/* Hands the journal on to a wrapped tier; NULL where nothing is wrapped. */
+	void (*set_journal)(struct cold *c, const struct cold_journal *j);
 	void (*free)(struct cold *c);
 };
 
@@ -114,6 +116,8 @@ struct cold_opts {
 int cold_new(const struct cold_opts *o, struct cold **out);
 /* Accepts NULL. */
 void cold_free(struct cold *c);
+/* Records c's multipart uploads in j from now on; set before the first put. */
+void cold_set_journal(struct cold *c, const struct cold_journal *j);
 
 int cold_file_new(const char *dir, struct cold **out);
 /* o->url "s3://BUCKET/PREFIX". */

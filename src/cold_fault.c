@@ -83,18 +83,12 @@ static int cfa_drop_sink(void *arg, const void *buf, size_t len)
 	return rc < 0 ? rc : n < len ? d->err : 0;
 }
 
-struct short_src {
-	cold_source_fn src;
-	void *arg;
-};
-
 static int cfa_put_inner(struct cold_fault *f, const char *key, uint64_t size, const char *ctype,
 			 cold_source_fn src, void *arg, struct cold_put_info *info)
 {
 	struct cold_fault_plan *p = f->plan;
 	int rc;
 
-	f->inner->journal = f->base.journal;	/* the journal is set on the wrapper */
 	rc = cold_put(f->inner, key, size, ctype, src, arg, info);
 	if (rc == 0 && info && cfa_take(&p->unverified_puts))
 		info->verified = 0;	/* a partner whose ETag is no MD5 */
@@ -207,6 +201,11 @@ static void cfa_free(struct cold *c)
 	free(f);
 }
 
+static void cfa_set_journal(struct cold *c, const struct cold_journal *j)
+{
+	cold_set_journal(((struct cold_fault *)c)->inner, j);
+}
+
 static const struct cold_ops cold_fault_ops = {
 	.name = "fault",
 	.put = cfa_put,
@@ -215,6 +214,7 @@ static const struct cold_ops cold_fault_ops = {
 	.del = cfa_del,
 	.cleanup = cfa_cleanup,
 	.abort_upload = cfa_abort_upload,
+	.set_journal = cfa_set_journal,
 	.free = cfa_free,
 };
 

@@ -88,8 +88,11 @@ int store_cold(struct kvt_store *st, struct cold **out)
 
 		rc = cold_new(&o, &st->cold);
 	}
-	if (st->cold && !st->cold->journal.begin)
-		st->cold->journal = (struct cold_journal){ g4_journal_begin, g4_journal_end, st };
+	if (st->cold && !st->cold->journal.begin) {
+		struct cold_journal j = { g4_journal_begin, g4_journal_end, st };
+
+		cold_set_journal(st->cold, &j);
+	}
 	*out = st->cold;
 	pthread_mutex_unlock(&st->cold_lock);
 	return rc;
