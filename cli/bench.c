@@ -91,6 +91,23 @@ int bench_opt_match(const char *arg, const char *name, int takes_value, int *i, 
 	return 0;
 }
 
+int bench_opt_checked(const char *bench, const char *arg, int m, int rc)
+{
+	if (rc == 0 && m < 0)
+		rc = -EINVAL;
+	if (rc < 0)
+		fprintf(stderr, "kvtier: bench %s: bad value for '%s'\n", bench, arg);
+	return rc;
+}
+
+int bench_opt_dir(const struct kvt_config *cfg, const char *dir, char **out)
+{
+	if (!dir)
+		dir = cfg && cfg->store.dir ? cfg->store.dir : "/var/tmp";
+	*out = strdup(dir);
+	return *out ? 0 : -ENOMEM;
+}
+
 int bench_cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;

@@ -370,10 +370,7 @@ static int bench_parse_args(const struct kvt_config *cfg, int argc, char **argv,
 			return -EINVAL;
 		}
 #undef OPT
-		if (rc == 0 && m < 0)
-			rc = -EINVAL;
-		if (rc < 0)
-			fprintf(stderr, "kvtier: bench engine: bad value for '%s'\n", a);
+		rc = bench_opt_checked("engine", a, m, rc);
 	}
 	if (rc < 0)
 		return rc;

@@ -517,17 +517,9 @@ static int bf_parse_args(const struct kvt_config *cfg, int argc, char **argv, st
 			return -EINVAL;
 		}
 #undef OPT
-		if (rc == 0 && m < 0)
-			rc = -EINVAL;
-		if (rc < 0)
-			fprintf(stderr, "kvtier: bench fuse: bad value for '%s'\n", a);
+		rc = bench_opt_checked("fuse", a, m, rc);
 	}
-	if (rc < 0)
-		return rc;
-	if (!dir)
-		dir = cfg && cfg->store.dir ? cfg->store.dir : "/var/tmp";
-	o->dir = strdup(dir);
-	return o->dir ? 0 : -ENOMEM;
+	return rc < 0 ? rc : bench_opt_dir(cfg, dir, &o->dir);
 }
 
 static void bf_cells_init(struct bf *b)

@@ -508,17 +508,9 @@ static int bm_parse_args(const struct kvt_config *cfg, int argc, char **argv, st
 			return -EINVAL;
 		}
 #undef OPT
-		if (rc == 0 && m < 0)
-			rc = -EINVAL;
-		if (rc < 0)
-			fprintf(stderr, "kvtier: bench migrate: bad value for '%s'\n", a);
+		rc = bench_opt_checked("migrate", a, m, rc);
 	}
-	if (rc < 0)
-		return rc;
-	if (!dir)
-		dir = cfg && cfg->store.dir ? cfg->store.dir : "/var/tmp";
-	o->dir = strdup(dir);
-	return o->dir ? 0 : -ENOMEM;
+	return rc < 0 ? rc : bench_opt_dir(cfg, dir, &o->dir);
 }
 
 static double bm_pct(double *v, unsigned n, double p)

@@ -1183,10 +1183,7 @@ static int bt_parse_args(int argc, char **argv, struct bt_opts *o)
 			return -EINVAL;
 		}
 #undef OPT
-		if (rc == 0 && m < 0)
-			rc = -EINVAL;
-		if (rc < 0)
-			fprintf(stderr, "kvtier: bench trace: bad value for '%s'\n", a);
+		rc = bench_opt_checked("trace", a, m, rc);
 	}
 	if (rc == 0 && !o->trace) {
 		fprintf(stderr, "kvtier: bench trace: which trace? (a FILE argument)\n");

@@ -61,6 +61,11 @@ int bench_parse_list(const char *s, int sizes, unsigned max_count, uint64_t *val
  * NULL for a flag), 0 if not, -1 if its value is missing. */
 int bench_opt_match(const char *arg, const char *name, int takes_value, int *i, int argc,
 		    char **argv, const char **val);
+/* After one option: rc, or -EINVAL if its value was missing (m < 0); says
+ * which option had a bad value. */
+int bench_opt_checked(const char *bench, const char *arg, int m, int rc);
+/* The scratch directory: dir, else [store] dir, else /var/tmp. Caller frees. */
+int bench_opt_dir(const struct kvt_config *cfg, const char *dir, char **out);
 int bench_cmp_double(const void *a, const void *b);
 /* Sorts v. */
 double bench_median(double *v, unsigned n);

@@ -344,14 +344,28 @@ static int cli_help_cmd(struct cli *c)
 	return CLI_OK;
 }
 
-/* For commands with no options of their own: checks the operand count. */
-static int cli_plain_args(struct cli *c, int argc, char **argv, int min, int max, int *status)
+/*
+ * For commands whose only option (besides --help) is the switch `flag`
+ * (NULL: none), which sets *flag_set: parses it and checks the operand
+ * count. Returns the index of the first operand, or -1 with *status set.
+ */
+static int cli_args(struct cli *c, int argc, char **argv, int min, int max, const char *flag,
+		    int *flag_set, int *status)
 {
-	static const struct option opts[] = { CLI_HELP_OPTION, { NULL, 0, NULL, 0 } };
+	/* With flag NULL, the second entry ends the table. */
+	const struct option opts[] = {
+		CLI_HELP_OPTION,
+		{ flag, no_argument, NULL, 'f' },
+		{ NULL, 0, NULL, 0 },
+	};
 	int ch;
 
 	optind = 0;
 	while ((ch = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+		if (ch == 'f') {
+			*flag_set = 1;
+			continue;
+		}
 		if (ch != 'h')
 			cli_bad_option(c, ch, argv);
 		*status = ch == 'h' ? cli_help_cmd(c) : cli_usage(c);
@@ -362,6 +376,12 @@ static int cli_plain_args(struct cli *c, int argc, char **argv, int min, int max
 		return -1;
 	}
 	return optind;
+}
+
+/* For commands with no options of their own: checks the operand count. */
+static int cli_plain_args(struct cli *c, int argc, char **argv, int min, int max, int *status)
+{
+	return cli_args(c, argc, argv, min, max, NULL, NULL, status);
 }
 
 static int cmd_init(struct cli *c, int argc, char **argv)
@@ -1020,29 +1040,11 @@ static void cli_stat_text(const struct cli *c, const struct kvt_store_stat *s)
 
 static int cmd_stat(struct cli *c, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "json", no_argument, NULL, 'j' },
-		CLI_HELP_OPTION,
-		{ NULL, 0, NULL, 0 },
-	};
 	struct kvt_store_stat s;
-	int ch, rc, json = 0;
+	int rc, json = 0, status = CLI_OK;
 
-	optind = 0;
-	while ((ch = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
-		switch (ch) {
-		case 'j':
-			json = 1;
-			break;
-		case 'h':
-			return cli_help_cmd(c);
-		default:
-			cli_bad_option(c, ch, argv);
-			return cli_usage(c);
-		}
-	}
-	if (optind != argc)
-		return cli_usage(c);
+	if (cli_args(c, argc, argv, 0, 0, "json", &json, &status) < 0)
+		return status;
 	if ((rc = cli_open(c)))
 		return rc;
 	rc = kvt_store_stat(c->st, &s);
@@ -1057,29 +1059,11 @@ static int cmd_stat(struct cli *c, int argc, char **argv)
 
 static int cmd_fsck(struct cli *c, int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "repair", no_argument, NULL, 'r' },
-		CLI_HELP_OPTION,
-		{ NULL, 0, NULL, 0 },
-	};
 	struct kvt_fsck_report rep;
-	int ch, rc, repair = 0;
+	int rc, repair = 0, status = CLI_OK;
 
-	optind = 0;
-	while ((ch = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
-		switch (ch) {
-		case 'r':
-			repair = 1;
-			break;
-		case 'h':
-			return cli_help_cmd(c);
-		default:
-			cli_bad_option(c, ch, argv);
-			return cli_usage(c);
-		}
-	}
-	if (optind != argc)
-		return cli_usage(c);
+	if (cli_args(c, argc, argv, 0, 0, "repair", &repair, &status) < 0)
+		return status;
 	if ((rc = cli_open(c)))
 		return rc;
 	memset(&rep, 0, sizeof(rep));
