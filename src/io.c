@@ -153,6 +153,15 @@ void io_bufs_release(struct io_ctx *io)
 	io->buf_size = 0;
 }
 
+void io_ctx_wrap(struct io_ctx *io, const struct io_ops *ops, const struct io_ctx *inner)
+{
+	io->ops = ops;
+	io->nbufs = inner->nbufs;
+	io->buf_size = inner->buf_size;
+	io->bufs = inner->bufs;
+	io->direct = inner->direct;
+}
+
 /* One I/O through the ring, waited for; bytes transferred or -errno. */
 static int io_probe_rw(struct io_uring *ring, enum io_op op, int fd, void *buf, unsigned len)
 {

@@ -101,6 +101,9 @@ int io_uring_probe(const char *dir, char *why, size_t whylen);
 /* Shared helpers for backends (io.c). */
 int io_bufs_alloc(struct io_ctx *io, unsigned nbufs, size_t buf_size);
 void io_bufs_release(struct io_ctx *io);
+/* For backends that wrap another (fault, powerloss): io takes ops and lends
+ * inner's buffers, which stay inner's to free. */
+void io_ctx_wrap(struct io_ctx *io, const struct io_ops *ops, const struct io_ctx *inner);
 
 /* ---- fault injection (io_fault.c), for tests ------------------------ */
 

@@ -238,12 +238,7 @@ int io_fault_ctx_new(struct io_ctx *inner, struct io_fault_plan *plan, struct io
 		rc = -ENOMEM;
 		goto out;
 	}
-	f->io.ops = &fault_ops;
-	/* The buffers stay the inner context's; we only lend them out. */
-	f->io.nbufs = inner->nbufs;
-	f->io.buf_size = inner->buf_size;
-	f->io.bufs = inner->bufs;
-	f->io.direct = inner->direct;
+	io_ctx_wrap(&f->io, &fault_ops, inner);
 	f->inner = inner;
 	f->plan = plan;
 	*out = &f->io;

@@ -62,6 +62,7 @@ struct io_powerloss {
 	enum io_powerloss_policy policy;
 	struct io_powerloss_stats stats;
 	unsigned long countdown;	/* armed: operations left before the crash */
+	int crash_unreported;	/* pl_begin() crashed; pl_end() calls on_crash */
 	void (*on_crash)(void *arg, const struct io_powerloss_stats *stats);
 	void *on_crash_arg;
 };
@@ -202,76 +203,61 @@ static int pl_apply(struct pl_file *f, const struct pl_op *op)
 static void pl_crash_locked(struct io_powerloss *pl);
 
 /*
- * Counts one write or sync and, if the crash was armed for it, cuts the
- * power: returns 1 then (the caller unlocks and calls pl_crash_notify).
+ * Starts one write (sync 0) or sync of fd: takes pl->lock, counts the
+ * operation and finds fd's file. A crash armed for this operation cuts the
+ * power first: nothing of it happens. 0, or -errno to fail the operation
+ * with; the lock is held either way, and pl_end() drops it.
  */
-static int pl_tick(struct io_powerloss *pl, int sync)
+static int pl_begin(struct io_powerloss *pl, int sync, int fd, struct pl_file **f)
 {
+	pthread_mutex_lock(&pl->lock);
+	if (pl->off)
+		return -EIO;
 	if (sync)
 		pl->stats.syncs++;
 	else
 		pl->stats.writes++;
 	if (pl->countdown && --pl->countdown == 0) {
 		pl_crash_locked(pl);
-		return 1;
+		pl->crash_unreported = 1;
+		return -EIO;
 	}
-	return 0;
+	return pl_file(pl, fd, f);
 }
 
-static void pl_crash_notify(struct io_powerloss *pl)
+/* Drops pl->lock, then tells on_crash of a crash pl_begin() caused; rc. */
+static int pl_end(struct io_powerloss *pl, int rc)
 {
 	struct io_powerloss_stats stats = pl->stats;
+	int report = pl->crash_unreported;
 
-	if (pl->on_crash)
+	pl->crash_unreported = 0;
+	pthread_mutex_unlock(&pl->lock);
+	if (report && pl->on_crash)
 		pl->on_crash(pl->on_crash_arg, &stats);
+	return rc;
 }
 
 ssize_t io_powerloss_pwrite(struct io_powerloss *pl, int fd, const void *buf, size_t len,
 			    uint64_t off)
 {
 	struct pl_file *f;
-	int rc, crashed;
+	int rc = pl_begin(pl, 0, fd, &f);
 
-	pthread_mutex_lock(&pl->lock);
-	if (pl->off) {
-		rc = -EIO;
-		goto out;
-	}
-	crashed = pl_tick(pl, 0);
-	if (crashed) {
-		pthread_mutex_unlock(&pl->lock);
-		pl_crash_notify(pl);
-		return -EIO;
-	}
-	rc = pl_file(pl, fd, &f);
 	if (rc == 0)
 		rc = pl_op_add(f, off, buf, len);
-out:
-	pthread_mutex_unlock(&pl->lock);
+	rc = pl_end(pl, rc);
 	return rc < 0 ? rc : (ssize_t)len;
 }
 
 int io_powerloss_truncate(struct io_powerloss *pl, int fd, uint64_t size)
 {
 	struct pl_file *f;
-	int rc;
+	int rc = pl_begin(pl, 0, fd, &f);
 
-	pthread_mutex_lock(&pl->lock);
-	if (pl->off) {
-		rc = -EIO;
-		goto out;
-	}
-	if (pl_tick(pl, 0)) {
-		pthread_mutex_unlock(&pl->lock);
-		pl_crash_notify(pl);
-		return -EIO;
-	}
-	rc = pl_file(pl, fd, &f);
 	if (rc == 0)
 		rc = pl_op_add(f, size, NULL, 0);
-out:
-	pthread_mutex_unlock(&pl->lock);
-	return rc;
+	return pl_end(pl, rc);
 }
 
 /* The size the file has with its pending operations. Called locked. */
@@ -362,29 +348,15 @@ out:
 int io_powerloss_sync(struct io_powerloss *pl, int fd)
 {
 	struct pl_file *f;
-	int rc;
+	int rc = pl_begin(pl, 1, fd, &f);
 
-	pthread_mutex_lock(&pl->lock);
-	if (pl->off) {
-		rc = -EIO;
-		goto out;
-	}
-	/* A crash armed for this sync comes before it: nothing of it happened. */
-	if (pl_tick(pl, 1)) {
-		pthread_mutex_unlock(&pl->lock);
-		pl_crash_notify(pl);
-		return -EIO;
-	}
-	rc = pl_file(pl, fd, &f);
 	for (size_t i = 0; rc == 0 && i < f->nops; i++)
 		rc = pl_apply(f, &f->ops[i]);
 	if (rc == 0 && fdatasync(f->fd) < 0)
 		rc = -errno;
 	if (rc == 0)
 		pl_ops_clear(f);
-out:
-	pthread_mutex_unlock(&pl->lock);
-	return rc;
+	return pl_end(pl, rc);
 }
 
 void io_powerloss_forget(struct io_powerloss *pl, int fd)
@@ -568,11 +540,7 @@ int io_powerloss_ctx_new(struct io_ctx *inner, struct io_powerloss *pl, struct i
 		rc = -ENOMEM;
 		goto out;
 	}
-	c->io.ops = &powerloss_ops;
-	c->io.nbufs = inner->nbufs;
-	c->io.buf_size = inner->buf_size;
-	c->io.bufs = inner->bufs;
-	c->io.direct = inner->direct;
+	io_ctx_wrap(&c->io, &powerloss_ops, inner);
 	c->inner = inner;
 	c->pl = pl;
 	*out = &c->io;
