@@ -353,11 +353,7 @@ static void fh_free(struct fh *h)
 	kvt_writer_abort(h->w);
 	if (h->tfd >= 0)
 		close(h->tfd);
-	for (size_t i = 0; i < h->nmeta; i++) {
-		free(h->meta[i].name);
-		free(h->meta[i].value);
-	}
-	free(h->meta);
+	kvt_meta_free(h->meta, h->nmeta);
 	free(h->session);
 	free(h->content_type);
 	free(h->win);

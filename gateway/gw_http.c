@@ -305,11 +305,7 @@ static void http_req_free(struct gw_req *rq)
 	EVP_MD_CTX_free(rq->payload_sha);
 	EVP_MD_CTX_free(rq->md5);
 	gw_cks_release(&rq->cks);
-	for (size_t i = 0; i < rq->nmeta; i++) {
-		free(rq->meta[i].name);
-		free(rq->meta[i].value);
-	}
-	free(rq->meta);
+	kvt_meta_free(rq->meta, rq->nmeta);
 	free(rq->part_key);
 	free(rq->content_type);
 	free(rq);

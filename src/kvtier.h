@@ -241,6 +241,8 @@ struct kvt_object {
 
 /* Accepts NULL. */
 void kvt_object_free(struct kvt_object *obj);
+/* Frees n entries' names and values, then the array itself. Accepts NULL. */
+void kvt_meta_free(struct kvt_meta *meta, size_t n);
 
 /* Keys: 1..KVT_KEY_MAX bytes of valid UTF-8 without NUL. */
 int kvt_key_valid(const char *key);

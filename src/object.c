@@ -24,15 +24,20 @@ const char *kvt_tier_name(enum kvt_tier tier)
 	return (unsigned)tier < ARRAY_SIZE(names) ? names[tier] : "unknown";
 }
 
+void kvt_meta_free(struct kvt_meta *meta, size_t n)
+{
+	for (size_t i = 0; meta && i < n; i++) {
+		free(meta[i].name);
+		free(meta[i].value);
+	}
+	free(meta);
+}
+
 void kvt_object_free(struct kvt_object *obj)
 {
 	if (!obj)
 		return;
-	for (size_t i = 0; i < obj->nmeta; i++) {
-		free(obj->meta[i].name);
-		free(obj->meta[i].value);
-	}
-	free(obj->meta);
+	kvt_meta_free(obj->meta, obj->nmeta);
 	free(obj->bucket);
 	free(obj->key);
 	free(obj->content_type);
@@ -155,38 +160,35 @@ out:
 	return rc;
 }
 
-int kvt_object_delete(struct kvt_store *st, const char *bucket, const char *key)
+/* The bucket id of bucket, after checking key; the common prologue. */
+static int object_prologue(struct kvt_store *st, const char *bucket, const char *key,
+			   struct cat **c, int64_t *bucket_id)
 {
-	struct cat *c = store_cat(st);
-	int64_t bucket_id;
 	int rc;
 
-	if (!c)
+	*c = store_cat(st);
+	if (!*c)
 		return -ENOMEM;
 	rc = kvt_key_valid(key);
-	if (rc < 0)
-		return rc;
-	rc = store_bucket_id(st, bucket, &bucket_id);
-	if (rc < 0)
-		return rc;
-	return cat_object_delete(c, bucket_id, key);
+	return rc < 0 ? rc : store_bucket_id(st, bucket, bucket_id);
+}
+
+int kvt_object_delete(struct kvt_store *st, const char *bucket, const char *key)
+{
+	struct cat *c;
+	int64_t bucket_id;
+	int rc = object_prologue(st, bucket, key, &c, &bucket_id);
+
+	return rc < 0 ? rc : cat_object_delete(c, bucket_id, key);
 }
 
 int kvt_object_pin(struct kvt_store *st, const char *bucket, const char *key, int pinned)
 {
-	struct cat *c = store_cat(st);
+	struct cat *c;
 	int64_t bucket_id;
-	int rc;
+	int rc = object_prologue(st, bucket, key, &c, &bucket_id);
 
-	if (!c)
-		return -ENOMEM;
-	rc = kvt_key_valid(key);
-	if (rc < 0)
-		return rc;
-	rc = store_bucket_id(st, bucket, &bucket_id);
-	if (rc < 0)
-		return rc;
-	return cat_object_set_pin(c, bucket_id, key, pinned);
+	return rc < 0 ? rc : cat_object_set_pin(c, bucket_id, key, pinned);
 }
 
 int kvt_object_copy(struct kvt_store *st, const char *src_bucket, const char *src_key,
@@ -322,19 +324,6 @@ out:
 	free(vids);
 	free(session);
 	return rc;
-}
-
-/* The bucket id of bucket, after checking key; the common prologue. */
-static int object_prologue(struct kvt_store *st, const char *bucket, const char *key,
-			   struct cat **c, int64_t *bucket_id)
-{
-	int rc;
-
-	*c = store_cat(st);
-	if (!*c)
-		return -ENOMEM;
-	rc = kvt_key_valid(key);
-	return rc < 0 ? rc : store_bucket_id(st, bucket, bucket_id);
 }
 
 int kvt_object_setattr(struct kvt_store *st, const char *bucket, const char *key, unsigned mask,

@@ -67,11 +67,7 @@ static void writer_free(struct kvt_writer *w)
 {
 	if (!w)
 		return;
-	for (size_t i = 0; i < w->nmeta; i++) {
-		free(w->meta[i].name);
-		free(w->meta[i].value);
-	}
-	free(w->meta);
+	kvt_meta_free(w->meta, w->nmeta);
 	free(w->bucket);
 	free(w->key);
 	free(w->session);
