@@ -146,6 +146,7 @@ struct cold_fault_plan {
 	unsigned stall_ms;	/* every put and get waits this long first */
 	int err;		/* negative errno; -EIO if 0 */
 	unsigned puts, gets;	/* counted: operations that reached the injector */
+	unsigned stalled, max_stalled;	/* counted: operations stalling at once, now and at most */
 };
 
 /* Wraps inner (takes ownership); plan stays the caller's and may change. */

@@ -38,14 +38,23 @@ static int cfa_take(unsigned *n)
 	return 0;
 }
 
-/* A partner that is slow to answer. */
-static void cfa_stall(const struct cold_fault_plan *p)
+/* A partner that is slow to answer; counts the operations it holds at once. */
+static void cfa_stall(struct cold_fault_plan *p)
 {
 	unsigned ms = __atomic_load_n(&p->stall_ms, __ATOMIC_SEQ_CST);
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
+	unsigned now, max;
 
-	if (ms)
-		nanosleep(&ts, NULL);
+	if (!ms)
+		return;
+	now = __atomic_add_fetch(&p->stalled, 1, __ATOMIC_SEQ_CST);
+	max = __atomic_load_n(&p->max_stalled, __ATOMIC_SEQ_CST);
+	while (now > max &&
+	       !__atomic_compare_exchange_n(&p->max_stalled, &max, now, 0, __ATOMIC_SEQ_CST,
+					    __ATOMIC_SEQ_CST))
+		;
+	nanosleep(&ts, NULL);
+	__atomic_sub_fetch(&p->stalled, 1, __ATOMIC_SEQ_CST);
 }
 
 /* A connection that drops half way: the source is read (or the sink fed)

@@ -827,17 +827,18 @@ static void test_jobs_retries_rate(void **state)
 	/* A partner that takes 100 ms per put and get. The sixteen objects
 	 * recalled above go back (a manifest put for each of their eight
 	 * sessions) with eight new sessions of one object (put, manifest: a
-	 * verified put is not read back): 2.4 s in one job, under 1.6 in four. */
+	 * verified put is not read back): four jobs keep several puts waiting
+	 * on the partner at once. Counted, not timed: a loaded machine (CI
+	 * under TSan) stretches any time limit. */
 	for (int i = 0; i < 8; i++) {
 		snprintf(key, sizeof(key), "slow%d/x", i);
 		assert_int_equal(test_put(st, "kvs", key, 4096, 700 + (uint64_t)i), 0);
 	}
 	plan.stall_ms = 100;
 	o = (struct kvt_g4_opts){ .jobs = 4 };
-	t0 = mono_ns();
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(rep.objects, 16 + 8);
-	assert_true(mono_ns() - t0 < 1600000000);
+	assert_true(plan.max_stalled >= 2);
 	plan.stall_ms = 0;
 	/* 4 MiB up at 4 MiB/s (a verified put is not read back): about a second. */
 	assert_int_equal(test_put(st, "kvs", "rate/x", 4u << 20, 99), 0);
