@@ -65,16 +65,6 @@ static void check_others(struct kvt_store *st)
 		assert_int_equal(test_check(st, BUCKET, others[i].key, others[i].len, others[i].seed), 0);
 }
 
-static void check_fsck_clean(struct kvt_store *st)
-{
-	struct kvt_fsck_report rep;
-
-	assert_int_equal(kvt_store_fsck(st, 0, &rep), 0);
-	assert_int_equal(rep.checksum_errors, 0);
-	assert_int_equal(rep.header_errors, 0);
-	assert_int_equal(rep.catalog_errors, 0);
-}
-
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
@@ -241,7 +231,7 @@ static void test_payload_flip(void **state)
 		flip(f, &e, at[i]);
 		expect_whole_one(f);
 	}
-	check_fsck_clean(f->st);
+	test_fsck_clean(f->st);
 }
 
 /* Every byte of the header counts: it is covered by its own CRC. */
@@ -259,7 +249,7 @@ static void test_header_flip(void **state)
 				 (ssize_t)ONE_LEN);
 	}
 	check_others(f->st);
-	check_fsck_clean(f->st);
+	test_fsck_clean(f->st);
 }
 
 /* The padding after the payload is no byte of the object's. */
@@ -276,7 +266,7 @@ static void test_padding_flip(void **state)
 	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
 		flip(f, &e, at[i]);
 		expect_whole_one(f);
-		check_fsck_clean(f->st);
+		test_fsck_clean(f->st);
 	}
 	assert_int_equal(checksum_failures(f->st), before);
 	check_others(f->st);
@@ -325,7 +315,7 @@ static void fsck_and_repair(struct fixture *f, const char *key, int header)
 	assert_int_equal(kvt_store_fsck(f->st, KVT_FSCK_REPAIR, &rep), 0);
 	assert_true(rep.repaired >= 1);
 	assert_int_equal(kvt_object_head(f->st, BUCKET, key, &o), -ENOENT);
-	check_fsck_clean(f->st);
+	test_fsck_clean(f->st);
 	check_others(f->st);
 
 	/* The key is usable again, and the store after a reopen is still clean. */
@@ -333,7 +323,7 @@ static void fsck_and_repair(struct fixture *f, const char *key, int header)
 	assert_int_equal(test_check(f->st, BUCKET, key, 5555, 99), 0);
 	kvt_store_close(f->st);
 	f->st = test_store_open(&f->env);
-	check_fsck_clean(f->st);
+	test_fsck_clean(f->st);
 	check_others(f->st);
 	assert_int_equal(test_check(f->st, BUCKET, key, 5555, 99), 0);
 }
@@ -403,7 +393,7 @@ static void test_multi_extent(void **state)
 		multi_case(f, bad, 20);				/* header */
 	}
 	check_others(f->st);
-	check_fsck_clean(f->st);
+	test_fsck_clean(f->st);
 }
 
 /*
@@ -448,7 +438,7 @@ static void test_fsck_several(void **state)
 	assert_int_equal(rep.header_errors, 1);
 	assert_int_equal(kvt_store_fsck(f->st, KVT_FSCK_REPAIR, &rep), 0);
 	assert_int_equal(rep.repaired, 3);
-	check_fsck_clean(f->st);
+	test_fsck_clean(f->st);
 	for (int i = 0; i < 6; i++) {
 		snprintf(key, sizeof(key), "v%d", i);
 		assert_int_equal(test_check(f->st, BUCKET, key, 20000 + 1000 * i, 50 + i),

@@ -388,16 +388,6 @@ static unsigned prand(unsigned n)
 	return (unsigned)(mix64(g_seed) % n);
 }
 
-static void check_fsck_clean(struct kvt_store *st)
-{
-	struct kvt_fsck_report rep;
-
-	assert_int_equal(kvt_store_fsck(st, 0, &rep), 0);
-	assert_int_equal(rep.checksum_errors, 0);
-	assert_int_equal(rep.header_errors, 0);
-	assert_int_equal(rep.catalog_errors, 0);
-}
-
 /* No segment is left OPEN or RECLAIMING, beyond `own` OPEN ones of this process. */
 static void check_segments(struct kvt_store *st, uint64_t own)
 {
@@ -486,7 +476,7 @@ static void test_kill9_rounds(void **state)
 		check_round(st, &log, s.evicted_objects - evicted, &stats);
 		evicted = s.evicted_objects;
 		free(log.recs);
-		check_fsck_clean(st);
+		test_fsck_clean(st);
 
 		/* The store takes new writes, and only this process has a segment open. */
 		assert_int_equal(test_put(st, BUCKET, "after/restart", 100000 + round, round), 0);
@@ -504,7 +494,7 @@ static void test_kill9_rounds(void **state)
 		else
 			assert_int_equal(check_object(st, key, 0, 0), -ENOENT);
 	}
-	check_fsck_clean(st);
+	test_fsck_clean(st);
 	assert_int_equal(kvt_store_stat(st, &s), 0);
 	assert_int_equal(s.segments_open, 0);
 	/* What the dead children wrote and never committed was garbage: with
@@ -527,7 +517,7 @@ static void test_kill9_rounds(void **state)
 		assert_int_equal(e.live_bytes, 0);
 		assert_int_equal(e.segments_free, e.segments);
 	}
-	check_fsck_clean(st);
+	test_fsck_clean(st);
 	fprintf(stderr, "%u rounds: %u puts and %u deletes acknowledged, %u changes in doubt "
 		"(%u of them had happened), %u failed puts, %u rounds killed before the first "
 		"record, %u objects evicted (reclaim ran %llu times)\n", ROUNDS, stats.puts_done,

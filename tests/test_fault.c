@@ -81,16 +81,6 @@ static void check_base(struct kvt_store *st)
 		assert_int_equal(get_whole(st, base[i].key, base[i].len, base[i].seed), 0);
 }
 
-static void check_fsck(struct kvt_store *st)
-{
-	struct kvt_fsck_report rep;
-
-	assert_int_equal(kvt_store_fsck(st, 0, &rep), 0);
-	assert_int_equal(rep.checksum_errors, 0);
-	assert_int_equal(rep.header_errors, 0);
-	assert_int_equal(rep.catalog_errors, 0);
-}
-
 /* Deletes every object outside base/: what a test left behind. */
 static void remove_extras(struct kvt_store *st)
 {
@@ -119,7 +109,7 @@ static int check_after(void **state)
 	store_set_fault_plan(f->st, NULL);
 	remove_extras(f->st);
 	check_base(f->st);
-	check_fsck(f->st);
+	test_fsck_clean(f->st);
 	assert_int_equal(kvt_store_stat(f->st, &s), 0);
 	assert_true(s.segments_open <= 1);
 	assert_int_equal(s.evicted_objects, 0);
@@ -129,7 +119,7 @@ static int check_after(void **state)
 	assert_int_equal(kvt_store_stat(f->st, &s), 0);
 	assert_int_equal(s.segments_open, 0);
 	check_base(f->st);
-	check_fsck(f->st);
+	test_fsck_clean(f->st);
 	return 0;
 }
 
@@ -573,7 +563,7 @@ static void test_fsck_under_read_fault(void **state)
 	assert_true(rep.checksum_errors + rep.header_errors >= 1);
 	assert_int_equal(rep.catalog_errors, 0);
 	store_set_fault_plan(f->st, NULL);
-	check_fsck(f->st);
+	test_fsck_clean(f->st);
 }
 
 int main(void)

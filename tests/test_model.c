@@ -500,14 +500,6 @@ static void reopen(struct model *m)
 	m->st = test_store_open(m->env);
 }
 
-static void fsck_clean(struct kvt_store *st)
-{
-	struct kvt_fsck_report rep;
-
-	assert_int_equal(kvt_store_fsck(st, 0, &rep), 0);
-	assert_int_equal(rep.checksum_errors + rep.header_errors + rep.catalog_errors, 0);
-}
-
 static void run(struct model *m)
 {
 	for (m->ops = 1; m->ops <= NOPS; m->ops++) {
@@ -542,7 +534,7 @@ static void run(struct model *m)
 		}
 	}
 	check_all(m);
-	fsck_clean(m->st);
+	test_fsck_clean(m->st);
 	reopen(m);
 	check_all(m);
 }

@@ -429,16 +429,6 @@ static void check_keys(struct kvt_store *st)
 	free(want);
 }
 
-static void check_fsck_clean(struct kvt_store *st)
-{
-	struct kvt_fsck_report rep;
-
-	assert_int_equal(kvt_store_fsck(st, 0, &rep), 0);
-	assert_int_equal(rep.checksum_errors, 0);
-	assert_int_equal(rep.header_errors, 0);
-	assert_int_equal(rep.catalog_errors, 0);
-}
-
 /*
  * nmixed children put, overwrite, delete and read the same keys, one more
  * only reclaims (and reads), for `seconds` each.
@@ -485,7 +475,7 @@ static void stress(int nmixed, double seconds)
 	assert_int_equal(s.checksum_failures, 0);
 	assert_int_equal(s.segments_open, 0);
 	check_keys(st);
-	check_fsck_clean(st);
+	test_fsck_clean(st);
 	kvt_store_close(st);
 	test_env_release(&env);
 }
@@ -698,7 +688,7 @@ static void test_if_none_match_race(void **state)
 		free(buf);
 		free(want);
 		if (round == 9)
-			check_fsck_clean(st);
+			test_fsck_clean(st);
 		kvt_store_close(st);
 	}
 	test_env_release(&env);

@@ -77,22 +77,12 @@ static int setup_small(void **state)
 	return 0;
 }
 
-static void fsck_clean(struct kvt_store *st)
-{
-	struct kvt_fsck_report rep;
-
-	assert_int_equal(kvt_store_fsck(st, 0, &rep), 0);
-	assert_int_equal(rep.checksum_errors, 0);
-	assert_int_equal(rep.header_errors, 0);
-	assert_int_equal(rep.catalog_errors, 0);
-}
-
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
 
 	if (f->st) {
-		fsck_clean(f->st);
+		test_fsck_clean(f->st);
 		kvt_store_close(f->st);
 	}
 	test_env_release(&f->env);
@@ -901,7 +891,7 @@ static void test_compose(void **state)
 			 -ENOENT);
 	assert_int_equal(kvt_object_head(f->st, "bkt", "again", &o), -ENOENT);
 	/* fsck agrees, and it survives a reopen. */
-	fsck_clean(f->st);
+	test_fsck_clean(f->st);
 	kvt_store_close(f->st);
 	f->st = test_store_open(&f->env);
 	assert_int_equal(get_equals(f->st, "bkt", "conv-2/whole", whole, total), 0);
@@ -1645,7 +1635,7 @@ static void test_reclaim_keeps_pinned(void **state)
 	}
 	/* The plain neighbours were cache: gone. */
 	assert_int_equal(test_check(f->st, "bkt", "plain/0", 200 * KiB, 6000), -ENOENT);
-	fsck_clean(f->st);
+	test_fsck_clean(f->st);
 	/* Unpinned, they are cache like the rest. */
 	for (unsigned i = 0; i < NPIN; i++) {
 		char key[32];
@@ -1706,7 +1696,7 @@ static void test_reclaim_all_pinned_enospc(void **state)
 	/* Still refused, and reads still work. */
 	assert_int_equal(put_data(f->st, "bkt", "more", data, len, &pin), -ENOSPC);
 	assert_int_equal(put_data(f->st, "bkt", "more", data, len, NULL), -ENOSPC);
-	fsck_clean(f->st);
+	test_fsck_clean(f->st);
 
 	/* Unpin a few: they become cache, and writes go through again. */
 	for (unsigned i = 0; i < 6; i++) {

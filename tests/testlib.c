@@ -146,3 +146,13 @@ int test_check(struct kvt_store *st, const char *bucket, const char *key,
 	kvt_reader_close(r);
 	return 0;
 }
+
+void test_fsck_clean(struct kvt_store *st)
+{
+	struct kvt_fsck_report rep;
+
+	assert_int_equal(kvt_store_fsck(st, 0, &rep), 0);
+	assert_int_equal(rep.checksum_errors, 0);
+	assert_int_equal(rep.header_errors, 0);
+	assert_int_equal(rep.catalog_errors, 0);
+}

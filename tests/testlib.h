@@ -40,4 +40,8 @@ int test_put(struct kvt_store *st, const char *bucket, const char *key,
 int test_check(struct kvt_store *st, const char *bucket, const char *key,
 	       size_t len, uint64_t seed);
 
+/* Fails the test unless fsck (no repair) finds every checksum, header and
+ * catalog row of the store sound. */
+void test_fsck_clean(struct kvt_store *st);
+
 #endif /* KVT_TESTLIB_H */
