@@ -39,12 +39,36 @@
  * direct I/O (every write comes straight here, nothing enters the cache),
  * and the cache only ever holds published versions, read through read-only
  * handles. An open keeps the cached pages (keep_cache) when the version
- * opened is the one the node last saw, and drops them otherwise. While a
- * file is open for writing here the kernel's i_size follows the writer, so
- * a reader opened meanwhile reads its snapshot with direct I/O too (one
- * opened before the writer still goes through the cache and may see the
- * writer's size: a known limit). Shared writable mmap is the price: the
- * kernel refuses it on direct-I/O files.
+ * opened is the one the node last saw, and drops them otherwise. Shared
+ * writable mmap is the price: the kernel refuses it on direct-I/O files.
+ *
+ * One version per inode. The kernel also keeps one size per inode (i_size),
+ * and a read through the cache ends there: a reader of a version longer
+ * than i_size was cut at it, and one of a shorter version got the pages
+ * past its end as zeros (the daemon answers short, the kernel pads the page
+ * and keeps i_size when another attribute change raced). A writer moves
+ * i_size (O_TRUNC, then its writes), and so does every size the daemon
+ * reports (getattr, lookup, readdirplus) when the store changed. So a
+ * read-only handle goes through the cache only when every handle cached on
+ * the node reads one version and i_size is that version's size
+ * (fh_reader_mode):
+ *
+ *   - no writer is open here (nwriters, wwait), and the node's directory
+ *     did not just give a name to a new inode for a writer;
+ *   - other cached handles (ncache) are of the same version (etag), or
+ *     there are none and the size last reported (ksize) is this version's;
+ *   - while ncache > 0 every size reported for the node is theirs (csize,
+ *     node_attr_reply), whatever the store holds now.
+ *
+ * Anything else reads with direct I/O, which the kernel never bounds by
+ * i_size: each handle reads its own version up to its own size. A writer
+ * that opens a node with cached readers waits for them briefly (their
+ * RELEASE is often on its way); if they stay, the node keeps them and
+ * loses its name (node_supersede_locked), the kernel is told to forget
+ * the name, and the open answers ESTALE, on which the kernel looks the
+ * path up again and finds a new inode (fh_writer_enter). A create does
+ * that lookup itself (op_create). Writers and cached readers thus never
+ * share an inode.
  *
  * Who closes. The kernel sends FLUSH at every close(2) of a descriptor of
  * the open file, not only the writer's: a fork copies the descriptor table,

@@ -7,7 +7,12 @@
 #     publishes nothing; one that exits with the file open publishes it;
 #     readers in other processes see ENOENT (a new file) or the old version
 #     until the writer closes. (The chaos test's truncated blocks.)
-#  2. tests/fuse/namerace.py: create, stat, read, rename and unlink of the
+#  2. tests/fuse/versions.py: a reader keeps reading the version it opened,
+#     whole, while a writer on this mount rewrites the file or a newer
+#     version, smaller or larger, is put and opened by another reader; a
+#     smaller version opened while the kernel had the older size is not
+#     zero-padded.
+#  3. tests/fuse/namerace.py: create, stat, read, rename and unlink of the
 #     same names from four processes, plus S3 PUT and DELETE of the same keys
 #     through the gateway (with boto3), for KVT_RACE_SECONDS (15 s):
 #     open(O_CREAT) never fails ENOENT or ESTALE, a process's own files read
@@ -45,6 +50,10 @@ step "a flush that is not the writer's publishes nothing; a killed writer leaves
 python3 "$top_srcdir/tests/fuse/flush.py" "$M/race" "$K" || fail "flush.py (above)"
 grep -q "'race/killed-new' is not published: its writer (task [0-9]*) was killed" "$T/fuse.log" ||
 	fail "no log line for the killed writer: $(cat "$T/fuse.log")"
+
+step "each open file reads its own version whole: a writer, a smaller and a larger put meanwhile"
+python3 "$top_srcdir/tests/fuse/versions.py" "$M/race/versions" "$K" race versions ||
+	fail "versions.py (above)"
 
 # 15 s in the suite; longer by hand (KVT_RACE_SECONDS=120 make check
 # TESTS=tests/test_fuse_race.sh). It found, in CI on 2026-11-30, a read of

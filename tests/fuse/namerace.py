@@ -52,7 +52,11 @@ def check(data):
     """None if data is one payload, whole, as written; else what it is."""
     head, nl, body = data.partition(b"\n")
     f = head.split(b" ")
-    if not nl or len(f) != 4 or f[0] != b"P":
+    if not data:
+        return "empty"
+    if not nl:
+        return "cut in its header" if data.startswith(b"P ") else "not one payload"
+    if len(f) != 4 or f[0] != b"P":
         return "not one payload"
     try:
         n, fill = int(f[3]), bytes([int(f[2]) % 251])
