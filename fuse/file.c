@@ -1321,8 +1321,11 @@ fail_noent:
 	pthread_mutex_unlock(&kv->lock);
 	fh_free(h);
 	/* The kernel still has the name that now belongs to a new inode. */
-	if (oldname)
+	if (oldname) {
+		log_debug("a writer of '%s' gets a new inode: the old one is read through the page cache",
+			  oldname);
 		kvfs_notify_inval_entry(kv, oldparent, oldname);
+	}
 	free(oldname);
 	return rc;
 }
