@@ -1171,7 +1171,7 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 	char *bucket = NULL, *key = NULL, *oldname = NULL;
 	struct kvt_object *o = NULL;
 	fuse_ino_t oldparent = 0;
-	int pending, unlinked, rc, name_stale = 0;
+	int pending, unlinked, rc, name_stale = 0, by_name = 0;
 
 	if (!h)
 		return -ENOMEM;
@@ -1215,6 +1215,17 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 		 */
 		goto empty;
 	}
+	if (rc == -ENOENT && !h->writable) {
+		/*
+		 * The same for a reader, which reads what the name holds now
+		 * (or finds ENOENT), as if it had opened a moment later: an
+		 * ESTALE reached the application whenever the kernel's one
+		 * retry met another rename. That version is not the inode's,
+		 * so it is read past the page cache.
+		 */
+		rc = node_path_name(kv, n, &bucket, &key);
+		by_name = rc == 0;
+	}
 	if (rc < 0)
 		goto fail;
 	if (h->writable && (flags & O_TRUNC)) {
@@ -1253,6 +1264,8 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 			rc = fh_copy_base_info(h, ro);
 			if (rc < 0)
 				goto fail;
+		} else if (by_name) {
+			fi->direct_io = 1;
 		} else {
 			fh_reader_mode(kv, h, ro, fi);
 		}
@@ -1303,7 +1316,7 @@ fail:
 	 */
 	if (rc == -ESTALE && !name_stale)
 		rc = -EIO;
-	else if (rc == -ENOENT)
+	else if (rc == -ENOENT && !by_name)
 		rc = -ESTALE;
 fail_noent:
 	kvt_object_free(o);

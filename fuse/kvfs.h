@@ -205,6 +205,13 @@ void node_move(struct kvfs *kv, struct node *parent, const char *name,
  * -ENAMETOOLONG past KVT_KEY_MAX.
  */
 int node_path(struct kvfs *kv, struct node *n, char **bucket, char **key);
+/*
+ * The bucket and key of the name n had when it lost it (unlinked, renamed
+ * over, superseded), in its directory as that is now: what an open or a
+ * stat that reached n after that finds under the name it looked up.
+ * -ENOENT if the directory lost its name too.
+ */
+int node_path_name(struct kvfs *kv, struct node *n, char **bucket, char **key);
 
 /* ---- attr.c --------------------------------------------------------------- */
 

@@ -424,6 +424,34 @@ void node_move(struct kvfs *kv, struct node *parent, const char *name,
 	free(copy);
 }
 
+int node_path_name(struct kvfs *kv, struct node *n, char **bucket, char **key)
+{
+	struct node *parent;
+	char *name, *dir = NULL;
+	int rc;
+
+	*bucket = *key = NULL;
+	pthread_mutex_lock(&kv->lock);
+	parent = n->parent;	/* n holds a reference on it */
+	name = strdup(n->name);
+	pthread_mutex_unlock(&kv->lock);
+	if (!name)
+		return -ENOMEM;
+	if (!parent || parent->type == NODE_ROOT) {
+		free(name);
+		return -ENOENT;		/* a bucket: no name to look up again */
+	}
+	rc = node_path(kv, parent, bucket, &dir);
+	if (rc == 0 && !(*key = kvfs_join(dir, name))) {
+		free(*bucket);
+		*bucket = NULL;
+		rc = -ENOMEM;
+	}
+	free(dir);
+	free(name);
+	return rc;
+}
+
 int node_path(struct kvfs *kv, struct node *n, char **bucket, char **key)
 {
 	const struct node *chain[KVT_KEY_MAX / 2 + 2];
