@@ -257,6 +257,17 @@ int kvfs_stat_node(struct kvfs *kv, struct node *n, struct kvfs_stat *out)
 			rc = -ESTALE;
 		}
 		pthread_mutex_unlock(&kv->lock);
+		if (rc == -ESTALE && node_path_name(kv, n, &bucket, &key) == 0) {
+			/*
+			 * What the name holds now, as a stat a moment later would
+			 * find, or ENOENT: ESTALE reached the application when the
+			 * kernel's one retry met another rename. Something else
+			 * than a file there is not this inode: ESTALE then.
+			 */
+			rc = kvfs_stat_key(kv, bucket, key, out);
+			if (rc == 0 && out->type != n->type)
+				rc = -ESTALE;
+		}
 		goto overlay_checked;
 	}
 	if (rc == 0)

@@ -356,6 +356,7 @@ void dh_readdir(struct kvfs *kv, fuse_req_t req, struct dh *d, size_t size, off_
 				e.ino = n->ino;
 				e.attr_timeout = de->full ? kv->attr_timeout : 0;
 				e.entry_timeout = kv->entry_timeout;
+				node_attr_reply(kv, n, &e.attr);
 			} else {
 				/*
 				 * Changed here since the page was read (published,

@@ -39,12 +39,36 @@
  * direct I/O (every write comes straight here, nothing enters the cache),
  * and the cache only ever holds published versions, read through read-only
  * handles. An open keeps the cached pages (keep_cache) when the version
- * opened is the one the node last saw, and drops them otherwise. While a
- * file is open for writing here the kernel's i_size follows the writer, so
- * a reader opened meanwhile reads its snapshot with direct I/O too (one
- * opened before the writer still goes through the cache and may see the
- * writer's size: a known limit). Shared writable mmap is the price: the
- * kernel refuses it on direct-I/O files.
+ * opened is the one the node last saw, and drops them otherwise. Shared
+ * writable mmap is the price: the kernel refuses it on direct-I/O files.
+ *
+ * One version per inode. The kernel also keeps one size per inode (i_size),
+ * and a read through the cache ends there: a reader of a version longer
+ * than i_size was cut at it, and one of a shorter version got the pages
+ * past its end as zeros (the daemon answers short, the kernel pads the page
+ * and keeps i_size when another attribute change raced). A writer moves
+ * i_size (O_TRUNC, then its writes), and so does every size the daemon
+ * reports (getattr, lookup, readdirplus) when the store changed. So a
+ * read-only handle goes through the cache only when every handle cached on
+ * the node reads one version and i_size is that version's size
+ * (fh_reader_mode):
+ *
+ *   - no writer is open here (nwriters, wwait), and the node's directory
+ *     did not just give a name to a new inode for a writer;
+ *   - other cached handles (ncache) are of the same version (etag), or
+ *     there are none and the size last reported (ksize) is this version's;
+ *   - while ncache > 0 every size reported for the node is theirs (csize,
+ *     node_attr_reply), whatever the store holds now.
+ *
+ * Anything else reads with direct I/O, which the kernel never bounds by
+ * i_size: each handle reads its own version up to its own size. A writer
+ * that opens a node with cached readers waits for them briefly (their
+ * RELEASE is often on its way); if they stay, the node keeps them and
+ * loses its name (node_supersede_locked), the kernel is told to forget
+ * the name, and the open answers ESTALE, on which the kernel looks the
+ * path up again and finds a new inode (fh_writer_enter). A create does
+ * that lookup itself (op_create). Writers and cached readers thus never
+ * share an inode.
  *
  * Who closes. The kernel sends FLUSH at every close(2) of a descriptor of
  * the open file, not only the writer's: a fork copies the descriptor table,
@@ -111,6 +135,7 @@ struct fh {
 	uint64_t owners[FH_OWNERS_MAX];	/* lock owners (descriptor tables) that wrote */
 	unsigned nowners;	/* FH_OWNERS_MAX + 1: more than fit, any may publish */
 	int abandoned;		/* its writer was killed: nothing is published */
+	int cached;		/* read-only, through the page cache: counted in ncache */
 
 	/* FH_BASE */
 	struct kvt_reader *r;	/* NULL: no bytes (or base_lazy) */
@@ -1058,21 +1083,109 @@ static void fh_remember(struct kvfs *kv, struct node *n, const struct kvt_object
 	pthread_mutex_unlock(&kv->lock);
 }
 
+/* How long a writer waits for readers of the page cache to close before
+ * it takes the name to a new inode, and how long that inode's readers stay
+ * off the page cache so that the writer finds it free. */
+#define FH_CACHE_WAIT_MS 100
+#define FH_NOCACHE_NS (2 * 1000000000LL)
+
+/*
+ * Counts a writer on n, once no handle reads n through the page cache.
+ * Readers close in a moment as a rule (their RELEASE may even still be on
+ * its way): wait for that, bounded. If some stay open, n keeps them and
+ * its name goes to a new inode (node_supersede_locked), which the kernel
+ * looks up when this open answers -ESTALE; *pino and *name say which name
+ * the kernel must forget.
+ */
+static int fh_writer_enter(struct kvfs *kv, struct node *n, fuse_ino_t *pino, char **name)
+{
+	struct timespec until;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += FH_CACHE_WAIT_MS * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&kv->lock);
+	n->wwait++;	/* new readers meanwhile stay off the cache */
+	while (n->ncache > 0 &&
+	       pthread_cond_timedwait(&kv->cache_cond, &kv->lock, &until) != ETIMEDOUT)
+		;
+	n->wwait--;
+	if (n->ncache > 0) {
+		if (n->hashed && n->parent && (*name = strdup(n->name)))
+			*pino = n->parent->ino;
+		node_supersede_locked(kv, n);
+		if (n->parent)
+			n->parent->nocache_until = kvfs_now_ns() + FH_NOCACHE_NS;
+		rc = -ESTALE;
+	} else {
+		n->nwriters++;
+		n->ksize = -1;
+	}
+	pthread_mutex_unlock(&kv->lock);
+	return rc;
+}
+
+/*
+ * How a read-only handle of version o reads (see "One version per inode"):
+ * through the page cache when that cannot show the bytes or size of
+ * another version, else with direct I/O. Counts it in n->ncache.
+ */
+static void fh_reader_mode(struct kvfs *kv, struct fh *h, const struct kvt_object *o,
+			   struct fuse_file_info *fi)
+{
+	struct node *n = h->node;
+	int cache;
+
+	pthread_mutex_lock(&kv->lock);
+	if (n->nwriters > 0 || n->wwait > 0 ||
+	    (n->parent && n->parent->nocache_until > kvfs_now_ns()))
+		cache = 0;	/* the kernel's size is, or is about to be, a writer's */
+	else if (n->ncache > 0)
+		cache = strcmp(n->etag, o->etag) == 0;	/* the cache holds one version */
+	else
+		cache = n->ksize == (int64_t)o->size;	/* the kernel's size is this one's */
+	if (cache) {
+		/* Unchanged since the kernel last cached it: keep its pages. */
+		fi->keep_cache = n->etag[0] && strcmp(n->etag, o->etag) == 0;
+		snprintf(n->etag, sizeof(n->etag), "%s", o->etag);
+		n->csize = o->size;
+		n->ncache++;
+		h->cached = 1;
+	} else {
+		fi->direct_io = 1;
+	}
+	pthread_mutex_unlock(&kv->lock);
+}
+
 int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fuse_file_info *fi)
 {
 	struct fh *h = fh_new(kv, n, flags, opener);
-	char *bucket = NULL, *key = NULL;
+	char *bucket = NULL, *key = NULL, *oldname = NULL;
 	struct kvt_object *o = NULL;
-	int pending, rc;
+	fuse_ino_t oldparent = 0;
+	int pending, unlinked, rc, name_stale = 0, by_name = 0;
 
 	if (!h)
 		return -ENOMEM;
+	fi->keep_cache = 0;
+	if (h->writable) {
+		rc = fh_writer_enter(kv, n, &oldparent, &oldname);
+		if (rc < 0) {
+			h->writable = 0;	/* not counted */
+			name_stale = 1;
+			goto fail;
+		}
+	}
 	pthread_mutex_lock(&kv->lock);
 	pending = n->pending;
+	unlinked = n->unlinked;
 	if (pending)
 		h->posix = n->cposix;
 	pthread_mutex_unlock(&kv->lock);
-	fi->keep_cache = 0;
 	if (pending) {
 		/*
 		 * Created by another handle and not yet published: to a reader
@@ -1088,10 +1201,33 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 		goto done;
 	}
 	rc = node_path(kv, n, &bucket, &key);
+	if (rc == -ENOENT && h->writable && unlinked) {
+		/*
+		 * Unlinked or renamed over since the kernel looked the name up:
+		 * as on any file system, the open gets the removed file, and
+		 * what is written to it goes nowhere (fh_publish_named). An
+		 * ESTALE here reached open(O_CREAT) whenever the kernel's one
+		 * retry met another rename.
+		 */
+		goto empty;
+	}
+	if (rc == -ENOENT && !h->writable) {
+		/*
+		 * The same for a reader, which reads what the name holds now
+		 * (or finds ENOENT), as if it had opened a moment later: an
+		 * ESTALE reached the application whenever the kernel's one
+		 * retry met another rename. That version is not the inode's,
+		 * so it is read past the page cache.
+		 */
+		rc = node_path_name(kv, n, &bucket, &key);
+		by_name = rc == 0;
+	}
 	if (rc < 0)
 		goto fail;
 	if (h->writable && (flags & O_TRUNC)) {
 		rc = kvt_object_head(kv->st, bucket, key, &o);
+		if (rc == -ENOENT)
+			goto empty;
 		if (rc < 0)
 			goto fail;
 		h->size = 0;
@@ -1109,6 +1245,8 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 			bucket, key);
 		goto fail;
 	}
+	if (rc == -ENOENT && h->writable)
+		goto empty;
 	if (rc < 0)
 		goto fail;
 	{
@@ -1122,33 +1260,34 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 			rc = fh_copy_base_info(h, ro);
 			if (rc < 0)
 				goto fail;
-		}
-		pthread_mutex_lock(&kv->lock);
-		if (n->nwriters > 0) {
-			/* Being rewritten here: the kernel's idea of the size is the
-			 * writer's, so this snapshot is read past the page cache. */
+		} else if (by_name) {
 			fi->direct_io = 1;
 		} else {
-			/* Unchanged since the kernel last cached it: keep its pages. */
-			fi->keep_cache = n->etag[0] && strcmp(n->etag, ro->etag) == 0;
-			snprintf(n->etag, sizeof(n->etag), "%s", ro->etag);
+			fh_reader_mode(kv, h, ro, fi);
 		}
-		pthread_mutex_unlock(&kv->lock);
-		/*
-		 * Another version than the kernel may know (S3, another mount):
-		 * without keep_cache it drops the pages, and this makes it ask
-		 * for the size again before reading, instead of trusting the old
-		 * size for attr_timeout seconds. Safe here: a read-only open
-		 * holds no lock the invalidation needs.
-		 */
-		if (!fi->keep_cache && !fi->direct_io && kv->se)
-			fuse_lowlevel_notify_inval_inode(kv->se, n->ino, -1, 0);
 	}
+	goto done;
+empty:
+	/*
+	 * A writer of a name whose object is gone (deleted through S3, or the
+	 * file removed here since the kernel looked): it starts empty, as
+	 * open(O_CREAT) would have made it, and O_TRUNC publishes the empty
+	 * file at close even if nothing is written.
+	 */
+	kvt_object_free(o);
+	o = NULL;
+	h->size = 0;
+	{
+		/* Attributes of an object without POSIX metadata, for fstat. */
+		struct kvt_object none = { .mtime_ns = kvfs_now_ns() };
+
+		fh_visible_posix(kv, &none, &h->posix);
+		fh_remember(kv, n, &none);
+	}
+	if (flags & O_TRUNC)
+		fh_touch(kv, h);
 done:
 	if (h->writable) {
-		pthread_mutex_lock(&kv->lock);
-		n->nwriters++;
-		pthread_mutex_unlock(&kv->lock);
 		fi->direct_io = 1;	/* see "The page cache" above */
 		fi->keep_cache = 0;
 	} else {
@@ -1167,12 +1306,13 @@ fail:
 	 * another process before this open reached us) or its key holds nothing
 	 * now (deleted through S3). -ESTALE makes the VFS walk the path again,
 	 * once, revalidating every name: the new lookup finds what the name
-	 * holds now, and O_CREAT creates. The engine's own -ESTALE (a version
-	 * reclaimed under a reader) is an I/O error.
+	 * holds now. Writers only get it when their inode was given to readers
+	 * (fh_writer_enter). The engine's own -ESTALE (a version reclaimed
+	 * under a reader) is an I/O error.
 	 */
-	if (rc == -ESTALE)
+	if (rc == -ESTALE && !name_stale)
 		rc = -EIO;
-	else if (rc == -ENOENT)
+	else if (rc == -ENOENT && !by_name)
 		rc = -ESTALE;
 fail_noent:
 	kvt_object_free(o);
@@ -1182,9 +1322,20 @@ fail_noent:
 		fh_clean(kv, h);
 	pthread_mutex_lock(&kv->lock);
 	h->node->nopen--;
+	if (h->writable)
+		h->node->nwriters--;
+	if (h->cached && --h->node->ncache == 0)
+		pthread_cond_broadcast(&kv->cache_cond);
 	node_put_locked(kv, h->node);
 	pthread_mutex_unlock(&kv->lock);
 	fh_free(h);
+	/* The kernel still has the name that now belongs to a new inode. */
+	if (oldname) {
+		log_debug("a writer of '%s' gets a new inode: the old one is read through the page cache",
+			  oldname);
+		kvfs_notify_inval_entry(kv, oldparent, oldname);
+	}
+	free(oldname);
 	return rc;
 }
 
@@ -1202,6 +1353,7 @@ int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
 	n->unlinked = 0;
 	n->cposix = *posix;
 	n->nwriters++;
+	n->ksize = -1;
 	pthread_mutex_unlock(&kv->lock);
 	fh_touch(kv, h);	/* an empty file is published at close */
 	fi->fh = (uint64_t)(uintptr_t)h;
@@ -1231,6 +1383,8 @@ void fh_release(struct kvfs *kv, struct fh *h)
 	n->nopen--;
 	if (h->writable)
 		n->nwriters--;
+	if (h->cached && --n->ncache == 0)
+		pthread_cond_broadcast(&kv->cache_cond);	/* a writer may wait */
 	if (n->nwriters == 0) {
 		n->pend.mask = 0;
 		free(n->psession);

@@ -87,6 +87,20 @@ struct node {
 	char *psession;		/* user.kvtier.session set while open for writing */
 	struct node_pend pend;
 	char etag[KVT_ETAG_MAX]; /* version the kernel page cache holds; "" unknown */
+	/*
+	 * The kernel keeps one size and one page cache per inode ("One
+	 * version per inode" in file.c): read-only handles open through the
+	 * page cache, all of version etag and size csize; what the kernel was
+	 * last told the size is (-1: unknown, a writer moves it); writers
+	 * waiting for those handles to close; and, for a directory, until when
+	 * opens of its files stay off the page cache (a name just given a new
+	 * inode for a writer).
+	 */
+	unsigned ncache;
+	uint64_t csize;
+	int64_t ksize;
+	unsigned wwait;
+	int64_t nocache_until;
 	struct stat last;	/* attributes last reported, for fstat after unlink */
 	int has_last;
 	struct node *ino_next, *name_next;
@@ -115,6 +129,7 @@ struct kvfs {
 	int notify_running, notify_stop;
 
 	pthread_mutex_t lock;		/* the node table */
+	pthread_cond_t cache_cond;	/* a node's ncache fell to 0 */
 	/*
 	 * Names in use against names changing. Whoever turns a node into its
 	 * key and then writes under that key (a publish, truncate or chmod by
@@ -158,6 +173,17 @@ void node_unlink_lookup(struct kvfs *kv, struct node *n);
 void node_unhash(struct kvfs *kv, struct node *parent, const char *name);
 /* Detaches n itself, whatever now holds its name; kvfs.lock held. */
 void node_detach_locked(struct kvfs *kv, struct node *n);
+/*
+ * Gives n's name to the next lookup as a new inode, n keeping its open
+ * handles (not unlinked: its object stays); kvfs.lock held.
+ */
+void node_supersede_locked(struct kvfs *kv, struct node *n);
+/*
+ * The attributes about to be sent to the kernel for n: while handles read
+ * it through the page cache the size is theirs, whatever the store holds
+ * now; and remembers the size the kernel is told.
+ */
+void node_attr_reply(struct kvfs *kv, struct node *n, struct stat *st);
 /* Notes that this daemon changed n's content or attributes; kvfs.lock held. */
 void node_changed_locked(struct kvfs *kv, struct node *n);
 /* kvfs.cseq now: listings remember when they read the store. */
@@ -179,6 +205,13 @@ void node_move(struct kvfs *kv, struct node *parent, const char *name,
  * -ENAMETOOLONG past KVT_KEY_MAX.
  */
 int node_path(struct kvfs *kv, struct node *n, char **bucket, char **key);
+/*
+ * The bucket and key of the name n had when it lost it (unlinked, renamed
+ * over, superseded), in its directory as that is now: what an open or a
+ * stat that reached n after that finds under the name it looked up.
+ * -ENOENT if the directory lost its name too.
+ */
+int node_path_name(struct kvfs *kv, struct node *n, char **bucket, char **key);
 
 /* ---- attr.c --------------------------------------------------------------- */
 

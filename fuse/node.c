@@ -127,6 +127,7 @@ int node_table_init(struct kvfs *kv)
 	pthread_rwlockattr_t ra;
 
 	pthread_mutex_init(&kv->lock, NULL);
+	pthread_cond_init(&kv->cache_cond, NULL);
 	/* A steady stream of publishes must not starve a rename. */
 	pthread_rwlockattr_init(&ra);
 	pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
@@ -167,6 +168,7 @@ void node_table_release(struct kvfs *kv)
 	free(kv->by_name);
 	kv->by_ino = kv->by_name = NULL;
 	pthread_mutex_destroy(&kv->lock);
+	pthread_cond_destroy(&kv->cache_cond);
 	pthread_rwlock_destroy(&kv->names);
 }
 
@@ -268,6 +270,7 @@ struct node *node_link(struct kvfs *kv, struct node *parent, const char *name,
 		}
 		n->ino = kv->next_ino++;
 		n->type = type;
+		n->ksize = -1;
 		n->parent = parent;
 		parent->refs++;
 		ino_insert(kv, n);
@@ -349,6 +352,25 @@ void node_detach_locked(struct kvfs *kv, struct node *n)
 	n->unlinked = 1;
 }
 
+void node_supersede_locked(struct kvfs *kv, struct node *n)
+{
+	name_remove(kv, n);
+}
+
+void node_attr_reply(struct kvfs *kv, struct node *n, struct stat *st)
+{
+	if (!n || !S_ISREG(st->st_mode))
+		return;
+	pthread_mutex_lock(&kv->lock);
+	if (n->ncache > 0) {
+		st->st_size = (off_t)n->csize;
+		st->st_blocks = (blkcnt_t)((n->csize + 511) / 512);
+	}
+	/* A writer's own writes and O_TRUNC move the kernel's size. */
+	n->ksize = n->nwriters > 0 || n->wwait > 0 ? -1 : (int64_t)st->st_size;
+	pthread_mutex_unlock(&kv->lock);
+}
+
 int node_pending_under(struct kvfs *kv, struct node *dir)
 {
 	int found = 0;
@@ -400,6 +422,34 @@ void node_move(struct kvfs *kv, struct node *parent, const char *name,
 	}
 	pthread_mutex_unlock(&kv->lock);
 	free(copy);
+}
+
+int node_path_name(struct kvfs *kv, struct node *n, char **bucket, char **key)
+{
+	struct node *parent;
+	char *name, *dir = NULL;
+	int rc;
+
+	*bucket = *key = NULL;
+	pthread_mutex_lock(&kv->lock);
+	parent = n->parent;	/* n holds a reference on it */
+	name = strdup(n->name);
+	pthread_mutex_unlock(&kv->lock);
+	if (!name)
+		return -ENOMEM;
+	if (!parent || parent->type == NODE_ROOT) {
+		free(name);
+		return -ENOENT;		/* a bucket: no name to look up again */
+	}
+	rc = node_path(kv, parent, bucket, &dir);
+	if (rc == 0 && !(*key = kvfs_join(dir, name))) {
+		free(*bucket);
+		*bucket = NULL;
+		rc = -ENOMEM;
+	}
+	free(dir);
+	free(name);
+	return rc;
 }
 
 int node_path(struct kvfs *kv, struct node *n, char **bucket, char **key)

@@ -72,6 +72,7 @@ static void reply_entry(fuse_req_t req, struct kvfs *kv, struct node *parent, co
 	e.attr.st_ino = n->ino;
 	e.attr_timeout = kv->attr_timeout;
 	e.entry_timeout = kv->entry_timeout;
+	node_attr_reply(kv, n, &e.attr);
 	/* What the kernel was told, for fstat once the name is gone. */
 	pthread_mutex_lock(&kv->lock);
 	n->last = e.attr;
@@ -187,10 +188,12 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	}
 	rc = kvfs_stat_node(kv, n, &s);
-	if (rc < 0)
+	if (rc < 0) {
 		reply_name_err(req, rc);
-	else
+	} else {
+		node_attr_reply(kv, n, &s.st);
 		fuse_reply_attr(req, &s.st, kv->attr_timeout);
+	}
 	node_put(kv, n);
 }
 
@@ -386,10 +389,12 @@ out:
 	}
 	if (rc == 0)
 		rc = kvfs_stat_node(kv, n, &s);
-	if (rc < 0)
+	if (rc < 0) {
 		reply_name_err(req, rc);
-	else
+	} else {
+		node_attr_reply(kv, n, &s.st);
 		fuse_reply_attr(req, &s.st, kv->attr_timeout);
+	}
 	node_put(kv, n);
 }
 
@@ -886,36 +891,61 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	rc = kvfs_child_key(kv, p, name, &bucket, &key);
 	if (rc < 0)
 		goto out;
-	c = node_child(kv, p, name);
-	if (c) {
-		pthread_mutex_lock(&kv->lock);
-		pending = c->pending;
-		pthread_mutex_unlock(&kv->lock);
-	}
-	if (pending) {
-		rc = kvfs_stat_node(kv, c, &s);
-	} else {
-		rc = kvfs_stat_key(kv, bucket, key, &s);
-		if (rc < 0 && rc != -ENOENT)
-			goto out;
-	}
-	if (rc == 0) {
-		/* It exists after all (made elsewhere since the kernel looked). */
-		if (fi->flags & O_EXCL)
-			rc = -EEXIST;
-		else if (s.type == NODE_DIR)
-			rc = -EISDIR;
-		else if (s.type == NODE_SYMLINK)
-			rc = -EEXIST;
-		if (rc < 0)
-			goto out;
-		n = node_link(kv, p, name, NODE_FILE);
-		rc = n ? fh_open(kv, n, fi->flags, fuse_req_ctx(req)->pid, fi) : -ENOMEM;
-	} else {
-		kvfs_posix_new(fuse_req_ctx(req), KVT_KIND_FILE, mode, &posix);
-		n = node_link(kv, p, name, NODE_FILE);
-		rc = n ? fh_create(kv, n, fi->flags, fuse_req_ctx(req)->pid, &posix, fi)
-		       : -ENOMEM;
+	/*
+	 * -ESTALE from fh_open: the node the name had went to readers of the
+	 * page cache, or lost the name meanwhile. The name is resolved again
+	 * here rather than sent back: the kernel retries a path once, and an
+	 * application must not see ESTALE from open(O_CREAT).
+	 */
+	for (int tries = 0;; tries++) {
+		pending = 0;
+		c = node_child(kv, p, name);
+		if (c) {
+			pthread_mutex_lock(&kv->lock);
+			pending = c->pending;
+			pthread_mutex_unlock(&kv->lock);
+		}
+		if (pending) {
+			rc = kvfs_stat_node(kv, c, &s);
+		} else {
+			rc = kvfs_stat_key(kv, bucket, key, &s);
+			if (rc < 0 && rc != -ENOENT)
+				goto out;
+		}
+		if (rc == 0) {
+			/* It exists after all (made elsewhere since the kernel looked). */
+			if (fi->flags & O_EXCL)
+				rc = -EEXIST;
+			else if (s.type == NODE_DIR)
+				rc = -EISDIR;
+			else if (s.type == NODE_SYMLINK)
+				rc = -EEXIST;
+			if (rc < 0)
+				goto out;
+			n = node_link(kv, p, name, NODE_FILE);
+			rc = n ? fh_open(kv, n, fi->flags, fuse_req_ctx(req)->pid, fi) : -ENOMEM;
+		} else {
+			kvfs_posix_new(fuse_req_ctx(req), KVT_KIND_FILE, mode, &posix);
+			/* A node read through the page cache is not written (file.c). */
+			if (c) {
+				pthread_mutex_lock(&kv->lock);
+				if (c->ncache > 0 && c->hashed) {
+					node_supersede_locked(kv, c);
+					p->nocache_until = kvfs_now_ns() + 2000000000LL;
+				}
+				pthread_mutex_unlock(&kv->lock);
+			}
+			n = node_link(kv, p, name, NODE_FILE);
+			rc = n ? fh_create(kv, n, fi->flags, fuse_req_ctx(req)->pid, &posix, fi)
+			       : -ENOMEM;
+		}
+		if (rc != -ESTALE || tries == 8)
+			break;
+		if (n)
+			node_unlink_lookup(kv, n);
+		node_put(kv, n);
+		node_put(kv, c);
+		n = c = NULL;
 	}
 	if (rc == 0) {
 		rc = kvfs_stat_node(kv, n, &s);
@@ -932,6 +962,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	e.attr = s.st;
 	e.attr_timeout = kv->attr_timeout;
 	e.entry_timeout = kv->entry_timeout;
+	node_attr_reply(kv, n, &e.attr);
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		fh_discard(kv, (struct fh *)(uintptr_t)fi->fh);
 		node_unlink_lookup(kv, n);

@@ -485,7 +485,7 @@ if [ -x "$top_builddir/kvtier-gateway" ] && python3 -c 'import boto3' 2>/dev/nul
 	GW_PID=$!
 	i=0
 	while :; do
-		port=$(sed -n 's/.*serving S3 on .* (port \([0-9]*\)).*/\1/p' "$T/gw.log")
+		port=$(sed -n 's/.*serving S3 on .* (port \([0-9]*\)).*/\1/p' "$T/gw.log" 2>/dev/null || :)
 		[ -n "$port" ] && break
 		kill -0 "$GW_PID" 2>/dev/null || fail "the gateway died: $(cat "$T/gw.log")"
 		i=$((i + 1))

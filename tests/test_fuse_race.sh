@@ -7,12 +7,17 @@
 #     publishes nothing; one that exits with the file open publishes it;
 #     readers in other processes see ENOENT (a new file) or the old version
 #     until the writer closes. (The chaos test's truncated blocks.)
-#  2. tests/fuse/namerace.py: create, stat, read, rename and unlink of the
+#  2. tests/fuse/versions.py: a reader keeps reading the version it opened,
+#     whole, while a writer on this mount rewrites the file or a newer
+#     version, smaller or larger, is put and opened by another reader; a
+#     smaller version opened while the kernel had the older size is not
+#     zero-padded.
+#  3. tests/fuse/namerace.py: create, stat, read, rename and unlink of the
 #     same names from four processes, plus S3 PUT and DELETE of the same keys
-#     through the gateway (with boto3), for KVT_RACE_SECONDS (by hand only,
-#     see below):
-#     open(O_CREAT) never fails ENOENT, a process's own files read back and
-#     stat as written, readers never get bytes of two versions.
+#     through the gateway (with boto3), for KVT_RACE_SECONDS (15 s):
+#     open(O_CREAT) never fails ENOENT or ESTALE, a process's own files read
+#     back and stat as written, every read gives one version whole (never
+#     cut, zero-padded or mixed).
 #
 # Then fsck is clean. Skips (77) where this machine cannot mount.
 set -eu
@@ -46,14 +51,17 @@ python3 "$top_srcdir/tests/fuse/flush.py" "$M/race" "$K" || fail "flush.py (abov
 grep -q "'race/killed-new' is not published: its writer (task [0-9]*) was killed" "$T/fuse.log" ||
 	fail "no log line for the killed writer: $(cat "$T/fuse.log")"
 
-# By hand only (KVT_RACE_SECONDS=15 make check TESTS=tests/test_fuse_race.sh):
-# in CI on 2026-11-30 it found two open bugs, one in a run each, so in the
-# suite it would fail at random: open(O_CREAT) failing ESTALE when the
-# kernel's one retry of a stale name meets another rename, and a read of a
-# new version zero-padded to an older size (counted with the cut reads).
-secs=${KVT_RACE_SECONDS:-0}
+step "each open file reads its own version whole: a writer, a smaller and a larger put meanwhile"
+python3 "$top_srcdir/tests/fuse/versions.py" "$M/race/versions" "$K" race versions ||
+	fail "versions.py (above)"
+
+# 15 s in the suite; longer by hand (KVT_RACE_SECONDS=120 make check
+# TESTS=tests/test_fuse_race.sh). It found, in CI on 2026-11-30, a read of
+# a new version zero-padded to an older size, an old version cut at a
+# writer's size, and open(O_CREAT) failing ESTALE: each fails it now.
+secs=${KVT_RACE_SECONDS:-15}
 if [ "$secs" = 0 ]; then
-	step "name races from several processes: skipped (set KVT_RACE_SECONDS; open bugs above)"
+	step "name races from several processes: skipped (KVT_RACE_SECONDS=0)"
 elif [ -x "$top_builddir/kvtier-gateway" ] && python3 -c 'import boto3' 2>/dev/null; then
 	step "create/stat/read/rename/unlink of shared names from 4 processes and S3, ${secs} s"
 	fuse_gateway "$KVTIER_CONF"

@@ -85,7 +85,8 @@ fuse_gateway()
 	GW_PID=$!
 	fg_i=0
 	while :; do
-		fg_port=$(sed -n 's/.*serving S3 on .* (port \([0-9]*\)).*/\1/p' "$T/gw.log")
+		# The background shell may not have made gw.log yet (seen under load).
+		fg_port=$(sed -n 's/.*serving S3 on .* (port \([0-9]*\)).*/\1/p' "$T/gw.log" 2>/dev/null || :)
 		[ -n "$fg_port" ] && break
 		kill -0 "$GW_PID" 2>/dev/null || fail "the gateway died: $(cat "$T/gw.log")"
 		fg_i=$((fg_i + 1))

@@ -15,13 +15,15 @@ DELETEs the shared keys through S3. What must hold, whatever the others do:
     unlink, or a publish had landed under the name a file had just left);
   - a private name reads back, stats and lists as just written;
   - S3 PUT and DELETE of those keys succeed (the bucket exists);
-  - every read of a shared name gives the bytes of one payload, as one
-    writer wrote it, never a mix of two nor anything else; and a whole one
-    unless a writer was rewriting that file meanwhile. The kernel keeps one
-    size per inode and a writer's O_TRUNC and writes move it, so a reader
-    that opened the file before the writer (through the page cache) reads
-    the old version cut at the writer's size: the known limit of
-    fuse/file.c ("The page cache"), counted and shown, not failed.
+  - every read of a shared name gives the bytes of one payload, whole, as
+    one writer wrote it: never a mix of two, never one cut short or padded
+    with zeros (the kernel keeps one size per inode; a reader that opened
+    the file before a writer on this mount, or before another version was
+    published, once read the old version cut at the writer's size, or a
+    new, smaller version zero-padded to an older size: fuse/file.c, "One
+    version per inode");
+  - no call fails with ESTALE or any error other than ENOENT where ENOENT
+    is allowed.
 
 Exits 0 when all held, 1 listing what did not.
 """
@@ -47,34 +49,31 @@ def payload(who, seq, rnd):
 
 
 def check(data):
-    """'whole' if data is one payload as written, 'cut' if it is the start of
-    one, None if it is anything else."""
-    if data == b"":
-        return "cut"
+    """None if data is one payload, whole, as written; else what it is."""
     head, nl, body = data.partition(b"\n")
     f = head.split(b" ")
+    if not data:
+        return "empty"
     if not nl:
-        return "cut" if b"P".startswith(data[:1]) and len(data) < 40 else None
+        return "cut in its header" if data.startswith(b"P ") else "not one payload"
+    if len(f) != 4 or f[0] != b"P":
+        return "not one payload"
     try:
-        n = int(f[3])
-        if len(f) != 4 or f[0] != b"P":
-            return None
-        if len(body) > n and body[:n] == bytes([int(f[2]) % 251]) * n and \
-                body[n:] == bytes(len(body) - n):
-            # A whole payload padded with zeros to a larger, older size:
-            # the kernel's size of the inode, as for "cut" below (known
-            # bug, man/kvtier-fuse.8; seen in CI on 2026-11-30).
-            return "padded"
-        if len(body) > n or body != bytes([int(f[2]) % 251]) * len(body):
-            return None
-        return "whole" if len(body) == n else "cut"
-    except (ValueError, IndexError):
-        return None
+        n, fill = int(f[3]), bytes([int(f[2]) % 251])
+    except ValueError:
+        return "not one payload"
+    if len(body) < n:
+        return "cut" if body == fill * len(body) else "not one payload"
+    if body[:n] != fill * n:
+        return "not one payload"
+    if len(body) > n:
+        return "padded" if body[n:] == bytes(len(body) - n) else "longer than its payload"
+    return None
 
 
 def worker(w):
     rnd = random.Random(w * 7919 + int(time.time()))
-    bad, ops, seq, cut = [], 0, 0, 0
+    bad, ops, seq, whole = [], 0, 0, 0
     end = time.time() + seconds
     me = b"w%d" % w
     while time.time() < end and len(bad) < 10:
@@ -106,11 +105,10 @@ def worker(w):
                 except FileNotFoundError:
                     continue
                 c = check(data)
-                if c is None:
-                    bad.append("%s: not the bytes of one payload (%d bytes: %r)"
-                               % (p, len(data), data[:40]))
-                elif c in ("cut", "padded"):
-                    cut += 1
+                if c is not None:
+                    bad.append("%s: %s (%d bytes: %r)" % (p, c, len(data), data[:40]))
+                else:
+                    whole += 1
             elif r < 0.55:
                 what = "stat " + p
                 try:
@@ -150,7 +148,7 @@ def worker(w):
                     bad.append("%s: not listed" % own)
         except OSError as e:
             bad.append("%s: %r" % (what, e))
-    return ops, bad, cut
+    return ops, bad, whole
 
 
 def s3worker():
@@ -192,7 +190,7 @@ for w in range(nproc + (1 if endpoint else 0)):
         os._exit(0)
     os.close(wfd)
     children.append((pid, r))
-total, fails, cuts = 0, [], 0
+total, fails, wholes = 0, [], 0
 for pid, r in children:
     out = b""
     while True:
@@ -201,12 +199,12 @@ for pid, r in children:
             break
         out += chunk
     os.waitpid(pid, 0)
-    ops, bad, cut = eval(out.decode()) if out else (0, ["a process said nothing"], 0)
+    ops, bad, whole = eval(out.decode()) if out else (0, ["a process said nothing"], 0)
     total += ops
     fails += bad
-    cuts += cut
-print("namerace: %d processes%s, %d operations in %g s, %d failures, %d reads cut or "
-      "zero-padded by another writer's size" % (nproc, " and S3" if endpoint else "", total, seconds, len(fails), cuts))
+    wholes += whole
+print("namerace: %d processes%s, %d operations in %g s, %d whole reads of shared names, "
+      "%d failures" % (nproc, " and S3" if endpoint else "", total, seconds, wholes, len(fails)))
 for f in fails[:40]:
     print("  " + f)
 sys.exit(1 if fails else 0)

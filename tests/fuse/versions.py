@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""versions.py - each open file reads the version it opened, whole, on a
+kvtier-fuse mount, whatever happens to the name meanwhile.
+
+    versions.py DIR KVTIER BUCKET KEYPREFIX
+
+DIR is the mount's directory of BUCKET/KEYPREFIX; KVTIER the CLI, used as
+"another process" that replaces objects (kvtier put). The kernel keeps one
+size per inode, so each case is one the daemon once got wrong
+(fuse/file.c, "One version per inode"):
+
+  1. a reader opened through the page cache before a writer opened the
+     file with O_TRUNC on this mount read the old version cut at the
+     writer's size;
+  2. a reader of the old version, when a newer, smaller one was opened by
+     another reader, read the old version cut at the new size;
+  3. a reader of the old version, when a newer, larger one was opened by
+     another reader, read past its end: zeros up to the new size;
+  4. a reader that opened a new, smaller version while the kernel still
+     had the older size read it padded with zeros.
+
+Each reader first waits out the attribute timeout and stats the file, so
+that it opens through the page cache (the daemon knows the size the kernel
+has). Exits 0 when every read was whole, 1 listing what was not.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+d, kvtier, bucket, prefix = sys.argv[1:5]
+os.makedirs(d, exist_ok=True)
+bad = []
+ATTR_TIMEOUT = 1.0     # [fuse] attr_timeout's default, which the test uses
+
+
+def data(tag, n):
+    return (b"%s %d\n" % (tag, n) + bytes(range(256)) * (n // 256 + 1))[:n]
+
+
+def settle(p):
+    """Waits out the kernel's attributes, then has it ask for them."""
+    time.sleep(ATTR_TIMEOUT + 0.2)
+    os.stat(p)
+
+
+def write(p, b):
+    with open(p, "wb") as f:
+        f.write(b)
+
+
+def put(name, b):
+    src = os.path.join(os.environ.get("TMPDIR", "/tmp"), "versions.%d" % os.getpid())
+    with open(src, "wb") as f:
+        f.write(b)
+    subprocess.run([kvtier, "put", bucket, prefix + "/" + name, src], check=True,
+                   stdout=subprocess.DEVNULL)
+    os.unlink(src)
+
+
+def read_rest(fd, first):
+    out = first
+    while True:
+        b = os.read(fd, 65536)
+        if not b:
+            return out
+        out += b
+
+
+def expect(what, got, want):
+    if got != want:
+        zeros = len(got) > len(want) and got[len(want):] == bytes(len(got) - len(want))
+        bad.append("%s: read %d bytes, want %d (%s)" % (
+            what, len(got), len(want),
+            "padded with zeros" if zeros and got.startswith(want) else
+            "cut" if want.startswith(got) else "other bytes"))
+
+
+# 1. reader before a writer on this mount
+p = os.path.join(d, "rewritten")
+v1, v2 = data(b"v1", 300000), data(b"v2", 1000)
+write(p, v1)
+settle(p)
+r = os.open(p, os.O_RDONLY)
+first = os.read(r, 4096)
+w = os.open(p, os.O_WRONLY | os.O_TRUNC)
+os.write(w, v2[:500])
+expect("1. reader of the old version while a writer writes", read_rest(r, first), v1)
+os.lseek(r, 0, os.SEEK_SET)
+os.write(w, v2[500:])
+os.close(w)
+expect("1. reader of the old version after the writer's close", read_rest(r, b""), v1)
+os.close(r)
+with open(p, "rb") as f:
+    expect("1. a new open after the writer's close", f.read(), v2)
+
+# 2. and 3. reader of an old version while another opens a newer one
+for case, new_size in (("2", 1000), ("3", 600000)):
+    p = os.path.join(d, "replaced" + case)
+    old, new = data(b"old", 300000), data(b"new", new_size)
+    write(p, old)
+    settle(p)
+    r = os.open(p, os.O_RDONLY)
+    first = os.read(r, 4096)
+    put("replaced" + case, new)
+    settle(p)
+    with open(p, "rb") as f:
+        expect("%s. reader of the new version" % case, f.read(), new)
+    expect("%s. reader of the old version" % case, read_rest(r, first), old)
+    os.close(r)
+
+# 4. a new, smaller version opened while the kernel has the older size
+p = os.path.join(d, "shrunk")
+old, new = data(b"old", 8192), data(b"new", 11)
+write(p, old)
+settle(p)
+with open(p, "rb") as f:
+    expect("4. the old version", f.read(), old)
+put("shrunk", new)
+fd = os.open(p, os.O_RDONLY)      # within the attribute timeout, no stat
+expect("4. the new version, opened without a stat", read_rest(fd, b""), new)
+os.close(fd)
+
+print("versions: %d reads were not their version whole" % len(bad))
+for b in bad:
+    print("  " + b)
+sys.exit(1 if bad else 0)
