@@ -586,9 +586,17 @@ int main(int argc, char **argv)
 		 * contexts beyond the engine's pool) that glibc keeps forever
 		 * otherwise: RSS rose to the most concurrent PUTs ever seen and
 		 * stayed there (docs/benchmarks.md, "Gateway"). A trim of idle
-		 * arenas costs microseconds.
+		 * arenas costs microseconds. It runs only when more than
+		 * GW_TRIM_SLACK is free: trimming each second whatever was free made
+		 * the next second's GET buffers fault their pages in again (page
+		 * faults are VM exits on this kind of machine).
 		 */
-		malloc_trim(0);
+		{
+			struct mallinfo2 mi = mallinfo2();
+
+			if (mi.fordblks > GW_TRIM_SLACK)
+				malloc_trim(0);
+		}
 		sig = sigtimedwait(&sigs, NULL, &tick);
 		if (sig < 0)
 			continue;

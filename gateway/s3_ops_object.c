@@ -43,6 +43,17 @@
  * some extents are read twice.
  */
 #define S3_READ_BLOCK ((1u << 20) - 64)
+/*
+ * Bodies up to this size are read whole, in one kvt_reader_pread() (its
+ * extents in flight at once), into a buffer of their own that libmicrohttpd
+ * sends and frees. Larger ones stream through a callback response, for which
+ * libmicrohttpd 0.9.75 callocs its block: zeroing 1 MiB for a 2 MiB GET
+ * (and faulting the pages in again after a malloc_trim) cost as much as
+ * reading half the object. 64 GETs of 4 MiB in flight hold 256 MiB at
+ * most, as do 64 callback responses of 32 MiB objects (1 MiB each) plus
+ * their lanes.
+ */
+#define S3_WHOLE_MAX (4u << 20)
 
 static const char *const s3_stored_headers[] = {
 	"cache-control", "content-disposition", "content-encoding", "content-language", "expires",
@@ -670,9 +681,9 @@ static void s3_checksum_header(struct gw_req *rq, struct MHD_Response *resp,
 }
 
 /*
- * A body of at most one read block is read before the response starts, into
- * a buffer of its own size: a callback response would allocate a whole
- * S3_READ_BLOCK per request, and allocating and freeing 1 MiB per request is
+ * A body of at most S3_WHOLE_MAX is read before the response starts, into
+ * a buffer of its own size: a callback response would allocate (and zero) a
+ * whole S3_READ_BLOCK per request, and allocating and freeing 1 MiB per request is
  * an mmap and an munmap, whose TLB shootdown is the largest cost of a small
  * GET on a virtual machine. Reading first also turns a failed read into an
  * error status rather than a short body. NULL when the request was answered
@@ -880,7 +891,7 @@ void s3_op_get_object(struct gw_req *rq)
 							 4096, s3_head_read, NULL, NULL);
 	} else if (o->size == 0) {
 		resp = http_response_empty();
-	} else if (last - first + 1 <= S3_READ_BLOCK) {
+	} else if (last - first + 1 <= S3_WHOLE_MAX) {
 		/* Extents past cached_read_max are O_DIRECT device reads: on the read lane. */
 		if (o->size > srv->cached_read_max && !rq->in_worker) {
 			rq->reader = r;
