@@ -622,7 +622,10 @@ static ssize_t s3_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	if (max > s->len - pos)
 		max = (size_t)(s->len - pos);
-	if (s->pending && __atomic_load_n(&s->job.done, __ATOMIC_ACQUIRE)) {
+	if (s->pending) {
+		/* Suspended until the lane is done, so never seen; the lane owns buf. */
+		if (!__atomic_load_n(&s->job.done, __ATOMIC_ACQUIRE))
+			return 0;
 		s->pending = false;
 		if (s->pos == pos && s->buf == buf && s->max == max) {
 			n = s->got;
