@@ -55,6 +55,7 @@
 #define GW_READ_WORKERS_PER_THREAD 1
 #define GW_WRITE_WORKERS_PER_THREAD 2
 #define GW_STREAMS_MAX 16
+#define GW_WRITE_NICE 5			/* the write lane's nice value (gw_work.c) */
 #define GW_TRIM_SLACK (32u << 20)	/* free heap kept between malloc_trim()s */
 #define GW_MAX_XML_BODY (2u << 20)	/* DeleteObjects of 1000 long keys fits */
 #define GW_MAX_LOOKUP_BODY (8u << 20)
