@@ -31,10 +31,11 @@
  *                  streamed upload pieces, commits, deletes, copies,
  *                  multipart, recalls of cold objects.
  *
- * The write lane runs at a lower priority (GW_WRITE_NICE): on a machine
- * with fewer cores than runnable threads, bulk writes (a copy, a CRC and an
- * MD5 of every byte) would otherwise take the CPU from the polling threads
- * in equal shares, and a lookup waits for the scheduler instead of a lock.
+ * The write lane can run at a lower priority (GW_WRITE_NICE, off by
+ * default; gw.h says why): on a machine with fewer cores than runnable
+ * threads, bulk writes (a copy, a CRC and an MD5 of every byte) take the
+ * CPU from the polling threads in equal shares, and a lookup then waits for
+ * the scheduler rather than for a lock.
  *
  * Streaming uploads are also bounded here: a writer holds an engine I/O
  * context (4 registered 1 MiB buffers) from its first write to its commit,
