@@ -5,8 +5,10 @@
  * the command line (which overrides the file, DESIGN.md), and the
  * credentials file; opens the store; and starts libmicrohttpd with its
  * internal thread pool, one epoll loop per thread, each thread serving its
- * own connections from the first byte to the last (so a request's engine
- * handles stay on one thread, as kvtier.h asks). Then it waits for SIGTERM
+ * own connections from the first byte to the last. Engine calls that may
+ * block run on worker lanes (gw_work.c) while their connection is
+ * suspended; a request's engine handles are used by one thread at a time,
+ * as kvtier.h asks. Then it waits for SIGTERM
  * or SIGINT: libmicrohttpd is stopped (connections still uploading are
  * ended and their writers aborted, see gw_http.c), then the store closed,
  * which flushes batched access times.
@@ -484,7 +486,20 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+	/*
+	 * Blocking engine calls run on the worker lanes while their connection
+	 * is suspended (gw_work.c); the polling threads only parse, dispatch and
+	 * answer what cannot block.
+	 */
+	srv.cached_read_max = srv.cfg.store.cached_read_max;
+	rc = gw_work_new(o->threads * GW_READ_WORKERS_PER_THREAD,
+			 o->threads * GW_WRITE_WORKERS_PER_THREAD, GW_STREAMS_MAX, &srv.work);
+	if (rc < 0) {
+		log_err(rc, "cannot start the gateway's workers");
+		goto out;
+	}
+	flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
+		MHD_ALLOW_SUSPEND_RESUME;
 	if (o->metrics_listen) {
 		srv.metrics_mhd = MHD_start_daemon(
 			flags | (maddr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0), 0, NULL, NULL,
@@ -571,9 +586,17 @@ int main(int argc, char **argv)
 		 * contexts beyond the engine's pool) that glibc keeps forever
 		 * otherwise: RSS rose to the most concurrent PUTs ever seen and
 		 * stayed there (docs/benchmarks.md, "Gateway"). A trim of idle
-		 * arenas costs microseconds.
+		 * arenas costs microseconds. It runs only when more than
+		 * GW_TRIM_SLACK is free: trimming each second whatever was free made
+		 * the next second's GET buffers fault their pages in again (page
+		 * faults are VM exits on this kind of machine).
 		 */
-		malloc_trim(0);
+		{
+			struct mallinfo2 mi = mallinfo2();
+
+			if (mi.fordblks > GW_TRIM_SLACK)
+				malloc_trim(0);
+		}
 		sig = sigtimedwait(&sigs, NULL, &tick);
 		if (sig < 0)
 			continue;
@@ -586,8 +609,11 @@ int main(int argc, char **argv)
 	}
 	status = 0;
 out:
+	/* libmicrohttpd must not stop with a connection suspended: drain the lanes first. */
+	gw_work_stop(srv.work);
 	if (srv.mhd)
 		MHD_stop_daemon(srv.mhd);
+	gw_work_free(srv.work);
 	if (srv.metrics_mhd)
 		MHD_stop_daemon(srv.metrics_mhd);
 	free(tls_cert);

@@ -25,6 +25,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,9 +61,9 @@ const struct gw_op_def s3_op_defs[S3_OP_COUNT] = {
 	[S3_OP_HEALTH] = { .finish = http_op_health },
 	[S3_OP_METRICS] = { .finish = http_op_metrics },
 	[S3_OP_LIST_BUCKETS] = { .finish = s3_op_list_buckets },
-	[S3_OP_CREATE_BUCKET] = { .finish = s3_op_create_bucket, .body_max = 64 * 1024 },
+	[S3_OP_CREATE_BUCKET] = { .finish = s3_op_create_bucket, .body_max = 64 * 1024, .lane = GW_LANE_WRITE },
 	[S3_OP_HEAD_BUCKET] = { .finish = s3_op_head_bucket },
-	[S3_OP_DELETE_BUCKET] = { .finish = s3_op_delete_bucket },
+	[S3_OP_DELETE_BUCKET] = { .finish = s3_op_delete_bucket, .lane = GW_LANE_WRITE },
 	[S3_OP_GET_BUCKET_LOCATION] = { .finish = s3_op_get_bucket_location },
 	[S3_OP_GET_BUCKET_VERSIONING] = { .finish = s3_op_get_bucket_versioning },
 	[S3_OP_GET_BUCKET_ACL] = { .finish = s3_op_get_acl },
@@ -70,22 +71,22 @@ const struct gw_op_def s3_op_defs[S3_OP_COUNT] = {
 	[S3_OP_LIST_OBJECTS_V2] = { .finish = s3_op_list_objects },
 	[S3_OP_LIST_OBJECT_VERSIONS] = { .finish = s3_op_list_objects },
 	[S3_OP_LIST_MULTIPART_UPLOADS] = { .finish = s3_op_list_multipart_uploads },
-	[S3_OP_DELETE_OBJECTS] = { .finish = s3_op_delete_objects, .body_max = GW_MAX_XML_BODY },
-	[S3_OP_PUT_OBJECT] = { .start = s3_op_put_object_start, .finish = s3_op_put_object },
-	[S3_OP_COPY_OBJECT] = { .finish = s3_op_copy_object },
+	[S3_OP_DELETE_OBJECTS] = { .finish = s3_op_delete_objects, .body_max = GW_MAX_XML_BODY, .lane = GW_LANE_WRITE },
+	[S3_OP_PUT_OBJECT] = { .start = s3_op_put_object_start, .finish = s3_op_put_object, .lane = GW_LANE_WRITE },
+	[S3_OP_COPY_OBJECT] = { .finish = s3_op_copy_object, .lane = GW_LANE_WRITE },
 	[S3_OP_GET_OBJECT] = { .finish = s3_op_get_object },
 	[S3_OP_HEAD_OBJECT] = { .finish = s3_op_get_object },
-	[S3_OP_DELETE_OBJECT] = { .finish = s3_op_delete_object },
+	[S3_OP_DELETE_OBJECT] = { .finish = s3_op_delete_object, .lane = GW_LANE_WRITE },
 	[S3_OP_GET_OBJECT_ACL] = { .finish = s3_op_get_acl },
-	[S3_OP_CREATE_MULTIPART] = { .finish = s3_op_create_multipart },
-	[S3_OP_UPLOAD_PART] = { .start = s3_op_upload_part_start, .finish = s3_op_upload_part },
-	[S3_OP_UPLOAD_PART_COPY] = { .finish = s3_op_upload_part_copy },
+	[S3_OP_CREATE_MULTIPART] = { .finish = s3_op_create_multipart, .lane = GW_LANE_WRITE },
+	[S3_OP_UPLOAD_PART] = { .start = s3_op_upload_part_start, .finish = s3_op_upload_part, .lane = GW_LANE_WRITE },
+	[S3_OP_UPLOAD_PART_COPY] = { .finish = s3_op_upload_part_copy, .lane = GW_LANE_WRITE },
 	[S3_OP_COMPLETE_MULTIPART] = { .finish = s3_op_complete_multipart,
-				       .body_max = GW_MAX_XML_BODY },
-	[S3_OP_ABORT_MULTIPART] = { .finish = s3_op_abort_multipart },
+				       .body_max = GW_MAX_XML_BODY, .lane = GW_LANE_WRITE },
+	[S3_OP_ABORT_MULTIPART] = { .finish = s3_op_abort_multipart, .lane = GW_LANE_WRITE },
 	[S3_OP_LIST_PARTS] = { .finish = s3_op_list_parts },
 	[S3_OP_KV_LOOKUP] = { .finish = s3_op_kv_lookup, .body_max = GW_MAX_LOOKUP_BODY },
-	[S3_OP_KV_PRESTAGE] = { .finish = s3_op_kv_prestage, .body_max = GW_MAX_LOOKUP_BODY },
+	[S3_OP_KV_PRESTAGE] = { .finish = s3_op_kv_prestage, .body_max = GW_MAX_LOOKUP_BODY, .lane = GW_LANE_WRITE },
 };
 
 /* ---- responses ---------------------------------------------------------- */
@@ -116,6 +117,14 @@ void http_send(struct gw_req *rq, unsigned status, struct MHD_Response *resp)
 	MHD_add_response_header(resp, "x-amz-request-id", rq->id);
 	MHD_add_response_header(resp, "x-amz-id-2", rq->id);
 	MHD_add_response_header(resp, "Server", "kvtier");
+	if (rq->in_worker) {
+		/* On a lane: the polling thread queues it when the connection resumes. */
+		rq->kept = resp;
+		rq->kept_status = status;
+		rq->queued = true;
+		rq->status = status;
+		return;
+	}
 	if (MHD_queue_response(rq->conn, status, resp) == MHD_YES) {
 		rq->queued = true;
 		rq->status = status;
@@ -296,7 +305,11 @@ void *http_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 
 static void http_req_free(struct gw_req *rq)
 {
+	if (rq->kept)
+		MHD_destroy_response(rq->kept);
+	kvt_reader_close(rq->reader);
 	kvt_writer_abort(rq->writer);
+	gw_work_slot_put(rq->srv->work, &rq->has_slot);
 	s3_route_release(&rq->route);
 	free(rq->hdrs);
 	free(rq->raw_uri);
@@ -529,9 +542,15 @@ void http_body_to_writer(struct gw_req *rq, struct kvt_writer *w)
 
 	rq->writer = w;
 	rq->body_mode = GW_BODY_WRITER;
-	/* A body known to fit is staged in one allocation of its own size. */
+	/*
+	 * A body known to fit is staged in one allocation of its own size; a
+	 * larger one goes through a stage of one extent and a piece, written to
+	 * the engine on the write lane each time it fills (http_flush).
+	 */
 	if (size > 0 && size <= GW_STAGE_MAX)
 		gw_buf_reserve(&rq->body, (size_t)size);
+	else if (size > GW_STAGE_MAX)
+		gw_buf_reserve(&rq->body, GW_STAGE_MAX + GW_CONN_MEMORY);
 }
 
 static void http_body_fail(struct gw_req *rq, enum s3_code code, const char *msg)
@@ -543,6 +562,7 @@ static void http_body_fail(struct gw_req *rq, enum s3_code code, const char *msg
 	/* Give the hot tier its space back now, not when the drain ends. */
 	kvt_writer_abort(rq->writer);
 	rq->writer = NULL;
+	gw_work_slot_put(rq->srv->work, &rq->has_slot);
 }
 
 static enum s3_code http_write(struct gw_req *rq, const char *data, size_t len)
@@ -560,13 +580,12 @@ static enum s3_code http_write(struct gw_req *rq, const char *data, size_t len)
 	return S3_OK;
 }
 
-/* The staged bytes into the writer; from now on the body streams. */
+/* The staged bytes into the writer; the stage stays allocated for more. */
 static enum s3_code http_unstage(struct gw_req *rq)
 {
 	enum s3_code code = rq->body.len ? http_write(rq, rq->body.data, rq->body.len) : S3_OK;
 
-	gw_buf_release(&rq->body);
-	gw_buf_init(&rq->body);
+	gw_buf_reset(&rq->body);
 	rq->streaming = true;
 	return code;
 }
@@ -595,18 +614,10 @@ static enum s3_code http_payload(void *arg, const char *data, size_t len)
 	case GW_BODY_WRITER:
 		if (rq->payload_len > rq->srv->opt.max_object)
 			return S3_ENTITY_TOO_LARGE;
-		if (!rq->streaming && rq->payload_len <= GW_STAGE_MAX) {
-			if (gw_buf_append(&rq->body, data, len) < 0)
-				return S3_SERVICE_UNAVAILABLE;
-			break;
-		}
-		if (!rq->streaming) {
-			enum s3_code code = http_unstage(rq);
-
-			if (code != S3_OK)
-				return code;
-		}
-		return http_write(rq, data, len);
+		/* Staged; past GW_STAGE_MAX the access handler flushes it (http_flush). */
+		if (gw_buf_append(&rq->body, data, len) < 0)
+			return S3_SERVICE_UNAVAILABLE;
+		break;
 	}
 	return S3_OK;
 }
@@ -678,10 +689,15 @@ static void http_end(struct gw_req *rq)
 			http_body_fail(rq, S3_BAD_DIGEST, msg);
 		}
 	}
-	/* Every digest held: a staged body goes to the writer only now. */
-	if (rq->body_err == S3_OK && rq->body_mode == GW_BODY_WRITER && !rq->streaming) {
+	/*
+	 * Every digest held: what is staged goes to the writer only now (all of
+	 * a small body, the tail of a streamed one).
+	 */
+	if (rq->body_err == S3_OK && rq->body_mode == GW_BODY_WRITER) {
 		enum s3_code code = http_unstage(rq);
 
+		gw_buf_release(&rq->body);
+		gw_buf_init(&rq->body);
 		if (code != S3_OK)
 			http_body_fail(rq, code, NULL);
 	}
@@ -692,6 +708,121 @@ static void http_end(struct gw_req *rq)
 	rq->def->finish(rq);
 }
 
+/* ---- work on the lanes (gw_work.c) -------------------------------------- */
+
+static void http_job_run(struct gw_job *j)
+{
+	struct gw_req *rq = (struct gw_req *)(void *)((char *)j - offsetof(struct gw_req, job));
+
+	switch (rq->job_kind) {
+	case GW_JOB_FLUSH:
+		rq->job_code = http_unstage(rq);
+		break;
+	case GW_JOB_END:
+		rq->in_worker = true;
+		http_end(rq);
+		/* The writer is committed or gone: its slot goes to the next upload now. */
+		gw_work_slot_put(rq->srv->work, &rq->has_slot);
+		break;
+	case GW_JOB_FINISH:
+		rq->in_worker = true;
+		rq->def->finish(rq);
+		break;
+	case GW_JOB_NONE:
+		break;
+	}
+}
+
+/* Suspends the connection and hands the job to a lane; false: run it here. */
+static bool http_submit(struct gw_req *rq, int kind, enum gw_lane lane)
+{
+	bool ok;
+
+	rq->job_kind = kind;
+	rq->job.run = http_job_run;
+	rq->job.conn = rq->conn;
+	if (kind == GW_JOB_FLUSH && !rq->has_slot)
+		ok = gw_work_submit_streaming(rq->srv->work, &rq->job, &rq->has_slot);
+	else
+		ok = gw_work_submit(rq->srv->work, lane, &rq->job);
+	if (!ok)
+		rq->job_kind = GW_JOB_NONE;
+	return ok;
+}
+
+/* Back on the polling thread after a lane ran the job. */
+static void http_job_done(struct gw_req *rq)
+{
+	int kind = rq->job_kind;
+
+	if (!__atomic_load_n(&rq->job.done, __ATOMIC_ACQUIRE)) {
+		/* Not possible while suspended; never read what a lane may still write. */
+		log_err(-EBUSY, "request %s: called again before its job ended", rq->id);
+		return;
+	}
+	rq->job_kind = GW_JOB_NONE;
+	rq->in_worker = false;
+	if (kind == GW_JOB_FLUSH && rq->job_code != S3_OK)
+		http_body_fail(rq, rq->job_code, NULL);
+}
+
+/*
+ * A full stage goes to the writer on the write lane, while the connection
+ * waits (its client is held back by TCP); without lanes, here.
+ */
+static void http_flush(struct gw_req *rq)
+{
+	enum s3_code code;
+
+	if (http_submit(rq, GW_JOB_FLUSH, GW_LANE_WRITE))
+		return;
+	code = http_unstage(rq);
+	if (code != S3_OK)
+		http_body_fail(rq, code, NULL);
+}
+
+bool http_defer(struct gw_req *rq, enum gw_lane lane)
+{
+	if (rq->in_worker || lane == GW_LANE_INLINE || gw_work_stopping(rq->srv->work))
+		return false;
+	rq->defer_lane = lane;
+	return true;
+}
+
+/* The end of the request: on its lane, or here. */
+static void http_finish(struct gw_req *rq)
+{
+	enum gw_lane lane;
+
+	if (rq->body_err == S3_OK && rq->def && rq->def->lane != GW_LANE_INLINE &&
+	    http_submit(rq, GW_JOB_END, rq->def->lane))
+		return;
+	http_end(rq);
+	if (rq->queued || rq->defer_lane == GW_LANE_INLINE)
+		return;
+	/* finish asked for a lane (a cold GET, a large read) */
+	lane = rq->defer_lane;
+	rq->defer_lane = GW_LANE_INLINE;
+	if (http_submit(rq, GW_JOB_FINISH, lane))
+		return;
+	rq->in_worker = true;	/* the lanes are stopping: run it here, as a lane would */
+	rq->def->finish(rq);
+	rq->in_worker = false;
+}
+
+/* Queues the response a lane made. */
+static void http_queue_kept(struct gw_req *rq)
+{
+	struct MHD_Response *resp = rq->kept;
+
+	rq->kept = NULL;
+	if (MHD_queue_response(rq->conn, rq->kept_status, resp) != MHD_YES) {
+		log_err(0, "request %s: cannot queue a %u response", rq->id, rq->kept_status);
+		rq->queued = false;
+	}
+	MHD_destroy_response(resp);
+}
+
 enum MHD_Result http_access_cb(void *cls, struct MHD_Connection *conn, const char *url,
 			       const char *method, const char *version, const char *upload_data,
 			       size_t *upload_data_size, void **con_cls)
@@ -700,6 +831,8 @@ enum MHD_Result http_access_cb(void *cls, struct MHD_Connection *conn, const cha
 
 	if (!rq)
 		return MHD_NO;	/* no memory for it in http_uri_cb */
+	if (rq->job_kind != GW_JOB_NONE)
+		http_job_done(rq);
 	if (!rq->began) {
 		rq->began = true;
 		rq->conn = conn;
@@ -710,12 +843,19 @@ enum MHD_Result http_access_cb(void *cls, struct MHD_Connection *conn, const cha
 	if (*upload_data_size > 0) {
 		http_body(rq, upload_data, *upload_data_size);
 		*upload_data_size = 0;
+		if (rq->body_mode == GW_BODY_WRITER && rq->body_err == S3_OK && !rq->queued &&
+		    rq->body.len > GW_STAGE_MAX)
+			http_flush(rq);
 		return MHD_YES;
 	}
 	if (!rq->queued && !rq->ended) {
 		rq->ended = true;
-		http_end(rq);
+		http_finish(rq);
+		if (rq->job_kind != GW_JOB_NONE)
+			return MHD_YES;	/* suspended: called again once the lane is done */
 	}
+	if (rq->kept)
+		http_queue_kept(rq);
 	if (!rq->queued)
 		return MHD_NO;	/* could not build a response: drop the connection */
 	return MHD_YES;

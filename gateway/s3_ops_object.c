@@ -5,7 +5,9 @@
  *
  * GET streams through libmicrohttpd's callback responses over
  * kvt_reader_pread(); a body of at most one read block is read whole before
- * the response starts (s3_whole_response). There is no sendfile(2) path, on
+ * the response starts (s3_whole_response). Only bodies read through the page
+ * cache are read on the polling thread; O_DIRECT pieces are read on the read
+ * lane and cold objects recalled on the write lane (gw_work.c). There is no sendfile(2) path, on
  * purpose: the engine verifies every extent's checksum on every read (a
  * wrong KV byte silently corrupts a model's output) and an extent carries a
  * header inside the segment file, so the bytes a client must get are never
@@ -22,6 +24,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +43,17 @@
  * some extents are read twice.
  */
 #define S3_READ_BLOCK ((1u << 20) - 64)
+/*
+ * Bodies up to this size are read whole, in one kvt_reader_pread() (its
+ * extents in flight at once), into a buffer of their own that libmicrohttpd
+ * sends and frees. Larger ones stream through a callback response, for which
+ * libmicrohttpd 0.9.75 callocs its block: zeroing 1 MiB for a 2 MiB GET
+ * (and faulting the pages in again after a malloc_trim) cost as much as
+ * reading half the object. 64 GETs of 4 MiB in flight hold 256 MiB at
+ * most, as do 64 callback responses of 32 MiB objects (1 MiB each) plus
+ * their lanes.
+ */
+#define S3_WHOLE_MAX (4u << 20)
 
 static const char *const s3_stored_headers[] = {
 	"cache-control", "content-disposition", "content-encoding", "content-language", "expires",
@@ -577,7 +591,27 @@ struct s3_stream {
 	uint64_t start;		/* object offset of the response's first byte */
 	uint64_t len;
 	char id[17];
+	struct gw_server *srv;
+	/*
+	 * A piece read on the read lane, straight into libmicrohttpd's buffer
+	 * (the response's own block, the same at every call): the callback
+	 * suspends the connection and returns 0, the lane reads and resumes,
+	 * libmicrohttpd calls again for the same position.
+	 */
+	struct gw_job job;
+	bool pending;
+	uint64_t pos;
+	char *buf;
+	size_t max;
+	ssize_t got;
 };
+
+static void s3_stream_job(struct gw_job *j)
+{
+	struct s3_stream *s = (struct s3_stream *)(void *)((char *)j - offsetof(struct s3_stream, job));
+
+	s->got = kvt_reader_pread(s->r, s->buf, s->max, s->start + s->pos);
+}
 
 static ssize_t s3_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -588,7 +622,29 @@ static ssize_t s3_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		return MHD_CONTENT_READER_END_OF_STREAM;
 	if (max > s->len - pos)
 		max = (size_t)(s->len - pos);
+	if (s->pending) {
+		/* Suspended until the lane is done, so never seen; the lane owns buf. */
+		if (!__atomic_load_n(&s->job.done, __ATOMIC_ACQUIRE))
+			return 0;
+		s->pending = false;
+		if (s->pos == pos && s->buf == buf && s->max == max) {
+			n = s->got;
+			goto got;
+		}
+		/* not the piece asked for now (never seen): read it again */
+	}
+	if (!s->pending) {
+		s->pos = pos;
+		s->buf = buf;
+		s->max = max;
+		s->job.run = s3_stream_job;
+		if (gw_work_submit(s->srv->work, GW_LANE_READ, &s->job)) {
+			s->pending = true;
+			return 0;	/* suspended: called again once the lane has read */
+		}
+	}
 	n = kvt_reader_pread(s->r, buf, max, s->start + pos);
+got:
 	if (n <= 0) {
 		/* Never 0 here: libmicrohttpd would take it for "try again later". */
 		log_err(n < 0 ? (int)n : -EIO, "request %s: read failed at %llu, ending the response",
@@ -628,9 +684,9 @@ static void s3_checksum_header(struct gw_req *rq, struct MHD_Response *resp,
 }
 
 /*
- * A body of at most one read block is read before the response starts, into
- * a buffer of its own size: a callback response would allocate a whole
- * S3_READ_BLOCK per request, and allocating and freeing 1 MiB per request is
+ * A body of at most S3_WHOLE_MAX is read before the response starts, into
+ * a buffer of its own size: a callback response would allocate (and zero) a
+ * whole S3_READ_BLOCK per request, and allocating and freeing 1 MiB per request is
  * an mmap and an munmap, whose TLB shootdown is the largest cost of a small
  * GET on a virtual machine. Reading first also turns a failed read into an
  * error status rather than a short body. NULL when the request was answered
@@ -772,11 +828,26 @@ void s3_op_get_object(struct gw_req *rq)
 		http_send_error(rq, S3_KEY_TOO_LONG, NULL);
 		return;
 	}
-	/* HEAD needs no bytes: it works on cold objects too, and touches nothing. */
-	if (head)
+	/*
+	 * HEAD needs no bytes: it works on cold objects too, and touches nothing.
+	 * A GET opens without recall on the polling thread; a cold object is
+	 * recalled on the write lane, which may wait on G4 (gw_work.c).
+	 */
+	if (head) {
 		rc = kvt_object_head(srv->st, rq->route.bucket, rq->route.key, &ho);
-	else
+	} else if (rq->reader) {
+		r = rq->reader;		/* opened before this ran on a lane */
+		rq->reader = NULL;
+		rc = 0;
+	} else if (rq->in_worker) {
 		rc = kvt_reader_open(srv->st, rq->route.bucket, rq->route.key, &r);
+	} else {
+		rc = kvt_reader_open_hot(srv->st, rq->route.bucket, rq->route.key, &r);
+		if (rc == -EAGAIN && http_defer(rq, GW_LANE_WRITE))
+			return;
+		if (rc == -EAGAIN)
+			rc = kvt_reader_open(srv->st, rq->route.bucket, rq->route.key, &r);
+	}
 	if (rc < 0) {
 		http_send_errno_obj(rq, rq->route.bucket, rc, S3_CTX_OBJECT);
 		return;
@@ -823,7 +894,16 @@ void s3_op_get_object(struct gw_req *rq)
 							 4096, s3_head_read, NULL, NULL);
 	} else if (o->size == 0) {
 		resp = http_response_empty();
-	} else if (last - first + 1 <= S3_READ_BLOCK) {
+	} else if (last - first + 1 <= S3_WHOLE_MAX) {
+		/* Extents past cached_read_max are O_DIRECT device reads: on the read lane. */
+		if (o->size > srv->cached_read_max && !rq->in_worker) {
+			rq->reader = r;
+			if (http_defer(rq, GW_LANE_READ)) {
+				r = NULL;
+				goto out;
+			}
+			rq->reader = NULL;
+		}
 		resp = s3_whole_response(rq, r, first, last - first + 1);
 		if (!resp)
 			goto out;	/* answered */
@@ -834,6 +914,8 @@ void s3_op_get_object(struct gw_req *rq)
 			goto out;
 		}
 		s->r = r;
+		s->srv = srv;
+		s->job.conn = rq->conn;
 		s->start = first;
 		s->len = last - first + 1;
 		memcpy(s->id, rq->id, sizeof(s->id));

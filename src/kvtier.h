@@ -300,6 +300,13 @@ struct kvt_reader;
 
 int kvt_reader_open(struct kvt_store *st, const char *bucket, const char *key,
 		    struct kvt_reader **out);
+/*
+ * As kvt_reader_open(), but never recalls: -EAGAIN when the object is only in
+ * G4 (or being recalled). For callers that must not block on G4 where they
+ * are (an HTTP polling thread) and hand the open to a worker instead.
+ */
+int kvt_reader_open_hot(struct kvt_store *st, const char *bucket, const char *key,
+			struct kvt_reader **out);
 /* The object's description; owned by the reader. */
 const struct kvt_object *kvt_reader_object(const struct kvt_reader *r);
 /* Reads up to len bytes at off; returns the count (0 at the end) or -errno. */

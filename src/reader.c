@@ -33,8 +33,8 @@ struct kvt_reader {
 	struct cat_object *co;
 };
 
-int kvt_reader_open(struct kvt_store *st, const char *bucket, const char *key,
-		    struct kvt_reader **out)
+static int reader_open(struct kvt_store *st, const char *bucket, const char *key, int recall,
+		       struct kvt_reader **out)
 {
 	struct kvt_reader *r;
 	struct cat *c = store_cat(st);
@@ -53,6 +53,11 @@ int kvt_reader_open(struct kvt_store *st, const char *bucket, const char *key,
 	rc = cat_object_lookup(c, bucket, key, 1, &r->co);
 	if (rc < 0)
 		goto fail;
+	if (!recall && (r->co->obj->tier == KVT_TIER_COLD ||
+			r->co->obj->tier == KVT_TIER_RECALLING)) {
+		rc = -EAGAIN;	/* the caller recalls elsewhere (kvt_reader_open_hot) */
+		goto fail;
+	}
 	if (r->co->obj->tier == KVT_TIER_COLD) {
 		/* Only in G4: bring it back (migrate.c), then read it as any other. */
 		cat_object_free(r->co);
@@ -78,6 +83,18 @@ int kvt_reader_open(struct kvt_store *st, const char *bucket, const char *key,
 fail:
 	kvt_reader_close(r);
 	return rc;
+}
+
+int kvt_reader_open(struct kvt_store *st, const char *bucket, const char *key,
+		    struct kvt_reader **out)
+{
+	return reader_open(st, bucket, key, 1, out);
+}
+
+int kvt_reader_open_hot(struct kvt_store *st, const char *bucket, const char *key,
+			struct kvt_reader **out)
+{
+	return reader_open(st, bucket, key, 0, out);
 }
 
 const struct kvt_object *kvt_reader_object(const struct kvt_reader *r)

@@ -1,0 +1,158 @@
+#!/bin/sh
+# tests/test_gateway_lanes.sh - the gateway's worker lanes (gateway/gw_work.c)
+# under more load than they have room for, with one polling thread:
+# - more large uploads at once than stream slots (16): the rest wait with
+#   their connection suspended, and every object comes back byte-exact;
+# - large GETs (pieces read on the read lane) and ranged GETs at once;
+# - batch lookups answered while those uploads are in flight;
+# - a lookup answered at once while a PUT on the same polling thread waits
+#   for the catalog's write lock (held by another process): it used to wait
+#   for that PUT, however long;
+# - SIGTERM while uploads stream slowly and others wait for a slot: the
+#   gateway drains its lanes, resumes every connection and exits 0 (it must
+#   not stop libmicrohttpd with a connection suspended), leaving no partial
+#   object.
+set -eu
+
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+kvt_setup
+# shellcheck source=tests/gateway/lib.sh
+. "$top_srcdir/tests/gateway/lib.sh"
+T=$KVT_TMP
+command -v curl >/dev/null || skip "no curl"
+curl --help all 2>/dev/null | grep -q -- --aws-sigv4 || skip "curl without --aws-sigv4"
+
+s3()
+{
+	curl -sS --aws-sigv4 "aws:amz:us-east-1:s3" --user "$GW_ACCESS:$GW_SECRET" \
+		-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"
+}
+
+gw_start lanes 1G 8M --threads 1
+E=$GW_ENDPOINT
+s3 -f -X PUT "$E/lanes" -o /dev/null
+
+step "a lookup does not wait for a PUT stuck on the catalog's write lock"
+command -v python3 >/dev/null || skip "no python3"
+head -c 4096 /dev/urandom >"$T/small"
+s3 -f -X PUT -T "$T/small" "$E/lanes/small0" -o /dev/null
+printf 'small0\n' >"$T/key0"
+python3 - "$T/lanes/catalog.db" "$T/locked" <<'EOP' &
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+db.execute("BEGIN IMMEDIATE")
+open(sys.argv[2], "w").close()
+time.sleep(6)
+db.execute("COMMIT")
+EOP
+locker=$!
+i=0
+until [ -e "$T/locked" ]; do
+	i=$((i + 1))
+	[ "$i" -lt 300 ] || fail "the catalog's write lock was not taken"
+	sleep 0.1
+done
+s3 -f -X PUT -T "$T/small" -w '%{time_total}\n' "$E/lanes/small1" -o /dev/null >"$T/put_t" &
+put=$!
+sleep 1
+s3 -f -X POST --data-binary "@$T/key0" -w '%{time_total}\n' "$E/lanes?kvtier-lookup" \
+	-o "$T/lookup" >"$T/look_t" || fail "the lookup failed"
+grep -q "<Stored>1</Stored>" "$T/lookup" || fail "lookup answer: $(cat "$T/lookup")"
+wait "$put" || fail "the PUT failed once the lock was released"
+wait "$locker" || fail "the lock holder failed"
+echo "PUT $(cat "$T/put_t") s, lookup $(cat "$T/look_t") s"
+# The PUT must have waited (else this step proves nothing); the lookup not.
+awk '{ exit !($1 > 3.0) }' "$T/put_t" || fail "the PUT did not wait for the lock"
+awk '{ exit !($1 < 2.0) }' "$T/look_t" || fail "the lookup waited $(cat "$T/look_t") s behind the PUT"
+
+step "24 uploads of 3 MiB at once (16 stream slots), lookups meanwhile"
+head -c 3145728 /dev/urandom >"$T/big"
+n=24
+pids=""
+i=0
+while [ "$i" -lt "$n" ]; do
+	# each its own bytes: the key's number in front
+	{ printf '%08d' "$i"; cat "$T/big"; } >"$T/up$i"
+	s3 -f -X PUT -T "$T/up$i" "$E/lanes/big$i" -o /dev/null &
+	pids="$pids $!"
+	i=$((i + 1))
+done
+printf 'big0\nbig1\nnot-there\n' >"$T/keys"
+k=0
+while [ "$k" -lt 20 ]; do
+	s3 -f -X POST --data-binary "@$T/keys" "$E/lanes?kvtier-lookup" -o "$T/lookup" ||
+		fail "a lookup failed while uploads streamed"
+	grep -q "<Count>3</Count>" "$T/lookup" || fail "lookup answer: $(cat "$T/lookup")"
+	k=$((k + 1))
+done
+for p in $pids; do
+	wait "$p" || fail "an upload failed"
+done
+
+step "every object back byte-exact, whole and ranged, from several clients at once"
+pids=""
+i=0
+while [ "$i" -lt "$n" ]; do
+	s3 -f "$E/lanes/big$i" -o "$T/down$i" &
+	pids="$pids $!"
+	i=$((i + 1))
+done
+s3 -f -H "Range: bytes=1048000-2097999" "$E/lanes/big3" -o "$T/range3"
+for p in $pids; do
+	wait "$p" || fail "a GET failed"
+done
+i=0
+while [ "$i" -lt "$n" ]; do
+	cmp -s "$T/up$i" "$T/down$i" || fail "big$i came back different"
+	i=$((i + 1))
+done
+tail -c +1048001 "$T/up3" | head -c 1050000 >"$T/want3"
+cmp -s "$T/want3" "$T/range3" || fail "the range of big3 came back different"
+s3 -f -X POST --data-binary "@$T/keys" "$E/lanes?kvtier-lookup" -o "$T/lookup"
+grep -q "<Stored>2</Stored>" "$T/lookup" || fail "lookup after the uploads: $(cat "$T/lookup")"
+
+step "SIGTERM with 20 slow uploads streaming or waiting for a slot"
+pids=""
+i=0
+while [ "$i" -lt 20 ]; do
+	s3 -X PUT --limit-rate 400k -T "$T/big" "$E/lanes/slow$i" -o /dev/null 2>/dev/null &
+	pids="$pids $!"
+	i=$((i + 1))
+done
+sleep 3
+gw_stop "$GW_PID"
+for p in $pids; do
+	wait "$p" || :
+done
+grep -q "shutting down" "$GW_LOG" || fail "no shutdown line in the log"
+
+step "after a restart: no partial object of the slow uploads"
+: >"$T/re.err"
+"$GATEWAY" -c "$T/lanes.conf" --listen 127.0.0.1:0 --credentials "$GW_CREDS" \
+	--access-log off 2>>"$T/re.err" &
+GW_PID=$!
+gw_pids="$gw_pids $GW_PID"
+i=0
+until GW_PORT=$(sed -n 's/.*serving S3 on .* (port \([0-9]*\)).*/\1/p' "$T/re.err") &&
+	[ -n "$GW_PORT" ]; do
+	i=$((i + 1))
+	[ "$i" -lt 600 ] || fail "the gateway did not restart: $(cat "$T/re.err")"
+	sleep 0.1
+done
+E=http://127.0.0.1:$GW_PORT
+i=0
+while [ "$i" -lt 20 ]; do
+	code=$(s3 -o "$T/slow" -w '%{http_code}' "$E/lanes/slow$i")
+	case $code in
+	404) ;;
+	200) cmp -s "$T/big" "$T/slow" || fail "slow$i is there with other bytes" ;;
+	*) fail "GET slow$i after the restart: $code" ;;
+	esac
+	i=$((i + 1))
+done
+s3 -f "$E/lanes/big5" -o "$T/down5"
+cmp -s "$T/up5" "$T/down5" || fail "big5 came back different after the restart"
+gw_stop "$GW_PID"
+echo "ok"
