@@ -125,6 +125,14 @@ int cat_object_states(struct cat *c, int64_t bucket_id, const char *const *keys,
 		      struct kvt_key_state *out);
 int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key);
 /*
+ * Group commit: puts[0..n) in one write transaction, each in a savepoint of
+ * its own, so that rcs[i] is put i's own result (0, or the -errno that
+ * cat_object_put would have returned; a failed put changes nothing). Returns
+ * 0 if the transaction committed, which makes every rcs[i] == 0 visible at
+ * once; otherwise -errno and none of them is.
+ */
+int cat_object_put_group(struct cat *c, const struct cat_put *const *puts, size_t n, int *rcs);
+/*
  * The same, and the extents of objects parts[0..nparts) (each still at
  * version part_vids[i], else -ESTALE) are appended to the new object, in
  * order, without moving a byte; the parts disappear. put->size must be the

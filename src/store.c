@@ -665,6 +665,7 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 		return -ENOMEM;
 	st->lock_fd = -1;
 	pthread_mutex_init(&st->cold_lock, NULL);	/* the cold tier opens on first use */
+	commit_queue_init(&st->commitq);
 	if ((cfg->g4.url && !(st->g4_url = strdup(cfg->g4.url))) ||
 	    (cfg->g4.endpoint && !(st->g4_endpoint = strdup(cfg->g4.endpoint))) ||
 	    (cfg->g4.credentials && !(st->g4_credentials = strdup(cfg->g4.credentials))) ||
@@ -832,6 +833,7 @@ void kvt_store_close(struct kvt_store *st)
 	free(st->g4_region);
 	free(st->g4_ca_file);
 	pthread_mutex_destroy(&st->cold_lock);
+	commit_queue_release(&st->commitq);
 	free(st->dir);
 	free(st);
 }
@@ -853,6 +855,7 @@ int kvt_store_stat(struct kvt_store *st, struct kvt_store_stat *out)
 	out->capacity = (uint64_t)st->nsegs * st->seg_size;
 	out->used_bytes = (out->segments - out->segments_free) * st->seg_size;
 	out->io = st->io_kind == KVT_IO_URING ? "uring" : "sync";
+	commit_stats(st, &out->commit_groups, &out->commit_puts, &out->commit_largest);
 	return 0;
 }
 

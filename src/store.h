@@ -36,6 +36,16 @@ struct store_open_seg {
 
 struct access_entry;
 
+/* Writers of this process waiting to commit, and who commits (commit.c). */
+struct commit_req;
+struct commit_queue {
+	pthread_mutex_t lock;
+	struct commit_req *head, **tail;
+	size_t npending;
+	int leader;			/* a thread is committing a group */
+	uint64_t groups, puts, largest;	/* since the store opened */
+};
+
 struct kvt_store {
 	char *dir;
 	uint32_t nsegs;
@@ -62,6 +72,7 @@ struct kvt_store {
 	struct store_open_seg *retiring;
 	size_t nretiring;
 	pthread_mutex_t reclaim_lock;
+	struct commit_queue commitq;
 
 	pthread_mutex_t access_lock;
 	pthread_cond_t access_cond;
@@ -184,6 +195,19 @@ uint64_t store_new_vid(struct kvt_store *st);
 /* Writes a whole extent (header already in buf) at a; 0 or -errno. */
 int store_write_extent(struct kvt_store *st, struct io_ctx *io, int buf_index, void *buf,
 		       uint32_t length, const struct store_alloc *a);
+
+/*
+ * Group commit (commit.c): publishes put in a catalog transaction shared
+ * with the puts other threads of this process commit at the same time;
+ * returns put's own result once that transaction has committed (0) or
+ * failed. put->precondition may run in another of those threads.
+ */
+int commit_put(struct kvt_store *st, const struct cat_put *put);
+void commit_queue_init(struct commit_queue *q);
+void commit_queue_release(struct commit_queue *q);
+/* Puts queued and not yet taken by a leader (tests). */
+size_t commit_pending(struct kvt_store *st);
+void commit_stats(struct kvt_store *st, uint64_t *groups, uint64_t *puts, uint64_t *largest);
 
 /* Recovery at open: segments of processes that died (reclaim.c). */
 int reclaim_recover(struct kvt_store *st);

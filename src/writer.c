@@ -6,7 +6,8 @@
  * this process's open segment as soon as a buffer fills, with up to IO_BUFS
  * extents in flight. Nothing is visible until commit: it waits for every
  * write, then one catalog transaction publishes the object and its extents,
- * replacing any earlier version. A failed, aborted or killed writer leaves
+ * replacing any earlier version (a transaction shared with writers of this
+ * process that commit at the same time: commit.c). A failed, aborted or killed writer leaves
  * only unreferenced bytes, which reclaim frees with their segment.
  *
  *   open --write--> staging --commit--> visible
@@ -348,7 +349,6 @@ static void writer_etag(struct kvt_writer *w, char *etag, size_t len)
 int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 {
 	char etag[KVT_ETAG_MAX];
-	struct cat *c;
 	struct cat_put put;
 	int rc = 0;
 
@@ -359,11 +359,6 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 	rc = writer_drain(w);
 	if (rc < 0)
 		goto out;
-	c = store_cat(w->st);
-	if (!c) {
-		rc = -ENOMEM;
-		goto out;
-	}
 	writer_etag(w, etag, sizeof(etag));
 	if (!w->mtime_ns)
 		w->mtime_ns = util_now_ns();
@@ -387,7 +382,8 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 		.extents = w->ext,
 	};
 	store_posix_fill(&put.posix, w->has_posix ? &w->posix : NULL, w->mtime_ns);
-	rc = cat_object_put(c, &put, NULL, NULL);
+	/* Shared with the writers that commit at the same time (commit.c). */
+	rc = commit_put(w->st, &put);
 	if (rc == 0 && info) {
 		/*
 		 * What was committed, from the writer itself: read back from the
