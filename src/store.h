@@ -43,6 +43,7 @@ struct commit_queue {
 	struct commit_req *head, **tail;
 	size_t npending;
 	int leader;			/* a thread is committing a group */
+	struct cat *cat;		/* the leaders' connection, opened on first use */
 	uint64_t groups, puts, largest;	/* since the store opened */
 };
 
@@ -73,6 +74,13 @@ struct kvt_store {
 	size_t nretiring;
 	pthread_mutex_t reclaim_lock;
 	struct commit_queue commitq;
+
+	/* Bucket ids the writers resolved (store_bucket_id_cached), by hash. */
+	pthread_mutex_t bucket_cache_lock;
+	struct store_bucket_slot {
+		char *name;
+		int64_t id;
+	} bucket_cache[64];
 
 	pthread_mutex_t access_lock;
 	pthread_cond_t access_cond;
@@ -152,6 +160,16 @@ int bucket_internal_name(const char *name);
 
 /* Bucket id by name: 0 or -ENOENT. */
 int store_bucket_id(struct kvt_store *st, const char *bucket, int64_t *id);
+/*
+ * The same, from a cache of names this process resolved before when it can
+ * (*cached = 1): no catalog read transaction. The answer may be stale (the
+ * bucket deleted, or deleted and made again, by another process): only for
+ * callers whose write transaction checks that the id still exists and who
+ * then call store_bucket_forget() and ask again (the writer's commit).
+ */
+int store_bucket_id_cached(struct kvt_store *st, const char *bucket, int64_t *id, int *cached);
+/* Drops bucket from that cache; NULL: every name (a bucket was deleted). */
+void store_bucket_forget(struct kvt_store *st, const char *bucket);
 
 /* The session an object belongs to: explicit, else the key's leading
  * components. Caller frees. */

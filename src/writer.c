@@ -36,6 +36,7 @@ struct wbuf {
 struct kvt_writer {
 	struct kvt_store *st;
 	int64_t bucket_id;
+	int bucket_cached;	/* bucket_id came from the cache: may be stale */
 	char *bucket;
 	char *key;
 	char *session;
@@ -135,7 +136,7 @@ int kvt_writer_open(struct kvt_store *st, const char *bucket, const char *key,
 		return -ENOMEM;
 	w->st = st;
 	w->cur = -1;
-	rc = store_bucket_id(st, bucket, &w->bucket_id);
+	rc = store_bucket_id_cached(st, bucket, &w->bucket_id, &w->bucket_cached);
 	if (rc < 0)
 		goto fail;
 	w->bucket = strdup(bucket);
@@ -384,6 +385,21 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 	store_posix_fill(&put.posix, w->has_posix ? &w->posix : NULL, w->mtime_ns);
 	/* Shared with the writers that commit at the same time (commit.c). */
 	rc = commit_put(w->st, &put);
+	if (rc == -ENOENT && w->bucket_cached) {
+		/*
+		 * The bucket id came from the cache and the commit found no such
+		 * bucket: another process deleted it, maybe made it again. Ask
+		 * the catalog; if the name stands for another bucket now, commit
+		 * there, as the writer would have had it opened now.
+		 */
+		int64_t id;
+
+		store_bucket_forget(w->st, w->bucket);
+		if (store_bucket_id(w->st, w->bucket, &id) == 0 && id != w->bucket_id) {
+			w->bucket_id = put.bucket_id = id;
+			rc = commit_put(w->st, &put);
+		}
+	}
 	if (rc == 0 && info) {
 		/*
 		 * What was committed, from the writer itself: read back from the
