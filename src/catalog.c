@@ -350,11 +350,32 @@ static int cat_exec(struct cat *c, const char *sql)
 	return 0;
 }
 
+/* PRAGMA user_version, or -1 if it cannot be read. */
+static int cat_schema_version(struct cat *c)
+{
+	sqlite3_stmt *s = NULL;
+	int version = -1;
+
+	if (sqlite3_prepare_v2(c->db, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK &&
+	    sqlite3_step(s) == SQLITE_ROW)
+		version = sqlite3_column_int(s, 0);
+	sqlite3_finalize(s);
+	return version;
+}
+
 static int cat_migrate(struct cat *c)
 {
 	sqlite3_stmt *s = NULL;
 	int version = 0, rc;
 
+	/*
+	 * Up to date (every connection but a new store's first): no write
+	 * transaction. Each new thread's connection took the write lock here,
+	 * so it waited for whatever write transaction ran, a group commit
+	 * included, before its first operation.
+	 */
+	if (cat_schema_version(c) == (int)ARRAY_SIZE(migrations))
+		return 0;
 	rc = cat_exec(c, "BEGIN IMMEDIATE");
 	if (rc < 0)
 		return rc;
@@ -928,6 +949,14 @@ static int cat_put_in_tx(struct cat *c, const struct cat_put *p, const int64_t *
 
 	/* The bucket may have been deleted while the bytes were written. */
 	rc = cat_exists(c, S_BUCKET_EXISTS, p->bucket_id);
+	if (rc == 0 && p->bucket) {
+		/* ... and its id given to another bucket since (ids are reused). */
+		int64_t id_now;
+
+		rc = cat_bucket_id(c, p->bucket, &id_now);
+		if (rc == 0 && id_now != p->bucket_id)
+			rc = -ENOENT;
+	}
 	if (rc < 0)
 		goto out;
 

@@ -65,6 +65,9 @@ struct cat_segment {
 /* What a writer commits. */
 struct cat_put {
 	int64_t bucket_id;
+	/* If not NULL, bucket_id must still be this bucket's id (it may come
+	 * from a cache): else the put fails -ENOENT. */
+	const char *bucket;
 	const char *key;
 	uint64_t vid;
 	uint64_t size;

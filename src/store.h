@@ -64,6 +64,7 @@ struct kvt_store {
 	pthread_mutex_t pool_lock;
 	struct io_ctx **pool;
 	size_t npool;
+	size_t pool_low;	/* fewest idle since the flusher last trimmed */
 	struct io_fault_plan *fault;	/* tests: wrap new contexts in a fault injector */
 	struct io_powerloss *powerloss;	/* tests: ... or in a simulated write cache */
 

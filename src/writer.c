@@ -365,6 +365,7 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 		w->mtime_ns = util_now_ns();
 	put = (struct cat_put){
 		.bucket_id = w->bucket_id,
+		.bucket = w->bucket_cached ? w->bucket : NULL,
 		.key = w->key,
 		.vid = w->vid,
 		.size = w->size,
@@ -387,16 +388,20 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 	rc = commit_put(w->st, &put);
 	if (rc == -ENOENT && w->bucket_cached) {
 		/*
-		 * The bucket id came from the cache and the commit found no such
-		 * bucket: another process deleted it, maybe made it again. Ask
-		 * the catalog; if the name stands for another bucket now, commit
-		 * there, as the writer would have had it opened now.
+		 * The bucket id came from the cache and the commit found no
+		 * bucket of that name with it: another process deleted the
+		 * bucket, maybe made it again (perhaps under the same id, or
+		 * gave the id to another name). Ask the catalog; if the name
+		 * stands for a bucket now, commit there, as a writer opened now
+		 * would have.
 		 */
 		int64_t id;
 
 		store_bucket_forget(w->st, w->bucket);
-		if (store_bucket_id(w->st, w->bucket, &id) == 0 && id != w->bucket_id) {
+		if (store_bucket_id(w->st, w->bucket, &id) == 0) {
 			w->bucket_id = put.bucket_id = id;
+			w->bucket_cached = 0;
+			put.bucket = NULL;
 			rc = commit_put(w->st, &put);
 		}
 	}
