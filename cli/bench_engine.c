@@ -1659,6 +1659,12 @@ int bench_engine_main(const struct kvt_config *cfg, int argc, char **argv)
 	}
 	printf("stored: %" PRIu64 " objects, %.1f MiB of objects, %.1f MiB of segments in use\n",
 	       b.mem.objects, (double)b.mem.object_bytes / MIB, (double)b.mem.used_bytes / MIB);
+	/* Group commit (src/commit.c): how many PUTs shared a catalog transaction. */
+	if (kvt_store_stat(b.st, &ss) == 0 && ss.commit_groups)
+		printf("catalog commits of writers: %" PRIu64 " puts in %" PRIu64
+		       " transactions (%.2f a transaction, at most %" PRIu64 ")\n",
+		       ss.commit_puts, ss.commit_groups,
+		       (double)ss.commit_puts / (double)ss.commit_groups, ss.commit_largest);
 	printf("load average: %s at the start, %s at the end\n", b.load_start, b.load_end);
 	if (rc == 0)
 		exit_code = CLI_OK;

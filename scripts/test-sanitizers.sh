@@ -27,7 +27,7 @@ jobs=$(nproc)
 kinds=${*:-address thread}
 
 # The tests that run threads or processes against one store at once.
-tsan_tests="tests/test_segment tests/test_catalog tests/test_object tests/test_multiproc
+tsan_tests="tests/test_segment tests/test_catalog tests/test_object tests/test_commit tests/test_multiproc
 	tests/test_cold tests/test_gateway.sh"
 
 run_kind() {

@@ -88,6 +88,8 @@ int kvt_bucket_delete(struct kvt_store *st, const char *name)
 		return -ENOMEM;
 	if (!kvt_bucket_name_valid(name))
 		return -ENOENT;
+	/* Writers of this process must not take the old id from the cache. */
+	store_bucket_forget(st, name);
 	return cat_bucket_delete(c, name);
 }
 

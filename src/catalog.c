@@ -100,7 +100,7 @@ static const char *const migrations[] = {
 #define OBJ_NCOLS 19
 
 enum stmt_id {
-	S_BEGIN, S_BEGIN_READ, S_COMMIT, S_ROLLBACK,
+	S_BEGIN, S_BEGIN_READ, S_COMMIT, S_ROLLBACK, S_SAVEPOINT, S_ROLLBACK_TO, S_RELEASE,
 	S_SETTING_GET, S_SETTING_SET, S_SEG_COUNT, S_SEG_INSERT,
 	S_BUCKET_INSERT, S_BUCKET_ID, S_BUCKET_DELETE, S_BUCKET_HAS_OBJECTS,
 	S_BUCKET_LIST,
@@ -123,6 +123,9 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_BEGIN_READ] = "BEGIN",
 	[S_COMMIT] = "COMMIT",
 	[S_ROLLBACK] = "ROLLBACK",
+	[S_SAVEPOINT] = "SAVEPOINT put",
+	[S_ROLLBACK_TO] = "ROLLBACK TO put",
+	[S_RELEASE] = "RELEASE put",
 	[S_SETTING_GET] = "SELECT value FROM settings WHERE name = ?1",
 	[S_SETTING_SET] = "INSERT OR REPLACE INTO settings(name, value) VALUES(?1, ?2)",
 	[S_SEG_COUNT] = "SELECT count(*) FROM segments",
@@ -347,11 +350,32 @@ static int cat_exec(struct cat *c, const char *sql)
 	return 0;
 }
 
+/* PRAGMA user_version, or -1 if it cannot be read. */
+static int cat_schema_version(struct cat *c)
+{
+	sqlite3_stmt *s = NULL;
+	int version = -1;
+
+	if (sqlite3_prepare_v2(c->db, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK &&
+	    sqlite3_step(s) == SQLITE_ROW)
+		version = sqlite3_column_int(s, 0);
+	sqlite3_finalize(s);
+	return version;
+}
+
 static int cat_migrate(struct cat *c)
 {
 	sqlite3_stmt *s = NULL;
 	int version = 0, rc;
 
+	/*
+	 * Up to date (every connection but a new store's first): no write
+	 * transaction. Each new thread's connection took the write lock here,
+	 * so it waited for whatever write transaction ran, a group commit
+	 * included, before its first operation.
+	 */
+	if (cat_schema_version(c) == (int)ARRAY_SIZE(migrations))
+		return 0;
 	rc = cat_exec(c, "BEGIN IMMEDIATE");
 	if (rc < 0)
 		return rc;
@@ -903,7 +927,13 @@ int cat_object_put(struct cat *c, const struct cat_put *p, int64_t *id_out, uint
 	return cat_object_put_parts(c, p, NULL, NULL, 0, id_out, freed_vid);
 }
 
-int cat_object_put_parts(struct cat *c, const struct cat_put *p, const int64_t *parts,
+/*
+ * The body of a put, inside a write transaction the caller holds: replaces
+ * any earlier version of the key (its extents give their space back) and
+ * publishes p. On failure the transaction holds partial changes: the caller
+ * rolls it (or a savepoint around it) back.
+ */
+static int cat_put_in_tx(struct cat *c, const struct cat_put *p, const int64_t *parts,
 			 const uint64_t *part_vids, size_t nparts, int64_t *id_out,
 			 uint64_t *freed_vid)
 {
@@ -916,19 +946,24 @@ int cat_object_put_parts(struct cat *c, const struct cat_put *p, const int64_t *
 	rc = meta_encode(p->meta, p->nmeta, &meta, &metalen);
 	if (rc < 0)
 		return rc;
-	rc = cat_begin(c);
-	if (rc < 0)
-		goto out;
 
 	/* The bucket may have been deleted while the bytes were written. */
 	rc = cat_exists(c, S_BUCKET_EXISTS, p->bucket_id);
+	if (rc == 0 && p->bucket) {
+		/* ... and its id given to another bucket since (ids are reused). */
+		int64_t id_now;
+
+		rc = cat_bucket_id(c, p->bucket, &id_now);
+		if (rc == 0 && id_now != p->bucket_id)
+			rc = -ENOENT;
+	}
 	if (rc < 0)
-		goto fail;
+		goto out;
 
 	s = cat_stmt(c, S_OBJ_LOOKUP);
 	if (!s) {
 		rc = -EIO;
-		goto fail;
+		goto out;
 	}
 	sqlite3_bind_int64(s, 1, p->bucket_id);
 	sqlite3_bind_text(s, 2, p->key, -1, SQLITE_STATIC);
@@ -948,46 +983,96 @@ int cat_object_put_parts(struct cat *c, const struct cat_put *p, const int64_t *
 		}
 		cat_done(s);
 		if (rc < 0)
-			goto fail;
+			goto out;
 		if (p->if_none_match) {
 			rc = -EEXIST;
-			goto fail;
+			goto out;
 		}
 		rc = cat_delete_id(c, id);
 		if (rc < 0)
-			goto fail;
+			goto out;
 	} else {
 		cat_done(s);
 		if (rc != SQLITE_DONE) {
 			rc = cat_errno(c, rc, "object lookup");
-			goto fail;
+			goto out;
 		}
 		rc = p->precondition ? p->precondition(p->precondition_arg, NULL) : 0;
 		if (rc < 0)
-			goto fail;
+			goto out;
 	}
 
 	rc = cat_insert_object(c, p, meta, metalen, &id);
 	if (rc < 0)
-		goto fail;
-
+		goto out;
 	rc = cat_insert_extents(c, id, p->extents, p->nextents, p->mtime_ns);
 	if (rc < 0)
-		goto fail;
+		goto out;
 	rc = cat_adopt_parts(c, id, p->nextents, parts, part_vids, nparts);
 	if (rc < 0)
-		goto fail;
+		goto out;
 	rc = cat_touch_session(c, p->bucket_id, p->session, p->mtime_ns);
+	if (rc == 0 && id_out)
+		*id_out = id;
+out:
+	free(meta);
+	return rc;
+}
+
+int cat_object_put_parts(struct cat *c, const struct cat_put *p, const int64_t *parts,
+			 const uint64_t *part_vids, size_t nparts, int64_t *id_out,
+			 uint64_t *freed_vid)
+{
+	int64_t id = 0;
+	int rc = cat_begin(c);
+
 	if (rc < 0)
-		goto fail;
+		return rc;
+	rc = cat_put_in_tx(c, p, parts, part_vids, nparts, &id, freed_vid);
+	if (rc < 0) {
+		cat_rollback(c);
+		return rc;
+	}
 	rc = cat_commit(c);
 	if (rc == 0 && id_out)
 		*id_out = id;
-	goto out;
+	return rc;
+}
+
+int cat_object_put_group(struct cat *c, const struct cat_put *const *puts, size_t n, int *rcs)
+{
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		/*
+		 * Each put inside its own savepoint, so that one that fails (a
+		 * precondition, If-None-Match, a bucket deleted meanwhile, a
+		 * segment reclaimed) is undone alone and the others still
+		 * commit, exactly as if each had its own transaction.
+		 */
+		rc = cat_run(c, S_SAVEPOINT, "savepoint");
+		if (rc < 0)
+			goto fail;
+		rcs[i] = cat_put_in_tx(c, puts[i], NULL, NULL, 0, NULL, NULL);
+		if (rcs[i] < 0) {
+			/* Some errors (I/O, a full disk) end the whole transaction. */
+			if (sqlite3_get_autocommit(c->db)) {
+				rc = rcs[i];
+				goto fail;
+			}
+			rc = cat_run(c, S_ROLLBACK_TO, "rollback to savepoint");
+			if (rc < 0)
+				goto fail;
+		}
+		rc = cat_run(c, S_RELEASE, "release savepoint");
+		if (rc < 0)
+			goto fail;
+	}
+	return cat_commit(c);
 fail:
 	cat_rollback(c);
-out:
-	free(meta);
 	return rc;
 }
 

@@ -65,6 +65,9 @@ struct cat_segment {
 /* What a writer commits. */
 struct cat_put {
 	int64_t bucket_id;
+	/* If not NULL, bucket_id must still be this bucket's id (it may come
+	 * from a cache): else the put fails -ENOENT. */
+	const char *bucket;
 	const char *key;
 	uint64_t vid;
 	uint64_t size;
@@ -124,6 +127,14 @@ int cat_object_by_id(struct cat *c, int64_t id, struct cat_object **out);
 int cat_object_states(struct cat *c, int64_t bucket_id, const char *const *keys, size_t n,
 		      struct kvt_key_state *out);
 int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key);
+/*
+ * Group commit: puts[0..n) in one write transaction, each in a savepoint of
+ * its own, so that rcs[i] is put i's own result (0, or the -errno that
+ * cat_object_put would have returned; a failed put changes nothing). Returns
+ * 0 if the transaction committed, which makes every rcs[i] == 0 visible at
+ * once; otherwise -errno and none of them is.
+ */
+int cat_object_put_group(struct cat *c, const struct cat_put *const *puts, size_t n, int *rcs);
 /*
  * The same, and the extents of objects parts[0..nparts) (each still at
  * version part_vids[i], else -ESTALE) are appended to the new object, in

@@ -154,6 +154,9 @@ struct kvt_store_stat {
 	uint64_t checksum_failures;	/* since init */
 	uint64_t demoted_objects;	/* moved to G4 (marked cold) since init */
 	uint64_t recalled_objects;	/* brought back from G4 since init */
+	/* Group commit, this process since the store opened: catalog
+	 * transactions that published writers' puts, the puts, the most in one. */
+	uint64_t commit_groups, commit_puts, commit_largest;
 	const char *io;			/* "uring" or "sync": what runs */
 };
 
@@ -269,6 +272,9 @@ struct kvt_put_opts {
 	 * negative errno) cancels the commit, which returns it. Check and
 	 * publish are one transaction, so no other writer can come between.
 	 * It runs under the catalog's write lock: compare, never call the engine.
+	 * Writers that commit at once share a transaction (group commit), so
+	 * it may run in another thread of the process while this writer's
+	 * kvt_writer_commit() waits.
 	 */
 	int (*precondition)(void *arg, const char *etag);
 	void *precondition_arg;

@@ -36,6 +36,17 @@ struct store_open_seg {
 
 struct access_entry;
 
+/* Writers of this process waiting to commit, and who commits (commit.c). */
+struct commit_req;
+struct commit_queue {
+	pthread_mutex_t lock;
+	struct commit_req *head, **tail;
+	size_t npending;
+	int leader;			/* a thread is committing a group */
+	struct cat *cat;		/* the leaders' connection, opened on first use */
+	uint64_t groups, puts, largest;	/* since the store opened */
+};
+
 struct kvt_store {
 	char *dir;
 	uint32_t nsegs;
@@ -53,6 +64,7 @@ struct kvt_store {
 	pthread_mutex_t pool_lock;
 	struct io_ctx **pool;
 	size_t npool;
+	size_t pool_low;	/* fewest idle since the flusher last trimmed */
 	struct io_fault_plan *fault;	/* tests: wrap new contexts in a fault injector */
 	struct io_powerloss *powerloss;	/* tests: ... or in a simulated write cache */
 
@@ -62,6 +74,14 @@ struct kvt_store {
 	struct store_open_seg *retiring;
 	size_t nretiring;
 	pthread_mutex_t reclaim_lock;
+	struct commit_queue commitq;
+
+	/* Bucket ids the writers resolved (store_bucket_id_cached), by hash. */
+	pthread_mutex_t bucket_cache_lock;
+	struct store_bucket_slot {
+		char *name;
+		int64_t id;
+	} bucket_cache[64];
 
 	pthread_mutex_t access_lock;
 	pthread_cond_t access_cond;
@@ -141,6 +161,16 @@ int bucket_internal_name(const char *name);
 
 /* Bucket id by name: 0 or -ENOENT. */
 int store_bucket_id(struct kvt_store *st, const char *bucket, int64_t *id);
+/*
+ * The same, from a cache of names this process resolved before when it can
+ * (*cached = 1): no catalog read transaction. The answer may be stale (the
+ * bucket deleted, or deleted and made again, by another process): only for
+ * callers whose write transaction checks that the id still exists and who
+ * then call store_bucket_forget() and ask again (the writer's commit).
+ */
+int store_bucket_id_cached(struct kvt_store *st, const char *bucket, int64_t *id, int *cached);
+/* Drops bucket from that cache; NULL: every name (a bucket was deleted). */
+void store_bucket_forget(struct kvt_store *st, const char *bucket);
 
 /* The session an object belongs to: explicit, else the key's leading
  * components. Caller frees. */
@@ -184,6 +214,19 @@ uint64_t store_new_vid(struct kvt_store *st);
 /* Writes a whole extent (header already in buf) at a; 0 or -errno. */
 int store_write_extent(struct kvt_store *st, struct io_ctx *io, int buf_index, void *buf,
 		       uint32_t length, const struct store_alloc *a);
+
+/*
+ * Group commit (commit.c): publishes put in a catalog transaction shared
+ * with the puts other threads of this process commit at the same time;
+ * returns put's own result once that transaction has committed (0) or
+ * failed. put->precondition may run in another of those threads.
+ */
+int commit_put(struct kvt_store *st, const struct cat_put *put);
+void commit_queue_init(struct commit_queue *q);
+void commit_queue_release(struct commit_queue *q);
+/* Puts queued and not yet taken by a leader (tests). */
+size_t commit_pending(struct kvt_store *st);
+void commit_stats(struct kvt_store *st, uint64_t *groups, uint64_t *puts, uint64_t *largest);
 
 /* Recovery at open: segments of processes that died (reclaim.c). */
 int reclaim_recover(struct kvt_store *st);

@@ -6,7 +6,8 @@
  * this process's open segment as soon as a buffer fills, with up to IO_BUFS
  * extents in flight. Nothing is visible until commit: it waits for every
  * write, then one catalog transaction publishes the object and its extents,
- * replacing any earlier version. A failed, aborted or killed writer leaves
+ * replacing any earlier version (a transaction shared with writers of this
+ * process that commit at the same time: commit.c). A failed, aborted or killed writer leaves
  * only unreferenced bytes, which reclaim frees with their segment.
  *
  *   open --write--> staging --commit--> visible
@@ -35,6 +36,7 @@ struct wbuf {
 struct kvt_writer {
 	struct kvt_store *st;
 	int64_t bucket_id;
+	int bucket_cached;	/* bucket_id came from the cache: may be stale */
 	char *bucket;
 	char *key;
 	char *session;
@@ -130,7 +132,7 @@ int kvt_writer_open(struct kvt_store *st, const char *bucket, const char *key,
 		return -ENOMEM;
 	w->st = st;
 	w->cur = -1;
-	rc = store_bucket_id(st, bucket, &w->bucket_id);
+	rc = store_bucket_id_cached(st, bucket, &w->bucket_id, &w->bucket_cached);
 	if (rc < 0)
 		goto fail;
 	w->bucket = strdup(bucket);
@@ -344,7 +346,6 @@ static void writer_etag(struct kvt_writer *w, char *etag, size_t len)
 int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 {
 	char etag[KVT_ETAG_MAX];
-	struct cat *c;
 	struct cat_put put;
 	int rc = 0;
 
@@ -355,16 +356,12 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 	rc = writer_drain(w);
 	if (rc < 0)
 		goto out;
-	c = store_cat(w->st);
-	if (!c) {
-		rc = -ENOMEM;
-		goto out;
-	}
 	writer_etag(w, etag, sizeof(etag));
 	if (!w->mtime_ns)
 		w->mtime_ns = util_now_ns();
 	put = (struct cat_put){
 		.bucket_id = w->bucket_id,
+		.bucket = w->bucket_cached ? w->bucket : NULL,
 		.key = w->key,
 		.vid = w->vid,
 		.size = w->size,
@@ -383,7 +380,27 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 		.extents = w->ext,
 	};
 	store_posix_fill(&put.posix, w->has_posix ? &w->posix : NULL, w->mtime_ns);
-	rc = cat_object_put(c, &put, NULL, NULL);
+	/* Shared with the writers that commit at the same time (commit.c). */
+	rc = commit_put(w->st, &put);
+	if (rc == -ENOENT && w->bucket_cached) {
+		/*
+		 * The bucket id came from the cache and the commit found no
+		 * bucket of that name with it: another process deleted the
+		 * bucket, maybe made it again (perhaps under the same id, or
+		 * gave the id to another name). Ask the catalog; if the name
+		 * stands for a bucket now, commit there, as a writer opened now
+		 * would have.
+		 */
+		int64_t id;
+
+		store_bucket_forget(w->st, w->bucket);
+		if (store_bucket_id(w->st, w->bucket, &id) == 0) {
+			w->bucket_id = put.bucket_id = id;
+			w->bucket_cached = 0;
+			put.bucket = NULL;
+			rc = commit_put(w->st, &put);
+		}
+	}
 	if (rc == 0 && info) {
 		/*
 		 * What was committed, from the writer itself: read back from the

@@ -19,14 +19,19 @@
  *   - fsck is clean, no segment is left OPEN or RECLAIMING by the dead
  *     child, and the store accepts new writes.
  *
- * The journal lists only acknowledged changes, and the child never runs
- * two at once, so at most one key is in doubt per round.
+ * The child writes from WRITERS threads, each on keys of its own, so that
+ * their commits share catalog transactions (group commit, src/commit.c)
+ * and the kill also lands while a group commits: a writer is acknowledged
+ * only once the transaction holding its put committed. The journal lists
+ * only acknowledged changes and each thread runs one change at a time, so
+ * at most one key per thread is in doubt per round.
  */
 #include "config.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +47,7 @@
 #define NKEYS 8
 #define MAX_LEN (3u * 1024 * 1024)
 #define ROUNDS 50
+#define WRITERS 4	/* threads in the child; NKEYS is a multiple */
 
 /* ---- payloads -------------------------------------------------------------- */
 
@@ -60,7 +66,7 @@ static void key_name(char *buf, size_t len, unsigned key)
 	snprintf(buf, len, "s%u/obj", key);
 }
 
-static unsigned char *g_buf;	/* MAX_LEN */
+static __thread unsigned char *g_buf;	/* MAX_LEN, per thread */
 
 /* 0 if bucket/key is exactly len bytes of test_fill(seed), else -errno or -EBADMSG. */
 static int check_object(struct kvt_store *st, unsigned key, uint64_t len, uint64_t seed)
@@ -114,7 +120,7 @@ static struct state expect[NKEYS];	/* after the last round, as checked */
 
 /* ---- the child ---------------------------------------------------------------------------- */
 
-static uint64_t g_rng;
+static __thread uint64_t g_rng;
 
 static uint64_t rnd(void)
 {
@@ -161,37 +167,46 @@ static int child_put(struct kvt_store *st, unsigned key, uint64_t seed, size_t l
 	return kvt_writer_commit(w, NULL);
 }
 
-/* Runs until killed (or, should the parent be gone, for a few seconds). */
-static int child_main(struct test_env *env, const char *journal, unsigned round, int opened_fd)
+struct child {
+	struct kvt_store *st;
+	int journal_fd;
+	int opened_fd;		/* told of the first acknowledged change, then closed */
+	unsigned round;
+	struct state mine[NKEYS];	/* each thread touches only its own keys */
+};
+
+/* One writer thread: keys tid, tid + WRITERS, ...; never returns normally
+ * before the give-up time, and reports a failure by the process's exit. */
+struct writer_arg {
+	struct child *ch;
+	unsigned tid;
+};
+
+static void *child_writer(void *arg)
 {
-	struct state mine[NKEYS];
-	struct kvt_store *st = NULL;
+	struct writer_arg *wa = arg;
+	struct child *ch = wa->ch;
+	struct kvt_store *st = ch->st;
+	struct state *mine = ch->mine;
 	uint64_t counter = 0;
 	time_t give_up = time(NULL) + 10;
-	int fd, rc;
+	int fd = ch->journal_fd, rc;
 
-	memcpy(mine, expect, sizeof(mine));
-	g_rng = mix64(getpid() ^ ((uint64_t)round << 32));
-	fd = open(journal, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return 90;
-	rc = kvt_store_open(&env->cfg, 0, &st);
-	if (rc < 0) {
-		journal_append(fd, J_ERROR, 0, 0, 0, rc);
-		return 92;
-	}
-	/* The parent may not be listening (it closed its end): no SIGPIPE. */
-	signal(SIGPIPE, SIG_IGN);
-	if (write(opened_fd, "o", 1) < 0 && errno != EPIPE)
-		return 96;
+	g_buf = malloc(MAX_LEN);
+	if (!g_buf)
+		_exit(97);
+	g_rng = mix64(getpid() ^ ((uint64_t)ch->round << 32) ^ ((uint64_t)wa->tid << 48));
 	while (time(NULL) < give_up) {
-		unsigned key = (unsigned)(rnd() % NKEYS), op = (unsigned)(rnd() % 100);
+		unsigned key = wa->tid + WRITERS * (unsigned)(rnd() % (NKEYS / WRITERS));
+		unsigned op = (unsigned)(rnd() % 100);
 		char name[32];
 
 		key_name(name, sizeof(name), key);
 		if (op < 75) {
-			uint64_t seed = (uint64_t)(round + 1) << 32 | ++counter;
+			uint64_t seed = (uint64_t)(ch->round + 1) << 32 | (uint64_t)wa->tid << 24 |
+					++counter;
 			size_t len = pick_len();
+			int ofd;
 
 			journal_append(fd, J_PUT_INTENT, key, seed, len, 0);
 			rc = child_put(st, key, seed, len);
@@ -201,19 +216,19 @@ static int child_main(struct test_env *env, const char *journal, unsigned round,
 			}
 			journal_append(fd, J_PUT_DONE, key, seed, len, 0);
 			mine[key] = (struct state){ 1, seed, len };
-			if (opened_fd >= 0) {
-				/* The first change acknowledged: tell the parent, once. */
-				if (write(opened_fd, "d", 1) < 0 && errno != EPIPE)
-					return 96;
-				close(opened_fd);
-				opened_fd = -1;
+			/* The first change acknowledged: tell the parent, once. */
+			ofd = __atomic_exchange_n(&ch->opened_fd, -1, __ATOMIC_ACQ_REL);
+			if (ofd >= 0) {
+				if (write(ofd, "d", 1) < 0 && errno != EPIPE)
+					_exit(96);
+				close(ofd);
 			}
 		} else if (op < 90) {
 			journal_append(fd, J_DEL_INTENT, key, 0, 0, 0);
 			rc = kvt_object_delete(st, BUCKET, name);
 			if (rc < 0 && rc != -ENOENT) {
 				journal_append(fd, J_ERROR, key, 0, 0, rc);
-				return 93;
+				_exit(93);
 			}
 			journal_append(fd, J_DEL_DONE, key, 0, 0, 0);
 			mine[key].present = 0;
@@ -223,11 +238,44 @@ static int child_main(struct test_env *env, const char *journal, unsigned round,
 					       : check_object(st, key, 0, 0);
 			if (mine[key].present ? rc != 0 && rc != -ENOENT : rc != -ENOENT) {
 				journal_append(fd, J_ERROR, key, mine[key].seed, mine[key].len, rc);
-				return 94;
+				_exit(94);
 			}
 		}
 	}
-	kvt_store_close(st);
+	return NULL;
+}
+
+/* Runs until killed (or, should the parent be gone, for a few seconds). */
+static int child_main(struct test_env *env, const char *journal, unsigned round, int opened_fd)
+{
+	static struct child ch;
+	struct writer_arg wa[WRITERS];
+	pthread_t tid[WRITERS];
+	int rc;
+
+	memcpy(ch.mine, expect, sizeof(ch.mine));
+	ch.round = round;
+	ch.journal_fd = open(journal, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (ch.journal_fd < 0)
+		return 90;
+	rc = kvt_store_open(&env->cfg, 0, &ch.st);
+	if (rc < 0) {
+		journal_append(ch.journal_fd, J_ERROR, 0, 0, 0, rc);
+		return 92;
+	}
+	/* The parent may not be listening (it closed its end): no SIGPIPE. */
+	signal(SIGPIPE, SIG_IGN);
+	if (write(opened_fd, "o", 1) < 0 && errno != EPIPE)
+		return 96;
+	ch.opened_fd = opened_fd;
+	for (unsigned t = 0; t < WRITERS; t++) {
+		wa[t] = (struct writer_arg){ &ch, t };
+		if (pthread_create(&tid[t], NULL, child_writer, &wa[t]) != 0)
+			return 98;
+	}
+	for (unsigned t = 0; t < WRITERS; t++)
+		pthread_join(tid[t], NULL);
+	kvt_store_close(ch.st);
 	return 95;	/* never killed: the parent is gone */
 }
 

@@ -1,0 +1,429 @@
+/*
+ * test_commit.c - group commit (src/commit.c) and what came with it: the
+ * writers' bucket-id cache and the I/O context pool's trim.
+ *
+ * A group forms when writers commit while another commit runs. To make
+ * that happen on every run, not by luck of scheduling, the first writer's
+ * precondition (which runs inside its catalog transaction) holds that
+ * transaction open until the other writers are queued (commit_pending()):
+ * they must then go in one group of their own. The tests check that they
+ * did (kvt_store_stat's commit counters), that each writer got its own
+ * result, that failed puts left nothing and the others are all there, and
+ * that fsck agrees with the space accounting.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testlib.h"
+#include "store.h"
+
+#define BUCKET "gcommit"
+#define LEN (64 * 1024 + 123)
+
+/* ---- writers on threads ------------------------------------------------------ */
+
+struct job {
+	struct kvt_store *st;
+	const char *bucket;
+	char key[64];
+	uint64_t seed;
+	struct kvt_put_opts opts;
+	struct kvt_writer *w;	/* opened ahead (NULL: open in the thread) */
+	int rc;
+	pthread_t tid;
+};
+
+static void job_write(struct job *j)
+{
+	unsigned char *buf = malloc(LEN);
+
+	assert_non_null(buf);
+	test_fill(buf, LEN, j->seed, 0);
+	if (!j->w)
+		assert_int_equal(kvt_writer_open(j->st, j->bucket, j->key, &j->opts, &j->w), 0);
+	assert_int_equal(kvt_writer_write(j->w, buf, LEN), 0);
+	free(buf);
+}
+
+static void *job_commit_main(void *arg)
+{
+	struct job *j = arg;
+
+	j->rc = kvt_writer_commit(j->w, NULL);
+	j->w = NULL;
+	return NULL;
+}
+
+static void job_start(struct job *j)
+{
+	assert_int_equal(pthread_create(&j->tid, NULL, job_commit_main, j), 0);
+}
+
+/* ---- the gate: a precondition that waits for the others to queue ------------------ */
+
+struct gate {
+	struct kvt_store *st;
+	size_t want;		/* puts queued behind the holder */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int inside;
+};
+
+static int gate_hold(void *arg, const char *etag)
+{
+	struct gate *g = arg;
+
+	(void)etag;
+	pthread_mutex_lock(&g->lock);
+	g->inside = 1;
+	pthread_cond_broadcast(&g->cond);
+	pthread_mutex_unlock(&g->lock);
+	/* Inside the holder's transaction: wait until the others queue. */
+	for (int i = 0; i < 20000 && commit_pending(g->st) < g->want; i++)
+		usleep(1000);
+	return 0;
+}
+
+static void gate_wait_inside(struct gate *g)
+{
+	pthread_mutex_lock(&g->lock);
+	while (!g->inside)
+		pthread_cond_wait(&g->cond, &g->lock);
+	pthread_mutex_unlock(&g->lock);
+}
+
+static int refuse(void *arg, const char *etag)
+{
+	(void)arg;
+	(void)etag;
+	return -ECANCELED;
+}
+
+static void check_fsck_clean(struct kvt_store *st)
+{
+	struct kvt_fsck_report rep;
+
+	assert_int_equal(kvt_store_fsck(st, 0, &rep), 0);
+	assert_int_equal(rep.checksum_errors, 0);
+	assert_int_equal(rep.header_errors, 0);
+	assert_int_equal(rep.catalog_errors, 0);
+}
+
+/* ---- tests ------------------------------------------------------------------------ */
+
+/*
+ * Eight writers queued behind a held commit go in one group; every one is
+ * visible with its own bytes, overwrites included.
+ */
+static void test_group_forms(void **state)
+{
+	enum { N = 8 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct job holder = { 0 }, jobs[N];
+	struct gate g = { .want = N, .lock = PTHREAD_MUTEX_INITIALIZER,
+			  .cond = PTHREAD_COND_INITIALIZER };
+	struct kvt_store_stat s0, s1;
+
+	(void)state;
+	test_env_init(&env, 64 << 20, 4 << 20);
+	st = test_store_open(&env);
+	g.st = st;
+	assert_int_equal(kvt_bucket_create(st, BUCKET), 0);
+	/* Two of the keys exist already: the group overwrites them. */
+	assert_int_equal(test_put(st, BUCKET, "k/0", 1000, 1), 0);
+	assert_int_equal(test_put(st, BUCKET, "k/1", 1000, 2), 0);
+	assert_int_equal(kvt_store_stat(st, &s0), 0);
+
+	holder = (struct job){ .st = st, .bucket = BUCKET, .seed = 99 };
+	snprintf(holder.key, sizeof(holder.key), "holder");
+	holder.opts.precondition = gate_hold;
+	holder.opts.precondition_arg = &g;
+	memset(jobs, 0, sizeof(jobs));
+	for (int i = 0; i < N; i++) {
+		jobs[i] = (struct job){ .st = st, .bucket = BUCKET, .seed = 100 + (uint64_t)i };
+		snprintf(jobs[i].key, sizeof(jobs[i].key), "k/%d", i);
+		job_write(&jobs[i]);
+	}
+	job_write(&holder);
+	job_start(&holder);
+	gate_wait_inside(&g);
+	for (int i = 0; i < N; i++)
+		job_start(&jobs[i]);
+	pthread_join(holder.tid, NULL);
+	assert_int_equal(holder.rc, 0);
+	for (int i = 0; i < N; i++) {
+		pthread_join(jobs[i].tid, NULL);
+		assert_int_equal(jobs[i].rc, 0);
+	}
+
+	assert_int_equal(kvt_store_stat(st, &s1), 0);
+	assert_int_equal(s1.commit_puts - s0.commit_puts, N + 1);
+	/* The holder alone, then the eight together. */
+	assert_int_equal(s1.commit_groups - s0.commit_groups, 2);
+	assert_int_equal(s1.commit_largest, N);
+	assert_int_equal(test_check(st, BUCKET, "holder", LEN, 99), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(test_check(st, BUCKET, jobs[i].key, LEN, jobs[i].seed), 0);
+	assert_int_equal(s1.objects, N + 1);
+	check_fsck_clean(st);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/*
+ * One group with puts that fail for each reason a put can fail alone
+ * (If-None-Match on an existing key, a precondition, a bucket deleted after
+ * the writer opened): each gets its own error and leaves nothing, the old
+ * version stays, and the others in the group commit.
+ */
+static void test_group_partial_failure(void **state)
+{
+	enum { N = 6 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct job holder = { 0 }, jobs[N];
+	struct gate g = { .want = N, .lock = PTHREAD_MUTEX_INITIALIZER,
+			  .cond = PTHREAD_COND_INITIALIZER };
+	struct kvt_store_stat s0, s1;
+
+	(void)state;
+	test_env_init(&env, 64 << 20, 4 << 20);
+	st = test_store_open(&env);
+	g.st = st;
+	assert_int_equal(kvt_bucket_create(st, BUCKET), 0);
+	assert_int_equal(kvt_bucket_create(st, "doomed"), 0);
+	assert_int_equal(test_put(st, BUCKET, "exists", 5000, 7), 0);
+	assert_int_equal(test_put(st, BUCKET, "guarded", 5000, 8), 0);
+
+	memset(jobs, 0, sizeof(jobs));
+	for (int i = 0; i < N; i++) {
+		jobs[i] = (struct job){ .st = st, .bucket = BUCKET, .seed = 200 + (uint64_t)i };
+		snprintf(jobs[i].key, sizeof(jobs[i].key), "ok/%d", i);
+	}
+	/* 1: If-None-Match on a key that exists. */
+	snprintf(jobs[1].key, sizeof(jobs[1].key), "exists");
+	jobs[1].opts.flags = KVT_PUT_IF_NONE_MATCH;
+	/* 3: a precondition that refuses. */
+	snprintf(jobs[3].key, sizeof(jobs[3].key), "guarded");
+	jobs[3].opts.precondition = refuse;
+	/* 5: its bucket is deleted after the writer opened (and wrote). */
+	jobs[5].bucket = "doomed";
+	for (int i = 0; i < N; i++)
+		job_write(&jobs[i]);
+	assert_int_equal(kvt_bucket_delete(st, "doomed"), 0);
+
+	holder = (struct job){ .st = st, .bucket = BUCKET, .seed = 299 };
+	snprintf(holder.key, sizeof(holder.key), "holder");
+	holder.opts.precondition = gate_hold;
+	holder.opts.precondition_arg = &g;
+	job_write(&holder);
+	assert_int_equal(kvt_store_stat(st, &s0), 0);
+	job_start(&holder);
+	gate_wait_inside(&g);
+	for (int i = 0; i < N; i++)
+		job_start(&jobs[i]);
+	pthread_join(holder.tid, NULL);
+	assert_int_equal(holder.rc, 0);
+	for (int i = 0; i < N; i++)
+		pthread_join(jobs[i].tid, NULL);
+
+	assert_int_equal(kvt_store_stat(st, &s1), 0);
+	assert_int_equal(s1.commit_groups - s0.commit_groups, 2);
+	assert_int_equal(s1.commit_largest, N);
+	assert_int_equal(jobs[1].rc, -EEXIST);
+	assert_int_equal(jobs[3].rc, -ECANCELED);
+	assert_int_equal(jobs[5].rc, -ENOENT);
+	for (int i = 0; i < N; i++) {
+		if (i == 1 || i == 3 || i == 5)
+			continue;
+		assert_int_equal(jobs[i].rc, 0);
+		assert_int_equal(test_check(st, BUCKET, jobs[i].key, LEN, jobs[i].seed), 0);
+	}
+	/* The failed ones changed nothing. */
+	assert_int_equal(test_check(st, BUCKET, "exists", 5000, 7), 0);
+	assert_int_equal(test_check(st, BUCKET, "guarded", 5000, 8), 0);
+	assert_int_equal(kvt_bucket_exists(st, "doomed"), -ENOENT);
+	/* holder, exists, guarded, ok/0, ok/2, ok/4 */
+	assert_int_equal(s1.objects, 6);
+	check_fsck_clean(st);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/*
+ * The bucket-id cache: another process (a second store here) deletes the
+ * bucket and makes it again under a new id, and its old id goes to another
+ * bucket (SQLite reuses the highest rowid); a writer of the first store,
+ * whose cache still has the old id, commits into the new bucket of that
+ * name, not into the one that took the id. With the bucket gone for good,
+ * the commit fails -ENOENT and publishes nothing.
+ */
+static void test_bucket_cache_stale(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st, *other;
+	struct kvt_object *o = NULL;
+	int64_t old_id, new_id;
+	int cached = 0;
+
+	(void)state;
+	test_env_init(&env, 64 << 20, 4 << 20);
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, BUCKET), 0);
+	assert_int_equal(test_put(st, BUCKET, "a", 100, 1), 0);
+	assert_int_equal(store_bucket_id_cached(st, BUCKET, &old_id, &cached), 0);
+	assert_int_equal(cached, 1);
+	assert_int_equal(kvt_object_delete(st, BUCKET, "a"), 0);
+
+	assert_int_equal(kvt_store_open(&env.cfg, 0, &other), 0);
+	assert_int_equal(kvt_bucket_delete(other, BUCKET), 0);
+	/* Not the highest id any more, so the new bucket gets another one. */
+	assert_int_equal(kvt_bucket_create(other, "zzz"), 0);
+	assert_int_equal(kvt_bucket_create(other, BUCKET), 0);
+	assert_int_equal(store_bucket_id(other, BUCKET, &new_id), 0);
+	assert_true(new_id != old_id);
+
+	assert_int_equal(test_put(st, BUCKET, "b", LEN, 5), 0);
+	assert_int_equal(kvt_object_head(other, "zzz", "b", &o), -ENOENT);
+	assert_int_equal(kvt_object_head(other, BUCKET, "b", &o), 0);
+	kvt_object_free(o);
+	assert_int_equal(test_check(other, BUCKET, "b", LEN, 5), 0);
+	assert_int_equal(store_bucket_id_cached(st, BUCKET, &old_id, &cached), 0);
+	assert_int_equal(old_id, new_id);
+
+	/* Gone for good: the cached id fails at commit, nothing is published. */
+	assert_int_equal(kvt_object_delete(other, BUCKET, "b"), 0);
+	assert_int_equal(kvt_bucket_delete(other, BUCKET), 0);
+	assert_int_equal(test_put(st, BUCKET, "c", LEN, 6), -ENOENT);
+	assert_int_equal(kvt_bucket_exists(st, BUCKET), -ENOENT);
+	kvt_store_close(other);
+	check_fsck_clean(st);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/* Many writers at once, overlapping keys: every key ends as one of the
+ * versions written to it, byte-exact, and fsck agrees. */
+struct storm {
+	struct kvt_store *st;
+	unsigned id;
+	int fails;
+};
+
+#define STORM_THREADS 8
+#define STORM_PUTS 40
+#define STORM_KEYS 6
+
+static void *storm_main(void *arg)
+{
+	struct storm *s = arg;
+
+	for (unsigned i = 0; i < STORM_PUTS; i++) {
+		char key[32];
+		unsigned k = (s->id + i) % STORM_KEYS;
+		uint64_t seed = (uint64_t)s->id << 32 | i;
+
+		snprintf(key, sizeof(key), "s/%u", k);
+		if (test_put(s->st, BUCKET, key, 4096 + (i % 5) * 10000, seed) != 0)
+			s->fails++;
+	}
+	return NULL;
+}
+
+static void test_group_storm(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct storm s[STORM_THREADS];
+	pthread_t tid[STORM_THREADS];
+	struct kvt_store_stat stat;
+
+	(void)state;
+	test_env_init(&env, 128 << 20, 4 << 20);
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, BUCKET), 0);
+	for (unsigned t = 0; t < STORM_THREADS; t++) {
+		s[t] = (struct storm){ st, t, 0 };
+		assert_int_equal(pthread_create(&tid[t], NULL, storm_main, &s[t]), 0);
+	}
+	for (unsigned t = 0; t < STORM_THREADS; t++) {
+		pthread_join(tid[t], NULL);
+		assert_int_equal(s[t].fails, 0);
+	}
+	for (unsigned k = 0; k < STORM_KEYS; k++) {
+		char key[32];
+		int found = 0;
+
+		snprintf(key, sizeof(key), "s/%u", k);
+		for (unsigned t = 0; t < STORM_THREADS && !found; t++)
+			for (unsigned i = 0; i < STORM_PUTS && !found; i++)
+				if ((t + i) % STORM_KEYS == k &&
+				    test_check(st, BUCKET, key, 4096 + (i % 5) * 10000,
+					       (uint64_t)t << 32 | i) == 0)
+					found = 1;
+		assert_true(found);
+	}
+	assert_int_equal(kvt_store_stat(st, &stat), 0);
+	assert_int_equal(stat.commit_puts, STORM_THREADS * STORM_PUTS);
+	assert_int_equal(stat.objects, STORM_KEYS);
+	check_fsck_clean(st);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/*
+ * The pool keeps contexts while operations need them and the flusher gives
+ * back those beyond its floor once they stayed idle for a flush period.
+ */
+static void test_pool_trim(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct io_ctx *io[12];
+	size_t n;
+
+	(void)state;
+	test_env_init(&env, 64 << 20, 4 << 20);
+	env.cfg.store.access_flush_ms = 50;
+	st = test_store_open(&env);
+	for (unsigned i = 0; i < 12; i++)
+		assert_int_equal(store_io_get(st, &io[i]), 0);
+	for (unsigned i = 0; i < 12; i++)
+		store_io_put(st, io[i]);
+	pthread_mutex_lock(&st->pool_lock);
+	n = st->npool;
+	pthread_mutex_unlock(&st->pool_lock);
+	assert_int_equal(n, 12);
+	/* Two flush periods at least: idle through one whole period, then freed. */
+	for (int i = 0; i < 100; i++) {
+		usleep(20000);
+		pthread_mutex_lock(&st->pool_lock);
+		n = st->npool;
+		pthread_mutex_unlock(&st->pool_lock);
+		if (n <= 8)
+			break;
+	}
+	assert_int_equal(n, 8);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_group_forms),
+		cmocka_unit_test(test_group_partial_failure),
+		cmocka_unit_test(test_bucket_cache_stale),
+		cmocka_unit_test(test_group_storm),
+		cmocka_unit_test(test_pool_trim),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
