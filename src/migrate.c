@@ -117,7 +117,7 @@ void store_set_cold(struct kvt_store *st, struct cold *c)
  * are only serialised. Returns the fd that holds the lock (close() drops
  * it), -EBUSY if it is taken and !wait, or -errno.
  */
-static int g4_lock(struct kvt_store *st, const char *kind, const char *a, const char *b, int wait)
+int g4_lock(struct kvt_store *st, const char *kind, const char *a, const char *b, int wait)
 {
 	char path[4096];
 	uint64_t h = 14695981039346656037ull;
@@ -154,7 +154,7 @@ static int g4_lock(struct kvt_store *st, const char *kind, const char *a, const 
 	return fd;
 }
 
-static void g4_unlock(int fd)
+void g4_unlock(int fd)
 {
 	if (fd >= 0)
 		close(fd);
