@@ -1330,6 +1330,105 @@ static void test_import_mode_clamped(void **state)
 	test_env_release(&b);
 }
 
+/* Makes every object of session s1 cold on st; fails the test otherwise. */
+static void all_cold(struct kvt_store *st, const char *const *keys, size_t n)
+{
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct kvt_g4_report rep;
+
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(tier_of(st, "kvs", keys[i]), KVT_TIER_COLD);
+}
+
+/*
+ * A cold object renamed (FUSE rename, one key or a directory) keeps its
+ * bytes under its old G4 name: recall finds them there, the sweep does not
+ * delete them, a new object at the old key does not overwrite them, and
+ * another node imports the session with it. The gateway's rename (copy of
+ * the cold object, then delete) recalls it first. Before, recall looked for
+ * the new name, and the next sweep deleted the only copy.
+ */
+static void test_rename_cold(void **state)
+{
+	static const char *const cold1[] = { "s1/a2", "s1/dir2/c", "s1/other" };
+	static const char *const cold2[] = { "s1/a", "s1/a2", "s1/b2", "s1/dir2/c", "s1/other" };
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	char url[600];
+
+	(void)state;
+	g4_env_init(&a, CAP, SEG);
+	g4_env_init(&b, CAP, SEG);
+	snprintf(url, sizeof(url), "file://%s/shared-g4", a.dir);
+	a.cfg.g4.url = strdup(url);
+	b.cfg.g4.url = strdup(url);
+	sa = test_store_open(&a);
+	sb = test_store_open(&b);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 300000, 1), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/b", 200000, 2), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/dir/c", 100000, 3), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/other", 5000, 4), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.objects, 4);
+
+	/* FUSE: rename(2) of a file and of a directory, all cold. */
+	assert_int_equal(kvt_object_rename(sa, "kvs", "s1/a", "s1/a2", 0), 0);
+	assert_int_equal(kvt_object_rename(sa, "kvs", "s1/dir/", "s1/dir2/", KVT_RENAME_PREFIX), 0);
+	assert_int_equal(tier_of(sa, "kvs", "s1/a2"), KVT_TIER_COLD);
+	/* The gateway: CopyObject then DeleteObject. */
+	assert_int_equal(kvt_object_copy(sa, "kvs", "s1/b", "kvs", "s1/b2", NULL, NULL), 0);
+	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/b"), 0);
+	/* A new object at the old name, and the sweep, before any recall. */
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 40000, 11), 0);
+	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(tier_of(sa, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(kvt_g4_cleanup(sa), 0);
+
+	/* Every object reads back byte-exact, recalled from where G4 has it. */
+	assert_int_equal(test_check(sa, "kvs", "s1/a2", 300000, 1), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/dir2/c", 100000, 3), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/b2", 200000, 2), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 40000, 11), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/other", 5000, 4), 0);
+	/* Cold again, swept again, and read again: still there. */
+	all_cold(sa, cold2, 5);
+	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a2", 300000, 1), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 40000, 11), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/dir2/c", 100000, 3), 0);
+	all_cold(sa, cold1, 3);
+
+	/* Another node imports the session and recalls each object. */
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(rep.objects, 5);
+	assert_int_equal(test_check(sb, "kvs", "s1/a2", 300000, 1), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/a", 40000, 11), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/b2", 200000, 2), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/dir2/c", 100000, 3), 0);
+
+	/* A renamed object renamed again while hot is uploaded under its
+	 * new name, and its old copy goes with the next sweep. */
+	assert_int_equal(kvt_object_rename(sa, "kvs", "s1/a2", "s1/a3", 0), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(tier_of(sa, "kvs", "s1/a3"), KVT_TIER_COLD);
+	assert_int_equal(test_check(sa, "kvs", "s1/a3", 300000, 1), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 40000, 11), 0);
+	kvt_store_close(sa);
+	kvt_store_close(sb);
+	test_env_release(&a);
+	test_env_release(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1351,6 +1450,7 @@ int main(void)
 		cmocka_unit_test(test_g4_none),
 		cmocka_unit_test(test_keys_stay_inside),
 		cmocka_unit_test(test_deleted_stay_deleted),
+		cmocka_unit_test(test_rename_cold),
 		cmocka_unit_test(test_redemote_after_recall),
 		cmocka_unit_test(test_import_mode_clamped),
 	};
