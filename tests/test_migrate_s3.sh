@@ -13,7 +13,8 @@
 # three: a wrong [g4] region is refused, and the upload a killed run left is
 # aborted by the next one (checked with boto3's ListMultipartUploads), and
 # an upload under the prefix that no catalog recorded is aborted by the
-# sweep by age once it is over a day old.
+# sweep by age once it is over a day old; a key with '%' that an older
+# client stored under its unencoded name is recalled from that name.
 #
 # s3rver is taken from $S3RVER, PATH, or installed with npm into
 # $top_builddir/.s3rver; without node or npm the test is skipped.
@@ -317,6 +318,30 @@ n=$(list_uploads)
 	fail "the aborted upload stayed recorded"
 kvt_expect 0 "$K" -c "$G" get models gw2/big "$T/back"
 cmp "$T/in.gw2" "$T/back" || fail "gw2/big came back different from the gateway"
+
+step "a key with '%' demoted under its old partner name is recalled from it"
+# Before cold_s3_key() encoded '%' as "%25", the libs3 client stored G4 key
+# "models/pct/a%b" as "pfx/models/pct/a%b"; the new name is
+# "pfx/models/pct/a%25b". Such a copy is moved back to the old name here,
+# as an older kvtier-migrate would have left it.
+head -c 300001 /dev/urandom >"$T/in.pct"
+kvt_expect 0 "$K" -c "$G" put models 'pct/a%b' "$T/in.pct"
+kvt_expect 0 "$M" -c "$G" --session models/pct
+kvt_grep err "demote: 1 sessions, 1 objects, 300001 bytes"
+python3 - "$gport" "$T/tls.crt" <<'PY' || fail "boto3 cannot move the copy to its old name"
+import os, sys, boto3
+s3 = boto3.client("s3", endpoint_url="https://127.0.0.1:%s" % sys.argv[1], verify=sys.argv[2],
+                  region_name="eu-west-3", aws_access_key_id=os.environ["GW_ACCESS"],
+                  aws_secret_access_key=os.environ["GW_SECRET"])
+s3.head_object(Bucket="g4bucket", Key="pfx/models/pct/a%25b")
+s3.copy_object(Bucket="g4bucket", Key="pfx/models/pct/a%b",
+               CopySource={"Bucket": "g4bucket", "Key": "pfx/models/pct/a%25b"})
+s3.delete_object(Bucket="g4bucket", Key="pfx/models/pct/a%25b")
+PY
+kvt_expect 0 "$K" -c "$G" head models 'pct/a%b'
+kvt_grep out "^tier: +cold$"
+kvt_expect 0 "$K" -c "$G" get models 'pct/a%b' "$T/back"
+cmp "$T/in.pct" "$T/back" || fail "pct/a%b came back different from its old name"
 
 step "the sweep by age: uploads under the prefix that no catalog recorded, over a day old, are aborted"
 # What a run killed before its journal was written (or a lost catalog)
