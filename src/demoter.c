@@ -70,7 +70,7 @@ static int demoter_pass(struct kvt_store *st)
 		return lock;
 	rc = reclaim_run(st, 1, 1);
 	g4_unlock(lock);
-	if (rc < 0 && rc != -ENOSPC)
+	if (rc < 0 && rc != -ENOSPC && rc != -ECANCELED)
 		log_err(rc, "background demotion of '%s' failed", st->dir);
 	return rc;
 }
@@ -97,6 +97,18 @@ static void *demoter_main(void *arg)
 		st->demoter_passes++;
 		st->demoter_last_rc = rc;
 		pthread_cond_broadcast(&st->space_cond);
+		if (rc == -ENOSPC && !st->demoter_stop) {
+			/*
+			 * Nothing could be freed (everything pinned, or the partner
+			 * down): the next pass waits for the tick, kicks or not.
+			 * Back to back, passes relocated the same pinned objects
+			 * over and over (test_gateway: a store full of them).
+			 */
+			demoter_deadline(&ts, DEMOTER_TICK_MS);
+			while (!st->demoter_stop &&
+			       pthread_cond_timedwait(&st->demoter_cond, &st->demoter_lock, &ts) == 0)
+				;
+		}
 	}
 	pthread_mutex_unlock(&st->demoter_lock);
 	return NULL;
@@ -121,7 +133,8 @@ void demoter_stop(struct kvt_store *st)
 	if (!st->demoter_running)
 		return;
 	pthread_mutex_lock(&st->demoter_lock);
-	st->demoter_stop = 1;
+	/* Atomic: a pass in flight reads it without the lock (reclaim.c). */
+	__atomic_store_n(&st->demoter_stop, 1, __ATOMIC_RELAXED);
 	pthread_cond_signal(&st->demoter_cond);
 	pthread_cond_broadcast(&st->space_cond);
 	pthread_mutex_unlock(&st->demoter_lock);

@@ -393,6 +393,12 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 	/* Free segments to reach: below the low watermark, and at least `need`. */
 	target = st->nsegs - (uint64_t)(st->low_watermark * st->nsegs);
 	for (;;) {
+		/* The store closes: the demoter's pass ends here, not at the
+		 * low watermark (a pass could hold a gateway's SIGTERM). */
+		if (demote && __atomic_load_n(&st->demoter_stop, __ATOMIC_RELAXED)) {
+			rc = -ECANCELED;
+			break;
+		}
 		rc = cat_segment_counts(t->cat, counts);
 		if (rc < 0)
 			break;
@@ -441,7 +447,8 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 			rc = reclaim_flush(st, &done);	/* what is free, others may use */
 			pthread_mutex_unlock(&st->reclaim_lock);
 			for (size_t i = 0; i < todo.n; i++) {
-				g4_demote_pressure(st, todo.bucket[i], todo.session[i]);
+				if (!__atomic_load_n(&st->demoter_stop, __ATOMIC_RELAXED))
+					g4_demote_pressure(st, todo.bucket[i], todo.session[i]);
 				/* Once per call: a failure leaves the segment whole. */
 				r = session_set_add(&tried, todo.bucket[i], todo.session[i]);
 				todo.bucket[i] = todo.session[i] = NULL;
