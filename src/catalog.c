@@ -76,8 +76,8 @@ static const char *const migrations[] = {
 	 * copies (migrate.c, g4_sweep), so an import never brings them back.
 	 * The triggers fill it in the transaction that deletes or moves. A
 	 * renamed object's G4 copy is under its old name: it must be uploaded
-	 * again before it may go cold, unless it is cold already (recall then
-	 * looks for the new name; see cat_object_rename's callers). */
+	 * again before it may go cold, unless it is cold already: then its
+	 * copy stays under the old name, which migration 5 records. */
 	"CREATE TABLE g4_uploads(upload_id TEXT PRIMARY KEY, url TEXT NOT NULL,"
 	"  key TEXT NOT NULL, started INTEGER NOT NULL, pid INTEGER NOT NULL) WITHOUT ROWID;"
 	"CREATE TABLE g4_dead(id INTEGER PRIMARY KEY, bucket INTEGER NOT NULL,"
@@ -90,6 +90,32 @@ static const char *const migrations[] = {
 	"  INSERT INTO g4_dead(bucket, key, session) VALUES(OLD.bucket, OLD.key, OLD.session);"
 	"  UPDATE objects SET g4_vid = 0, g4_etag = NULL"
 	"   WHERE id = NEW.id AND OLD.key <> NEW.key AND NEW.tier <> 2;"
+	" END;",
+	/* 5: G4 names. g4_key is where G4 holds the object's bytes when that
+	 * is not "BUCKET/KEY" (NULL): a cold object renamed keeps its copy
+	 * under the old name (renaming it in G4 would mean a download and an
+	 * upload inside a FUSE rename), and an upload whose own name another
+	 * object's copy holds goes to ".kvtier/versions/BUCKET/VID" instead
+	 * (migrate.c, demote_upload_once). g4_dead rows carry the name too,
+	 * so the sweep deletes the copy that went dead, and never one that an
+	 * object still names (cat_g4_name_taken). */
+	"ALTER TABLE objects ADD COLUMN g4_key TEXT;"
+	"ALTER TABLE g4_dead ADD COLUMN g4_key TEXT;"
+	"DROP TRIGGER objects_g4_deleted;"
+	"DROP TRIGGER objects_g4_moved;"
+	"CREATE TRIGGER objects_g4_deleted AFTER DELETE ON objects WHEN OLD.g4_vid <> 0 BEGIN"
+	"  INSERT INTO g4_dead(bucket, key, session, g4_key)"
+	"   VALUES(OLD.bucket, OLD.key, OLD.session, OLD.g4_key);"
+	" END;"
+	"CREATE TRIGGER objects_g4_moved AFTER UPDATE OF key, session ON objects"
+	" WHEN OLD.g4_vid <> 0 AND (OLD.key <> NEW.key OR OLD.session <> NEW.session) BEGIN"
+	"  INSERT INTO g4_dead(bucket, key, session, g4_key)"
+	"   VALUES(OLD.bucket, OLD.key, OLD.session, OLD.g4_key);"
+	"  UPDATE objects SET g4_vid = 0, g4_etag = NULL, g4_key = NULL"
+	"   WHERE id = NEW.id AND OLD.key <> NEW.key AND NEW.tier <> 2;"
+	"  UPDATE objects SET g4_key = (SELECT name FROM buckets WHERE id = NEW.bucket)"
+	"   || '/' || OLD.key"
+	"   WHERE id = NEW.id AND OLD.key <> NEW.key AND NEW.tier = 2 AND OLD.g4_key IS NULL;"
 	" END;",
 };
 
@@ -2186,15 +2212,18 @@ int cat_g4_demote_begin(struct cat *c, int64_t bucket_id, const char *session, i
 
 void cat_g4_objs_free(struct cat_g4_obj *v, size_t n)
 {
-	for (size_t i = 0; v && i < n; i++)
+	for (size_t i = 0; v && i < n; i++) {
 		cat_object_free(v[i].co);
+		free(v[i].g4_key);
+	}
 	free(v);
 }
 
 int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session, unsigned tiers,
 			   struct cat_g4_obj **out, size_t *nout)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "SELECT " OBJ_COLS ", o.g4_vid, o.g4_attempts, o.g4_etag"
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT " OBJ_COLS ", o.g4_vid, o.g4_attempts, o.g4_etag,"
+				      " o.g4_key"
 				      " FROM objects o WHERE o.bucket = ?1 AND o.session = ?2"
 				      " AND ((?3 >> o.tier) & 1) ORDER BY o.key");
 	struct cat_g4_obj *v = NULL;
@@ -2228,6 +2257,12 @@ int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session
 		snprintf(v[n].g4_etag, sizeof(v[n].g4_etag), "%s",
 			 sqlite3_column_text(s, OBJ_NCOLS + 2) ?
 			 (const char *)sqlite3_column_text(s, OBJ_NCOLS + 2) : "");
+		v[n].g4_key = col_strdup(s, OBJ_NCOLS + 3);
+		if (!v[n].g4_key && sqlite3_column_type(s, OBJ_NCOLS + 3) != SQLITE_NULL) {
+			cat_object_free(co);
+			rc = SQLITE_NOMEM;
+			break;
+		}
 		n++;
 	}
 	sqlite3_finalize(s);
@@ -2241,9 +2276,10 @@ int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session
 	return 0;
 }
 
-int cat_g4_set_uploaded(struct cat *c, int64_t id, uint64_t vid, const char *g4_etag)
+int cat_g4_set_uploaded(struct cat *c, int64_t id, uint64_t vid, const char *g4_etag,
+			const char *g4_key)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET g4_vid = ?2, g4_etag = ?3"
+	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET g4_vid = ?2, g4_etag = ?3, g4_key = ?4"
 				      " WHERE id = ?1 AND vid = ?2 AND tier = 1");
 	int changes = 0, rc;
 
@@ -2252,13 +2288,18 @@ int cat_g4_set_uploaded(struct cat *c, int64_t id, uint64_t vid, const char *g4_
 	sqlite3_bind_int64(s, 1, id);
 	sqlite3_bind_int64(s, 2, (int64_t)vid);
 	sqlite3_bind_text(s, 3, g4_etag, -1, SQLITE_TRANSIENT);
+	if (g4_key)
+		sqlite3_bind_text(s, 4, g4_key, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(s, 4);
 	rc = cat_g4_run(c, s, "g4 uploaded", &changes);
 	return rc < 0 ? rc : changes == 1 ? 0 : -ENOENT;
 }
 
 int cat_g4_forget(struct cat *c, int64_t id, uint64_t vid)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET g4_vid = 0, g4_etag = NULL"
+	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET g4_vid = 0, g4_etag = NULL,"
+				      " g4_key = NULL"
 				      " WHERE id = ?1 AND vid = ?2 AND g4_vid = ?2 AND tier = 1");
 	int changes = 0, rc;
 
@@ -2343,7 +2384,8 @@ fail:
 	return rc;
 }
 
-int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag)
+int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag,
+		  const char *g4_key)
 {
 	sqlite3_stmt *s;
 	char *meta = NULL;
@@ -2370,13 +2412,18 @@ int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag)
 	rc = cat_insert_object(c, p, meta, metalen, &id);
 	if (rc < 0)
 		goto fail;
-	s = cat_g4_prep(c, "UPDATE objects SET tier = 2, g4_vid = vid, g4_etag = ?2 WHERE id = ?1");
+	s = cat_g4_prep(c, "UPDATE objects SET tier = 2, g4_vid = vid, g4_etag = ?2, g4_key = ?3"
+			" WHERE id = ?1");
 	if (!s) {
 		rc = -EIO;
 		goto fail;
 	}
 	sqlite3_bind_int64(s, 1, id);
 	sqlite3_bind_text(s, 2, g4_etag, -1, SQLITE_TRANSIENT);
+	if (g4_key)
+		sqlite3_bind_text(s, 3, g4_key, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(s, 3);
 	rc = cat_g4_run(c, s, "import", NULL);
 	if (rc == 0)
 		rc = cat_touch_session(c, p->bucket_id, p->session, p->mtime_ns);
@@ -2502,10 +2549,10 @@ int cat_g4_uploads(struct cat *c, int (*fn)(void *arg, const char *url, const ch
 
 int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_id,
 					 const char *bucket, const char *key,
-					 const char *session),
+					 const char *session, const char *g4_key),
 		void *arg)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "SELECT d.id, d.bucket, b.name, d.key, d.session"
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT d.id, d.bucket, b.name, d.key, d.session, d.g4_key"
 				      " FROM g4_dead d JOIN buckets b ON b.id = d.bucket"
 				      " ORDER BY d.bucket, d.session, d.id");
 	int rc;
@@ -2516,7 +2563,8 @@ int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_i
 		int r = fn(arg, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1),
 			   (const char *)sqlite3_column_text(s, 2),
 			   (const char *)sqlite3_column_text(s, 3),
-			   (const char *)sqlite3_column_text(s, 4));
+			   (const char *)sqlite3_column_text(s, 4),
+			   (const char *)sqlite3_column_text(s, 5));
 
 		if (r != 0) {
 			sqlite3_finalize(s);
@@ -2537,18 +2585,46 @@ int cat_g4_dead_done(struct cat *c, int64_t id)
 	return cat_g4_run(c, s, "g4 dead done", NULL);
 }
 
-int cat_g4_key_taken(struct cat *c, int64_t bucket_id, const char *key)
+int cat_g4_name_taken(struct cat *c, int64_t bucket_id, int64_t except_id, const char *name,
+		      const char *key)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "SELECT 1 FROM objects WHERE bucket = ?1 AND key = ?2");
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT 1 FROM objects WHERE bucket = ?1 AND id <> ?4"
+				      " AND (g4_key = ?2 OR (g4_key IS NULL AND key = ?3)) LIMIT 1");
 	int rc;
 
 	if (!s)
 		return -EIO;
 	sqlite3_bind_int64(s, 1, bucket_id);
-	sqlite3_bind_text(s, 2, key, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(s, 2, name, -1, SQLITE_TRANSIENT);
+	if (key)
+		sqlite3_bind_text(s, 3, key, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(s, 3);
+	sqlite3_bind_int64(s, 4, except_id);
 	rc = sqlite3_step(s);
 	sqlite3_finalize(s);
 	if (rc == SQLITE_ROW)
 		return 1;
-	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "g4 key taken");
+	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "g4 name taken");
+}
+
+int cat_g4_name(struct cat *c, int64_t id, uint64_t vid, char **g4_key)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT g4_key FROM objects WHERE id = ?1 AND vid = ?2");
+	int rc;
+
+	*g4_key = NULL;
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)vid);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		*g4_key = col_strdup(s, 0);
+		rc = *g4_key || sqlite3_column_type(s, 0) == SQLITE_NULL ? 0 : -ENOMEM;
+	} else {
+		rc = rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "g4 name");
+	}
+	sqlite3_finalize(s);
+	return rc;
 }

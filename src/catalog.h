@@ -234,6 +234,7 @@ struct cat_g4_obj {
 	uint64_t g4_vid;	/* version verified in G4, or 0 */
 	unsigned attempts;
 	char g4_etag[KVT_ETAG_MAX];	/* what G4 called it, or "" */
+	char *g4_key;		/* where G4 holds it, if not "BUCKET/KEY"; else NULL */
 };
 
 /* The session's objects whose tier is in the mask (1 << KVT_TIER_...), in
@@ -241,8 +242,10 @@ struct cat_g4_obj {
 int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session, unsigned tiers,
 			   struct cat_g4_obj **out, size_t *n);
 void cat_g4_objs_free(struct cat_g4_obj *v, size_t n);
-/* G4 holds version vid verified; -ENOENT if it is not DEMOTING at vid. */
-int cat_g4_set_uploaded(struct cat *c, int64_t id, uint64_t vid, const char *g4_etag);
+/* G4 holds version vid verified, under g4_key (NULL: "BUCKET/KEY"); -ENOENT
+ * if it is not DEMOTING at vid. */
+int cat_g4_set_uploaded(struct cat *c, int64_t id, uint64_t vid, const char *g4_etag,
+			const char *g4_key);
 /* Before an upload over the copy G4 holds of a DEMOTING object's version vid:
  * nothing may rely on that copy while it is rewritten (some partners, s3rver
  * among them, keep a cut PUT). -ENOENT if the object changed or went cold. */
@@ -259,7 +262,11 @@ int cat_g4_recalled(struct cat *c, int64_t id, uint64_t vid, const struct cat_ex
 int cat_g4_victim(struct cat *c, int64_t id, uint64_t vid, char **bucket, char **key,
 		  char **session, int *in_g4);
 /* A COLD object known from a manifest (no extents); -EEXIST if the key is taken. */
-int cat_g4_import(struct cat *c, const struct cat_put *put, const char *g4_etag);
+int cat_g4_import(struct cat *c, const struct cat_put *put, const char *g4_etag,
+		  const char *g4_key);
+/* Where G4 holds object id at version vid: *g4_key (caller frees), NULL
+ * for "BUCKET/KEY"; -ENOENT if it changed. */
+int cat_g4_name(struct cat *c, int64_t id, uint64_t vid, char **g4_key);
 
 /* Multipart uploads in flight (cold.h, struct cold_journal): recorded
  * with the recording process's pid before the first part, forgotten once
@@ -276,10 +283,13 @@ int cat_g4_uploads(struct cat *c, int (*fn)(void *arg, const char *url, const ch
  * write to the catalog. cat_g4_dead_done() forgets one. */
 int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_id,
 					 const char *bucket, const char *key,
-					 const char *session),
+					 const char *session, const char *g4_key),
 		void *arg);
 int cat_g4_dead_done(struct cat *c, int64_t id);
-/* 1 if bucket holds key (any tier), 0 if not, or -errno. */
-int cat_g4_key_taken(struct cat *c, int64_t bucket_id, const char *key);
+/* 1 if an object of the bucket other than except_id (0: none) names the G4
+ * copy `name`: as its g4_key, or, with none, as its key `key` (the name
+ * without "BUCKET/", NULL if it is no such name); 0 if none, or -errno. */
+int cat_g4_name_taken(struct cat *c, int64_t bucket_id, int64_t except_id, const char *name,
+		      const char *key);
 
 #endif /* KVT_CATALOG_H */

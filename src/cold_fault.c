@@ -24,7 +24,9 @@ struct cold_fault {
 
 static int cfa_err(const struct cold_fault_plan *p)
 {
-	return p->err ? p->err : -EIO;
+	int err = __atomic_load_n(&p->err, __ATOMIC_SEQ_CST);
+
+	return err ? err : -EIO;
 }
 
 /* Takes one from *n if it is not 0: whether this operation is one of them. */

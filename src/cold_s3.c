@@ -870,18 +870,66 @@ static int s3_put(struct cold *cold, const char *key, uint64_t size, const char 
 
 /* ---- get, head, delete ------------------------------------------------------------ */
 
+/*
+ * The partner key the libs3 client (before cold_s3_key()) gave key:
+ * "PREFIX/KEY" as it is. Since then '%' is "%25", so an object of a key
+ * with '%' demoted by that client is not found under its new name; a get
+ * tries this one next. NULL when there is none to try: no '%' in key (the
+ * names agree), or a ".", ".." or empty component, which partners
+ * normalised, so the old client never stored such a key as itself.
+ *
+ * Only get falls back: recall checks size and CRC32C of what comes back,
+ * which matters because the old name of "a%25b" is the new name of "a%b".
+ * Head does not (a size that matched by chance would let demotion trust
+ * another object's copy; without it the object is uploaded again under its
+ * new name), nor does delete (it could delete that other copy): a legacy
+ * copy of a deleted key stays at the partner.
+ */
+static char *s3_legacy_key(const char *prefix, const char *key)
+{
+	const char *comp = key;
+	size_t len = strlen(prefix) + strlen(key) + 2;
+	char *k;
+
+	if (!strchr(key, '%'))
+		return NULL;
+	for (;;) {
+		const char *slash = strchr(comp, '/');
+		size_t clen = slash ? (size_t)(slash - comp) : strlen(comp);
+
+		if ((clen == 0 && slash) || (clen == 1 && comp[0] == '.') ||
+		    (clen == 2 && !strncmp(comp, "..", 2)))
+			return NULL;
+		if (!slash)
+			break;
+		comp = slash + 1;
+	}
+	k = malloc(len);
+	if (k)
+		snprintf(k, len, "%s%s%s", prefix, prefix[0] ? "/" : "", key);
+	return k;
+}
+
 static int s3_get(struct cold *cold, const char *key, cold_sink_fn sink, void *arg,
 		  uint64_t *size)
 {
 	struct cold_s3 *s = (struct cold_s3 *)cold;
 	struct s3_req r = { .method = "GET", .sink = sink, .sink_arg = arg };
-	char *k = cold_s3_key(s->prefix, key);
+	char *k = cold_s3_key(s->prefix, key), *legacy = NULL;
 	int rc;
 
 	if (!k)
 		return -ENOMEM;
 	r.pkey = k;
 	rc = s3_perform(s, &r, "get");
+	if (rc == -ENOENT && r.got == 0 && (legacy = s3_legacy_key(s->prefix, key)) != NULL) {
+		log_info("'%s' is not at the partner; trying '%s', its name before '%%' was"
+			 " encoded", k, legacy);
+		s3_req_release(&r);
+		r = (struct s3_req){ .method = "GET", .sink = sink, .sink_arg = arg };
+		r.pkey = legacy;
+		rc = s3_perform(s, &r, "get");
+	}
 	if (rc == 0 && r.length && r.got != r.length) {
 		log_err(0, "s3 get of '%s': %" PRIu64 " of %" PRIu64 " bytes", k, r.got, r.length);
 		rc = -EHOSTUNREACH;
@@ -889,6 +937,7 @@ static int s3_get(struct cold *cold, const char *key, cold_sink_fn sink, void *a
 	if (rc == 0 && size)
 		*size = r.got;
 	s3_req_release(&r);
+	free(legacy);
 	free(k);
 	return rc;
 }

@@ -124,6 +124,7 @@ static const struct cfg_key cfg_keys[] = {
 	CFG_UNSIGNED("store", "session_depth", store.session_depth, "1", 1, 16),
 	CFG_UNSIGNED("store", "access_flush_ms", store.access_flush_ms, "1000", 1, 86400000),
 	CFG_SIZE("store", "cached_read_max", store.cached_read_max, "256K"),
+	CFG_DURATION("store", "space_wait", store.space_wait, "30s"),
 	CFG_STRING("gateway", "listen", gateway.listen, "127.0.0.1:9000"),
 	CFG_UNSIGNED("gateway", "threads", gateway.threads, "4", 1, 1024),
 	CFG_PATH("gateway", "credentials", gateway.credentials, NULL),

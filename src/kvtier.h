@@ -52,6 +52,7 @@ struct kvt_config {
 		unsigned session_depth;	/* leading key components naming a session */
 		unsigned access_flush_ms; /* how often access times reach the catalog */
 		uint64_t cached_read_max; /* extents up to this size are read through the page cache */
+		uint64_t space_wait;	/* seconds a writer waits for the demoter to make room */
 	} store;
 	struct {
 		char *listen;		/* "ADDR:PORT", "[::1]:PORT" */

@@ -26,6 +26,12 @@
  * Reclaim turns such an object cold instead of dropping it (catalog.c,
  * cat_object_drop).
  *
+ * G4 names: an object's copy is "BUCKET/KEY", unless the catalog records
+ * another (objects.g4_key): a cold object renamed keeps its copy under its
+ * old name, and an upload whose own name holds such a copy goes to
+ * ".kvtier/versions/BUCKET/VID" (g4_name(), demote_upload_once()). The
+ * manifest lists each object's name as g4_key; import keeps it.
+ *
  * Concurrent recalls of one object coalesce into one fetch, across threads
  * and processes (g4_lock(), recall_object()); so do two demotions of one
  * session. RECALLING is not persisted: the lock, which dies with its
@@ -117,7 +123,7 @@ void store_set_cold(struct kvt_store *st, struct cold *c)
  * are only serialised. Returns the fd that holds the lock (close() drops
  * it), -EBUSY if it is taken and !wait, or -errno.
  */
-static int g4_lock(struct kvt_store *st, const char *kind, const char *a, const char *b, int wait)
+int g4_lock(struct kvt_store *st, const char *kind, const char *a, const char *b, int wait)
 {
 	char path[4096];
 	uint64_t h = 14695981039346656037ull;
@@ -154,7 +160,7 @@ static int g4_lock(struct kvt_store *st, const char *kind, const char *a, const 
 	return fd;
 }
 
-static void g4_unlock(int fd)
+void g4_unlock(int fd)
 {
 	if (fd >= 0)
 		close(fd);
@@ -292,6 +298,26 @@ static char *g4_object_key(const char *bucket, const char *key)
 	return k;
 }
 
+/* Where G4 holds an object: the name the catalog recorded (cat_g4_obj,
+ * cat_g4_name()), else "BUCKET/KEY". Caller frees. */
+static char *g4_name(const char *bucket, const char *key, const char *g4_key)
+{
+	return g4_key ? strdup(g4_key) : g4_object_key(bucket, key);
+}
+
+/* The name of version vid when its own is held by another object's copy
+ * (a cold object renamed away from it): no bucket starts with '.', so no
+ * object's own name is ever one of these. Caller frees. */
+static char *g4_version_key(const char *bucket, uint64_t vid)
+{
+	size_t len = strlen(bucket) + 48;
+	char *k = malloc(len);
+
+	if (k)
+		snprintf(k, len, ".kvtier/versions/%s/%016" PRIx64, bucket, vid);
+	return k;
+}
+
 static char *g4_manifest_key(const char *bucket, const char *session)
 {
 	size_t len = strlen(COLD_MANIFEST_PREFIX) + strlen(bucket) + strlen(session) + 8;
@@ -385,7 +411,7 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 	struct extent_src es = { .st = st, .ctl = ctl };
 	struct crc_sink cs = { .ctl = ctl };
 	struct cold_put_info info = { .verified = 0 };
-	char *gkey = g4_object_key(bucket, o->key);
+	char *gkey = g4_object_key(bucket, o->key), *alt = NULL;
 	uint64_t got = 0;
 	int rc, lock = -1;
 
@@ -404,6 +430,25 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 	if (es.co->vid != go->co->vid) {
 		rc = -ENOENT;
 		goto out;
+	}
+	/* Its own name holds the copy of a cold object renamed away from it
+	 * (catalog migration 5): putting there would overwrite that object's
+	 * only copy. */
+	rc = cat_g4_name_taken(c, go->co->bucket_id, go->co->id, gkey, NULL);
+	if (rc < 0)
+		goto out;
+	if (rc == 1) {
+		alt = g4_version_key(bucket, go->co->vid);
+		if (!alt) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		free(gkey);
+		gkey = strdup(alt);
+		if (!gkey) {
+			rc = -ENOMEM;
+			goto out;
+		}
 	}
 	rc = store_io_get(st, &es.io);
 	if (rc < 0)
@@ -433,12 +478,16 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 			goto out;
 		}
 	}
-	rc = cat_g4_set_uploaded(c, go->co->id, go->co->vid, info.etag);
+	rc = cat_g4_set_uploaded(c, go->co->id, go->co->vid, info.etag, alt);
 	if (rc == 0) {
 		go->g4_vid = go->co->vid;
 		snprintf(go->g4_etag, sizeof(go->g4_etag), "%s", info.etag);
+		free(go->g4_key);
+		go->g4_key = alt;
+		alt = NULL;
 	}
 out:
+	free(alt);
 	g4_unlock(lock);
 	store_io_put(st, es.io);
 	cat_object_free(es.co);
@@ -506,7 +555,7 @@ static int manifest_write(struct cold *cold, const char *bucket, const char *ses
 		json_str(f, o->key);
 		fprintf(f, ", \"g4_key\": ");
 		{
-			char *gk = g4_object_key(bucket, o->key);
+			char *gk = g4_name(bucket, o->key, v[i].g4_key);
 
 			json_str(f, gk ? gk : "");
 			free(gk);
@@ -931,7 +980,7 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 			continue;
 		if (go->g4_vid == go->co->vid) {
 			/* Uploaded before (a crash, or recalled since): still there? */
-			char *gkey = g4_object_key(s->bucket, go->co->obj->key);
+			char *gkey = g4_name(s->bucket, go->co->obj->key, go->g4_key);
 			uint64_t size = 0;
 
 			rc = gkey ? cold_head(cold, gkey, &size) : -ENOMEM;
@@ -1110,6 +1159,7 @@ static int g4_abort_stale(struct kvt_store *st, struct cat *c, struct cold *cold
 struct dead_ref {
 	int64_t id, bucket_id;
 	char *bucket, *key, *session;
+	char *g4_key;		/* NULL: "BUCKET/KEY" */
 };
 
 struct dead_list {
@@ -1118,7 +1168,7 @@ struct dead_list {
 };
 
 static int dead_collect(void *arg, int64_t id, int64_t bucket_id, const char *bucket,
-			const char *key, const char *session)
+			const char *key, const char *session, const char *g4_key)
 {
 	struct dead_list *l = arg;
 
@@ -1129,11 +1179,14 @@ static int dead_collect(void *arg, int64_t id, int64_t bucket_id, const char *bu
 			return -ENOMEM;
 		l->v = v;
 	}
-	l->v[l->n] = (struct dead_ref){ id, bucket_id, strdup(bucket), strdup(key), strdup(session) };
-	if (!l->v[l->n].bucket || !l->v[l->n].key || !l->v[l->n].session) {
+	l->v[l->n] = (struct dead_ref){ id, bucket_id, strdup(bucket), strdup(key), strdup(session),
+					g4_key ? strdup(g4_key) : NULL };
+	if (!l->v[l->n].bucket || !l->v[l->n].key || !l->v[l->n].session ||
+	    (g4_key && !l->v[l->n].g4_key)) {
 		free(l->v[l->n].bucket);
 		free(l->v[l->n].key);
 		free(l->v[l->n].session);
+		free(l->v[l->n].g4_key);
 		return -ENOMEM;
 	}
 	l->n++;
@@ -1193,24 +1246,36 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold)
 		cat_g4_objs_free(v, n);
 		for (; r == 0 && i < j; i++) {
 			const struct dead_ref *d = &l.v[i];
-			int klock = g4_lock(st, "key", d->bucket, d->key, 1), taken;
+			char *gkey = g4_name(d->bucket, d->key, d->g4_key);
+			size_t blen = strlen(d->bucket);
+			/* The key whose own name gkey is, as demote_upload_once()
+			 * locks it; NULL for a version's name. */
+			const char *nkey = gkey && !strncmp(gkey, d->bucket, blen) &&
+					   gkey[blen] == '/' ? gkey + blen + 1 : NULL;
+			int klock, taken;
 
+			if (!gkey) {
+				r = -ENOMEM;
+				break;
+			}
+			klock = g4_lock(st, "key", d->bucket, nkey ? nkey : gkey, 1);
 			if (klock < 0) {
+				free(gkey);
 				r = klock;
 				break;
 			}
-			taken = cat_g4_key_taken(c, d->bucket_id, d->key);
+			/* Not while an object names it: a cold one renamed away,
+			 * or a new one at the key (its demotion replaces it). */
+			taken = cat_g4_name_taken(c, d->bucket_id, 0, gkey, nkey);
 			if (taken == 0) {
-				char *gkey = g4_object_key(d->bucket, d->key);
-
-				taken = gkey ? cold_del(cold, gkey) : -ENOMEM;
+				taken = cold_del(cold, gkey);
 				if (taken == -ENOENT)
 					taken = 0;
 				if (taken < 0)
-					log_err(taken, "cannot delete '%s' from g4", gkey ? gkey : "?");
-				free(gkey);
+					log_err(taken, "cannot delete '%s' from g4", gkey);
 			}
 			g4_unlock(klock);
+			free(gkey);
 			if (taken < 0) {
 				failed++;
 				continue;
@@ -1226,6 +1291,7 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold)
 		free(l.v[k].bucket);
 		free(l.v[k].key);
 		free(l.v[k].session);
+		free(l.v[k].g4_key);
 	}
 	free(l.v);
 	if (rc == 0 && failed)
@@ -1473,10 +1539,16 @@ static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
 			struct g4_ctl *ctl)
 {
 	struct recall_sink rs = { .st = st, .ctl = ctl };
-	char *gkey = g4_object_key(bucket, key);
+	char *gkey = NULL, *g4_key = NULL;
 	uint64_t got = 0;
 	int rc;
 
+	/* A cold object renamed keeps its copy under the old name. */
+	rc = cat_g4_name(c, co->id, co->vid, &g4_key);
+	if (rc < 0)
+		return rc == -ENOENT ? 0 : rc;	/* changed meanwhile: the caller looks again */
+	gkey = g4_name(bucket, key, g4_key);
+	free(g4_key);
 	if (!gkey)
 		return -ENOMEM;
 	rc = store_io_get(st, &rs.io);
@@ -1704,13 +1776,46 @@ static uint32_t import_mode(uint64_t mode, enum kvt_kind kind)
 	return ((mode & S_IFMT) ? type[kind] : 0) | (uint32_t)(mode & 0777);
 }
 
+/*
+ * Where G4 holds an imported entry: NULL (*g4_key) for "BUCKET/KEY", else
+ * the manifest's g4_key, if it names a copy of this bucket (a renamed
+ * object's old name, or a version's): the manifest is whoever can write
+ * the partner bucket, and must not point recall at another bucket's bytes
+ * (docs/security.md, G4).
+ */
+static int import_g4_key(const char *bucket, const char *key, const char *given,
+			 const char **g4_key)
+{
+	size_t blen = strlen(bucket), vlen;
+	char vpre[128];
+
+	*g4_key = NULL;
+	if (!given)
+		return 0;
+	snprintf(vpre, sizeof(vpre), ".kvtier/versions/%s/", bucket);
+	vlen = strlen(vpre);
+	if (!strncmp(given, bucket, blen) && given[blen] == '/') {
+		if (strcmp(given + blen + 1, key) == 0)
+			return 0;	/* its own name */
+		if (kvt_key_valid(given + blen + 1) < 0)
+			return -EINVAL;
+	} else if (strncmp(given, vpre, vlen) != 0 || strlen(given) != vlen + 16 ||
+		   strspn(given + vlen, "0123456789abcdef") != 16) {
+		return -EINVAL;
+	}
+	*g4_key = given;
+	return 0;
+}
+
 /* One manifest entry as a cold object of this store. */
-static int import_one(struct kvt_store *st, struct cat *c, int64_t bid, const char *session,
-		      const struct jval *e)
+static int import_one(struct kvt_store *st, struct cat *c, int64_t bid, const char *bucket,
+		      const char *session, const struct jval *e)
 {
 	const struct jval *key = j_get(e, "key", J_STR), *etag = j_get(e, "etag", J_STR);
 	const struct jval *crc = j_get(e, "crc32c", J_STR), *ct = j_get(e, "content_type", J_STR);
 	const struct jval *g4e = j_get(e, "g4_etag", J_STR), *meta = j_get(e, "meta", J_OBJ);
+	const struct jval *g4k = j_get(e, "g4_key", J_STR);
+	const char *g4_key = NULL;
 	struct kvt_meta *mv = NULL;
 	uint64_t size, mtime, mode, uid, gid, kind, pinned = 0;
 	struct cat_put put;
@@ -1757,7 +1862,9 @@ static int import_one(struct kvt_store *st, struct cat *c, int64_t bid, const ch
 		put.meta = mv;
 		put.nmeta = meta->n;
 	}
-	rc = cat_g4_import(c, &put, g4e ? g4e->str : "");
+	rc = import_g4_key(bucket, key->str, g4k ? g4k->str : NULL, &g4_key);
+	if (rc == 0)
+		rc = cat_g4_import(c, &put, g4e ? g4e->str : "", g4_key);
 	free(mv);
 	return rc;
 }
@@ -1818,7 +1925,7 @@ int kvt_g4_import_session(struct kvt_store *st, const char *bucket, const char *
 		uint64_t size = 0;
 
 		j_u64(e, "size", &size);
-		rc = (o && o->dry_run) ? 0 : import_one(st, c, bid, session, e);
+		rc = (o && o->dry_run) ? 0 : import_one(st, c, bid, bucket, session, e);
 		if (rc == -EEXIST)
 			continue;	/* this node has its own version of the key */
 		g4_progress(o, bucket, k ? k->str : "?", size, rc);

@@ -165,6 +165,12 @@ static int reader_pass(struct kvt_reader *r, struct io_ctx *io, char *out, uint6
 	size_t next = reader_find(co, off);
 	int rc = 0;
 
+	/* Extents that do not reach the end (the version went cold under
+	 * the reader: its extents are gone): nothing to copy, never a buffer
+	 * returned unfilled. */
+	if (co->nextents == 0 || co->extents[co->nextents - 1].obj_off +
+	    co->extents[co->nextents - 1].length < end)
+		return -ESTALE;
 	memset(slots, 0, sizeof(slots));
 	while (inflight > 0 || (rc == 0 && next < co->nextents && co->extents[next].obj_off < end)) {
 		struct io_req *done;
@@ -234,7 +240,12 @@ static int reader_pass(struct kvt_reader *r, struct io_ctx *io, char *out, uint6
 	return rc;
 }
 
-/* After -ESTALE: the same version at a new place (relocated), or -ESTALE. */
+/*
+ * After -ESTALE: the same version at a new place (relocated, or turned cold
+ * by reclaim and recalled here, which keeps the version), or -ESTALE.
+ * Before the recall, a read across a drop to cold returned the buffer
+ * unfilled (test_cold: test_pressure_demote, with the background demoter).
+ */
 static int reader_refresh(struct kvt_reader *r)
 {
 	struct cat *c = store_cat(r->st);
@@ -244,7 +255,14 @@ static int reader_refresh(struct kvt_reader *r)
 	if (!c)
 		return -ENOMEM;
 	rc = cat_object_lookup(c, r->co->obj->bucket, r->co->obj->key, 1, &co);
-	if (rc < 0 || co->vid != r->co->vid) {
+	if (rc == 0 && co->vid == r->co->vid && co->obj->tier == KVT_TIER_COLD) {
+		cat_object_free(co);
+		co = NULL;
+		rc = recall_object(r->st, r->co->obj->bucket, r->co->obj->key);
+		if (rc == 0)
+			rc = cat_object_lookup(c, r->co->obj->bucket, r->co->obj->key, 1, &co);
+	}
+	if (rc < 0 || co->vid != r->co->vid || co->obj->tier == KVT_TIER_COLD) {
 		cat_object_free(co);
 		return -ESTALE;
 	}

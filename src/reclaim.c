@@ -23,9 +23,11 @@
  * itself) and whose version G4 does not hold yet is demoted before its
  * segment is freed: reclaim_segment() finds such objects before it drops
  * anything, puts the victim back to SEALED and returns their sessions;
- * kvt_store_reclaim() then demotes them with no lock held
- * (g4_demote_pressure(), migrate.c: upload, verify, manifest, cold), and
- * takes the victim again, whose objects now drop to COLD. An object G4
+ * reclaim_run(demote = 1), in the background demoter (demoter.c), then
+ * demotes them with no lock held (g4_demote_pressure(), migrate.c: upload,
+ * verify, manifest, cold), and takes the victim again, whose objects now
+ * drop to COLD. A writer's reclaim (demote = 0) leaves such a segment
+ * whole and wakes the demoter instead: it must not wait for the partner. An object G4
  * holds goes COLD instead of away (cat_object_drop). A session whose
  * demotion failed is not tried again in the same call: its segment stays
  * whole (-ENOSPC for the writer, a 503 SlowDown at the gateway), nothing is
@@ -378,9 +380,9 @@ static int reclaim_flush(struct kvt_store *st, struct emptied *done)
 	return rc;
 }
 
-/* kvt_store_reclaim() with st->reclaim_lock held (it lets go of it while
+/* reclaim_run() with st->reclaim_lock held (it lets go of it while
  * demoting, and holds it again on return). */
-static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned need)
+static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned need, int demote)
 {
 	struct session_set tried = { 0 }, todo = { 0 };
 	struct emptied done = { .n = 0 };
@@ -391,6 +393,12 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 	/* Free segments to reach: below the low watermark, and at least `need`. */
 	target = st->nsegs - (uint64_t)(st->low_watermark * st->nsegs);
 	for (;;) {
+		/* The store closes: the demoter's pass ends here, not at the
+		 * low watermark (a pass could hold a gateway's SIGTERM). */
+		if (demote && __atomic_load_n(&st->demoter_stop, __ATOMIC_RELAXED)) {
+			rc = -ECANCELED;
+			break;
+		}
 		rc = cat_segment_counts(t->cat, counts);
 		if (rc < 0)
 			break;
@@ -417,6 +425,17 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 		}
 		/* Relocating needs somewhere to go: with no free segment, drop only. */
 		rc = reclaim_segment(st, counts[SEG_FREE] > 0, &tried, &todo, &done);
+		if (rc == -EINPROGRESS && !demote) {
+			/*
+			 * A writer: the upload is the demoter's, which this wakes;
+			 * the victim stays whole (reclaim_segment() made it the
+			 * most recent, so the next pick is another segment).
+			 */
+			session_set_release(&todo);
+			if (st->demoter_running)
+				demoter_kick(st);
+			continue;
+		}
 		if (rc == -EINPROGRESS) {
 			/*
 			 * Session state G4 lacks: demote it, then take the victim
@@ -428,7 +447,8 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 			rc = reclaim_flush(st, &done);	/* what is free, others may use */
 			pthread_mutex_unlock(&st->reclaim_lock);
 			for (size_t i = 0; i < todo.n; i++) {
-				g4_demote_pressure(st, todo.bucket[i], todo.session[i]);
+				if (!__atomic_load_n(&st->demoter_stop, __ATOMIC_RELAXED))
+					g4_demote_pressure(st, todo.bucket[i], todo.session[i]);
 				/* Once per call: a failure leaves the segment whole. */
 				r = session_set_add(&tried, todo.bucket[i], todo.session[i]);
 				todo.bucket[i] = todo.session[i] = NULL;
@@ -481,7 +501,7 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 	return rc;
 }
 
-int kvt_store_reclaim(struct kvt_store *st, unsigned need)
+int reclaim_run(struct kvt_store *st, unsigned need, int demote)
 {
 	struct store_thread *t = store_thread(st);
 	int rc;
@@ -489,9 +509,14 @@ int kvt_store_reclaim(struct kvt_store *st, unsigned need)
 	if (!t)
 		return -ENOMEM;
 	pthread_mutex_lock(&st->reclaim_lock);
-	rc = reclaim_locked(st, t, need);
+	rc = reclaim_locked(st, t, need, demote);
 	pthread_mutex_unlock(&st->reclaim_lock);
 	return rc;
+}
+
+int kvt_store_reclaim(struct kvt_store *st, unsigned need)
+{
+	return reclaim_run(st, need, 1);
 }
 
 /*
@@ -508,7 +533,7 @@ void store_reclaim_if_idle(struct kvt_store *st)
 
 	if (!t || pthread_mutex_trylock(&st->reclaim_lock) != 0)
 		return;
-	reclaim_locked(st, t, 1);
+	reclaim_locked(st, t, 1, 1);
 	pthread_mutex_unlock(&st->reclaim_lock);
 }
 

@@ -15,7 +15,9 @@
  * and is sealed (OPEN -> SEALED) when its last writer commits or aborts, so
  * that reclaim, which only empties SEALED segments, never frees space under
  * a write in flight. Claiming a segment pushes the fill above the high
- * watermark -> reclaim runs (reclaim.c) until it is below the low one.
+ * watermark -> reclaim runs (reclaim.c) until it is below the low one: in
+ * the background demoter (demoter.c) when the store has a cold tier, else
+ * in the writer.
  *
  * Access times. Reads must not become write transactions, so accesses are
  * remembered in memory (sessions in a hash table, segments in an array) and
@@ -357,14 +359,17 @@ static void store_seal(struct kvt_store *st, const struct store_open_seg *s)
 	seg_append_unlock(st->lock_fd, s->id);
 }
 
-/* True when the fill (segments not free) exceeds the high watermark. */
-static int store_above_high(struct kvt_store *st)
+int store_above_high(struct kvt_store *st, uint64_t *nfree)
 {
 	uint64_t counts[4];
 	struct cat *c = store_cat(st);
 
+	if (nfree)
+		*nfree = 0;
 	if (!c || cat_segment_counts(c, counts) < 0)
 		return 0;
+	if (nfree)
+		*nfree = counts[SEG_FREE];
 	return (double)(st->nsegs - counts[SEG_FREE]) > st->high_watermark * st->nsegs;
 }
 
@@ -372,13 +377,14 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 {
 	struct store_thread *t = store_thread(st);
 	struct store_open_seg fresh, retire = { 0 };
-	int rc, need_retire;
+	struct demoter_wait wait = { 0 };
+	int rc, need_retire, reclaimed = 0;
 
 	if (!t)
 		return -ENOMEM;
 	if (space > st->seg_size)
 		return -EFBIG;
-	for (int attempt = 0;; attempt++) {
+	for (;;) {
 		pthread_mutex_lock(&st->alloc_lock);
 		if (st->have_cur && st->cur.off + space <= st->seg_size) {
 			out->segment = st->cur.id;
@@ -391,15 +397,32 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 		}
 		pthread_mutex_unlock(&st->alloc_lock);
 
-		/* Out of room: claim a fresh segment outside the lock (it may reclaim). */
-		if (!t->in_reclaim && store_above_high(st))
-			store_reclaim_if_idle(st);
+		/*
+		 * Out of room: claim a fresh segment outside the lock. Above the
+		 * high watermark the demoter, if this store has one, makes room
+		 * in the background; else this writer reclaims (demoting what
+		 * it must: there is no one else to do it).
+		 */
+		if (!t->in_reclaim && store_above_high(st, NULL)) {
+			if (st->demoter_running)
+				demoter_kick(st);
+			else
+				store_reclaim_if_idle(st);
+		}
 		rc = store_claim(st, space, &fresh);
-		if (rc == -ENOSPC && !t->in_reclaim && attempt == 0) {
-			rc = kvt_store_reclaim(st, 1);
-			if (rc < 0 && rc != -ENOSPC)
-				return rc;
-			continue;
+		if (rc == -ENOSPC && !t->in_reclaim) {
+			if (!reclaimed) {
+				/* What needs no upload goes now; session state G4
+				 * lacks is the demoter's. */
+				reclaimed = 1;
+				rc = reclaim_run(st, 1, !st->demoter_running);
+				if (rc < 0 && rc != -ENOSPC)
+					return rc;
+				continue;
+			}
+			if (st->demoter_running && demoter_wait(st, &wait) == 0)
+				continue;
+			return -ENOSPC;
 		}
 		if (rc < 0)
 			return rc;
@@ -781,6 +804,7 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	st->session_depth = cfg->store.session_depth ? cfg->store.session_depth : 1;
 	st->access_flush_ms = cfg->store.access_flush_ms ? cfg->store.access_flush_ms : 1000;
 	st->cached_read_max = cfg->store.cached_read_max;
+	st->space_wait_ms = cfg->store.space_wait * 1000;
 	st->pool = calloc(POOL_MAX, sizeof(*st->pool));
 	st->access = calloc(ACCESS_BUCKETS, sizeof(*st->access));
 	st->seg_access = calloc(st->nsegs ? st->nsegs : 1, sizeof(*st->seg_access));
@@ -799,6 +823,9 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	pthread_mutex_init(&st->reclaim_lock, NULL);
 	pthread_mutex_init(&st->access_lock, NULL);
 	pthread_cond_init(&st->access_cond, NULL);
+	pthread_mutex_init(&st->demoter_lock, NULL);
+	pthread_cond_init(&st->demoter_cond, NULL);
+	pthread_cond_init(&st->space_cond, NULL);
 	if (pthread_key_create(&st->key, store_thread_exit) != 0) {
 		rc = -EAGAIN;
 		goto fail;
@@ -842,6 +869,8 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 		goto fail;
 	if (pthread_create(&st->flusher, NULL, store_flusher, st) == 0)
 		st->flusher_running = 1;
+	if (!store_g4_none(st))
+		demoter_start(st);	/* without it, writers demote themselves */
 	*out = st;
 	return 0;
 fail:
@@ -863,6 +892,8 @@ void kvt_store_close(struct kvt_store *st)
 
 	if (!st)
 		return;
+	/* First: a pass in flight finishes its session, and nothing more starts. */
+	demoter_stop(st);
 	if (st->flusher_running) {
 		pthread_mutex_lock(&st->access_lock);
 		st->stopping = 1;
@@ -915,6 +946,9 @@ void kvt_store_close(struct kvt_store *st)
 	pthread_mutex_destroy(&st->reclaim_lock);
 	pthread_mutex_destroy(&st->access_lock);
 	pthread_cond_destroy(&st->access_cond);
+	pthread_mutex_destroy(&st->demoter_lock);
+	pthread_cond_destroy(&st->demoter_cond);
+	pthread_cond_destroy(&st->space_cond);
 	free(st->retiring);
 	free(st->pool);
 	free(st->access);

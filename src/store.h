@@ -101,6 +101,19 @@ struct kvt_store {
 	uint64_t g4_part_size;
 	unsigned g4_jobs;
 	struct cold *cold;
+
+	/* The background demoter (demoter.c): with a cold tier, reclaim that
+	 * must demote session state runs in it, not in a writer. */
+	pthread_mutex_t demoter_lock;
+	pthread_cond_t demoter_cond;	/* wakes the demoter */
+	pthread_cond_t space_cond;	/* a demoter pass ended: writers look again */
+	pthread_t demoter;
+	int demoter_running;		/* set before writers run, cleared after they stop */
+	int demoter_stop;
+	int demoter_kicked;
+	uint64_t demoter_passes;	/* passes ended */
+	int demoter_last_rc;		/* of the last pass */
+	uint64_t space_wait_ms;		/* [store] space_wait: a writer's wait for room */
 };
 
 /* True when [g4] url = none: no cold tier, reclaim drops (cold.h). */
@@ -227,6 +240,40 @@ void commit_queue_release(struct commit_queue *q);
 /* Puts queued and not yet taken by a leader (tests). */
 size_t commit_pending(struct kvt_store *st);
 void commit_stats(struct kvt_store *st, uint64_t *groups, uint64_t *puts, uint64_t *largest);
+
+/* Reclaim toward the low watermark and at least `need` free segments
+ * (reclaim.c). demote = 0: session state G4 lacks is left in place (its
+ * segment is skipped) and the demoter is woken for it; kvt_store_reclaim()
+ * is demote = 1. */
+int reclaim_run(struct kvt_store *st, unsigned need, int demote);
+
+/* True when the fill (segments not free) exceeds the high watermark; *nfree
+ * (may be NULL) is the number of free segments (store.c). */
+int store_above_high(struct kvt_store *st, uint64_t *nfree);
+
+/*
+ * The background demoter (demoter.c). demoter_start() at open when the
+ * store has a cold tier; demoter_stop() at close (accepts a store without
+ * one). demoter_kick() wakes it (cheap: a writer above the high watermark
+ * calls it). A writer that finds no free segment calls demoter_wait() in a
+ * loop, trying to claim space between calls: 0 means look again, -ENOSPC
+ * that the demoter could not make room (a whole pass since the wait began
+ * failed) or that [store] space_wait ran out (logged).
+ */
+struct demoter_wait {
+	int64_t deadline_ns;	/* 0: not started */
+	uint64_t pass0;
+};
+int demoter_start(struct kvt_store *st);
+void demoter_stop(struct kvt_store *st);
+void demoter_kick(struct kvt_store *st);
+int demoter_wait(struct kvt_store *st, struct demoter_wait *w);
+
+/* Cross-process locks of G4 work (migrate.c): an OFD lock on one byte of
+ * DIR/g4.lock chosen by kind/a/b. The fd that holds it, -EBUSY if taken
+ * and !wait, or -errno; g4_unlock() accepts -1. */
+int g4_lock(struct kvt_store *st, const char *kind, const char *a, const char *b, int wait);
+void g4_unlock(int fd);
 
 /* Recovery at open: segments of processes that died (reclaim.c). */
 int reclaim_recover(struct kvt_store *st);

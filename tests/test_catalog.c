@@ -624,7 +624,7 @@ static void test_object_drop_keeps_session_state(void **state)
 	/* The migrator demotes it between reclaim's look and its drop. */
 	assert_int_equal(cat_g4_demote_begin(f->c, b, "sess", &count), 0);
 	assert_int_equal(count, 1);
-	assert_int_equal(cat_g4_set_uploaded(f->c, id, 0x90, "\"etag\""), 0);
+	assert_int_equal(cat_g4_set_uploaded(f->c, id, 0x90, "\"etag\"", NULL), 0);
 	assert_int_equal(cat_g4_mark_cold(f->c, id, 0x90), 0);
 	assert_int_equal(cat_object_drop(f->c, id, 0x90, 1), -ENOENT);
 	assert_int_equal(cat_object_drop(f->c, id, 0x90, 0), -ENOENT);

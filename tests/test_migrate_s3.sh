@@ -11,7 +11,10 @@
 # and implements neither AbortMultipartUpload nor ListMultipartUploads, so
 # the last part runs against kvtier-gateway as the partner, which does all
 # three: a wrong [g4] region is refused, and the upload a killed run left is
-# aborted by the next one (checked with boto3's ListMultipartUploads).
+# aborted by the next one (checked with boto3's ListMultipartUploads), and
+# an upload under the prefix that no catalog recorded is aborted by the
+# sweep by age once it is over a day old; a key with '%' that an older
+# client stored under its unencoded name is recalled from that name.
 #
 # s3rver is taken from $S3RVER, PATH, or installed with npm into
 # $top_builddir/.s3rver; without node or npm the test is skipped.
@@ -315,5 +318,75 @@ n=$(list_uploads)
 	fail "the aborted upload stayed recorded"
 kvt_expect 0 "$K" -c "$G" get models gw2/big "$T/back"
 cmp "$T/in.gw2" "$T/back" || fail "gw2/big came back different from the gateway"
+
+step "a key with '%' demoted under its old partner name is recalled from it"
+# Before cold_s3_key() encoded '%' as "%25", the libs3 client stored G4 key
+# "models/pct/a%b" as "pfx/models/pct/a%b"; the new name is
+# "pfx/models/pct/a%25b". Such a copy is moved back to the old name here,
+# as an older kvtier-migrate would have left it.
+head -c 300001 /dev/urandom >"$T/in.pct"
+kvt_expect 0 "$K" -c "$G" put models 'pct/a%b' "$T/in.pct"
+kvt_expect 0 "$M" -c "$G" --session models/pct
+kvt_grep err "demote: 1 sessions, 1 objects, 300001 bytes"
+python3 - "$gport" "$T/tls.crt" <<'PY' || fail "boto3 cannot move the copy to its old name"
+import os, sys, boto3
+s3 = boto3.client("s3", endpoint_url="https://127.0.0.1:%s" % sys.argv[1], verify=sys.argv[2],
+                  region_name="eu-west-3", aws_access_key_id=os.environ["GW_ACCESS"],
+                  aws_secret_access_key=os.environ["GW_SECRET"])
+s3.head_object(Bucket="g4bucket", Key="pfx/models/pct/a%25b")
+s3.copy_object(Bucket="g4bucket", Key="pfx/models/pct/a%b",
+               CopySource={"Bucket": "g4bucket", "Key": "pfx/models/pct/a%25b"})
+s3.delete_object(Bucket="g4bucket", Key="pfx/models/pct/a%25b")
+PY
+kvt_expect 0 "$K" -c "$G" head models 'pct/a%b'
+kvt_grep out "^tier: +cold$"
+kvt_expect 0 "$K" -c "$G" get models 'pct/a%b' "$T/back"
+cmp "$T/in.pct" "$T/back" || fail "pct/a%b came back different from its old name"
+
+step "the sweep by age: uploads under the prefix that no catalog recorded, over a day old, are aborted"
+# What a run killed before its journal was written (or a lost catalog)
+# leaves: only ListMultipartUploads under the prefix finds it. A fresh one
+# may be another node's upload in flight, and one outside the prefix is not
+# ours: both stay. The gateway's Initiated is its meta object's mtime,
+# which the partner's catalog ages by two days.
+python3 - "$gport" "$T/tls.crt" >"$T/orphans" <<'PY'
+import os, sys, boto3
+s3 = boto3.client("s3", endpoint_url="https://127.0.0.1:%s" % sys.argv[1], verify=sys.argv[2],
+                  region_name="eu-west-3", aws_access_key_id=os.environ["GW_ACCESS"],
+                  aws_secret_access_key=os.environ["GW_SECRET"])
+for key in ("pfx/models/orphan/old", "pfx/models/orphan/new", "elsewhere/old"):
+    u = s3.create_multipart_upload(Bucket="g4bucket", Key=key)
+    s3.upload_part(Bucket="g4bucket", Key=key, UploadId=u["UploadId"], PartNumber=1, Body=b"x" * 1000)
+    print(key, u["UploadId"])
+PY
+old_id=$(awk '$1 == "pfx/models/orphan/old" { print $2 }' "$T/orphans")
+new_id=$(awk '$1 == "pfx/models/orphan/new" { print $2 }' "$T/orphans")
+else_id=$(awk '$1 == "elsewhere/old" { print $2 }' "$T/orphans")
+[ -n "$old_id" ] && [ -n "$new_id" ] && [ -n "$else_id" ] || fail "boto3 made no uploads: $(cat "$T/orphans")"
+for id in "$old_id" "$else_id"; do
+	sqlite3 "$T/partner/catalog.db" "UPDATE objects SET mtime = mtime - 172800000000000
+		WHERE bucket = (SELECT id FROM buckets WHERE name = '.uploads')
+		AND key = 'g4bucket/$id/meta'" || fail "cannot age upload $id in the partner's catalog"
+done
+n=$(list_uploads)
+[ "$n" = 2 ] || fail "expected the two uploads under pfx/ at the partner, found $n"
+kvt_expect 0 "$M" -c "$G" --idle 1000d
+kvt_grep err "aborted the multipart upload '$old_id' of 'pfx/models/orphan/old', initiated"
+grep -q "$new_id" "$T/err" && fail "the fresh upload '$new_id' was touched: $(cat "$T/err")"
+grep -q "$else_id" "$T/err" && fail "the upload outside the prefix was touched: $(cat "$T/err")"
+python3 - "$gport" "$T/tls.crt" >"$T/left" <<'PY'
+import os, sys, boto3
+s3 = boto3.client("s3", endpoint_url="https://127.0.0.1:%s" % sys.argv[1], verify=sys.argv[2],
+                  region_name="eu-west-3", aws_access_key_id=os.environ["GW_ACCESS"],
+                  aws_secret_access_key=os.environ["GW_SECRET"])
+for u in s3.list_multipart_uploads(Bucket="g4bucket").get("Uploads", []):
+    print(u["Key"], u["UploadId"])
+PY
+grep -q "^pfx/models/orphan/old " "$T/left" && fail "the stale upload is still at the partner"
+grep -q "^pfx/models/orphan/new $new_id$" "$T/left" || fail "the fresh upload is gone: $(cat "$T/left")"
+grep -q "^elsewhere/old $else_id$" "$T/left" || fail "the upload outside the prefix is gone"
+# A second run has nothing more to abort.
+kvt_expect 0 "$M" -c "$G" --idle 1000d
+grep -q "aborted the multipart upload" "$T/err" && fail "a second run aborted again: $(cat "$T/err")"
 
 echo "PASS"
