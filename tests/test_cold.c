@@ -33,6 +33,21 @@ static void g4_env_init(struct test_env *env, uint64_t capacity, uint64_t segmen
 	env->cfg.g4.url = NULL;
 }
 
+/* Two stores, a's and b's, that share one G4 directory (under a's). */
+static void two_nodes(struct test_env *a, struct test_env *b, struct kvt_store **sa,
+		      struct kvt_store **sb)
+{
+	char url[600];
+
+	g4_env_init(a, CAP, SEG);
+	g4_env_init(b, CAP, SEG);
+	snprintf(url, sizeof(url), "file://%s/shared-g4", a->dir);
+	a->cfg.g4.url = strdup(url);
+	b->cfg.g4.url = strdup(url);
+	*sa = test_store_open(a);
+	*sb = test_store_open(b);
+}
+
 static int src_bytes(void *arg, void *buf, size_t len, uint64_t off)
 {
 	test_fill(buf, len, (uint64_t)(uintptr_t)arg, off);
@@ -379,16 +394,9 @@ static void test_import(void **state)
 	struct kvt_g4_report rep;
 	struct kvt_g4_opts o = session_opts("kvs", "s1");
 	struct kvt_object *obj = NULL;
-	char url[600];
 
 	(void)state;
-	g4_env_init(&a, CAP, SEG);
-	g4_env_init(&b, CAP, SEG);
-	snprintf(url, sizeof(url), "file://%s/shared-g4", a.dir);
-	a.cfg.g4.url = strdup(url);
-	b.cfg.g4.url = strdup(url);
-	sa = test_store_open(&a);
-	sb = test_store_open(&b);
+	two_nodes(&a, &b, &sa, &sb);
 	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
 	assert_int_equal(test_put(sa, "kvs", "s1/a", 2 * 1024 * 1024, 7), 0);
 	assert_int_equal(test_put(sa, "kvs", "s1/b", 5, 8), 0);
@@ -1193,17 +1201,11 @@ static void test_deleted_stay_deleted(void **state)
 	struct kvt_g4_opts o = session_opts("kvs", "s1");
 	struct kvt_object *obj = NULL;
 	struct cold *cold = NULL;
-	char url[600], *text = NULL;
+	char *text = NULL;
 	size_t len = 0;
 
 	(void)state;
-	g4_env_init(&a, CAP, SEG);
-	g4_env_init(&b, CAP, SEG);
-	snprintf(url, sizeof(url), "file://%s/shared-g4", a.dir);
-	a.cfg.g4.url = strdup(url);
-	b.cfg.g4.url = strdup(url);
-	sa = test_store_open(&a);
-	sb = test_store_open(&b);
+	two_nodes(&a, &b, &sa, &sb);
 	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
 	assert_int_equal(test_put(sa, "kvs", "s1/deleted", 70000, 1), 0);
 	assert_int_equal(test_put(sa, "kvs", "s1/overwritten", 70000, 2), 0);
@@ -1285,17 +1287,11 @@ static void test_import_mode_clamped(void **state)
 	struct kvt_g4_opts o = session_opts("kvs", "s1");
 	struct kvt_object *obj = NULL;
 	struct cold *cold = NULL;
-	char url[600], *text = NULL, mode[64];
+	char *text = NULL, mode[64];
 	size_t len = 0;
 
 	(void)state;
-	g4_env_init(&a, CAP, SEG);
-	g4_env_init(&b, CAP, SEG);
-	snprintf(url, sizeof(url), "file://%s/shared-g4", a.dir);
-	a.cfg.g4.url = strdup(url);
-	b.cfg.g4.url = strdup(url);
-	sa = test_store_open(&a);
-	sb = test_store_open(&b);
+	two_nodes(&a, &b, &sa, &sb);
 	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
 	assert_int_equal(test_put(sa, "kvs", "s1/a", 100, 1), 0);
 	assert_int_equal(test_put(sa, "kvs", "s1/b", 100, 2), 0);
@@ -1360,16 +1356,9 @@ static void test_rename_cold(void **state)
 	struct kvt_store *sa, *sb;
 	struct kvt_g4_report rep;
 	struct kvt_g4_opts o = session_opts("kvs", "s1");
-	char url[600];
 
 	(void)state;
-	g4_env_init(&a, CAP, SEG);
-	g4_env_init(&b, CAP, SEG);
-	snprintf(url, sizeof(url), "file://%s/shared-g4", a.dir);
-	a.cfg.g4.url = strdup(url);
-	b.cfg.g4.url = strdup(url);
-	sa = test_store_open(&a);
-	sb = test_store_open(&b);
+	two_nodes(&a, &b, &sa, &sb);
 	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
 	assert_int_equal(test_put(sa, "kvs", "s1/a", 300000, 1), 0);
 	assert_int_equal(test_put(sa, "kvs", "s1/b", 200000, 2), 0);

@@ -98,21 +98,34 @@ static void gate_wait_inside(struct gate *g)
 	pthread_mutex_unlock(&g->lock);
 }
 
+/*
+ * Commits jobs[0..n) (written already) as one group: a holder put ("holder",
+ * holder_seed) holds its transaction open until all n are queued behind it.
+ * Returns when every one has returned; the holder must have committed.
+ */
+static void run_group(struct gate *g, struct job *jobs, int n, uint64_t holder_seed)
+{
+	struct job holder = { .st = g->st, .bucket = BUCKET, .seed = holder_seed };
+
+	snprintf(holder.key, sizeof(holder.key), "holder");
+	holder.opts.precondition = gate_hold;
+	holder.opts.precondition_arg = g;
+	job_write(&holder);
+	job_start(&holder);
+	gate_wait_inside(g);
+	for (int i = 0; i < n; i++)
+		job_start(&jobs[i]);
+	pthread_join(holder.tid, NULL);
+	assert_int_equal(holder.rc, 0);
+	for (int i = 0; i < n; i++)
+		pthread_join(jobs[i].tid, NULL);
+}
+
 static int refuse(void *arg, const char *etag)
 {
 	(void)arg;
 	(void)etag;
 	return -ECANCELED;
-}
-
-static void check_fsck_clean(struct kvt_store *st)
-{
-	struct kvt_fsck_report rep;
-
-	assert_int_equal(kvt_store_fsck(st, 0, &rep), 0);
-	assert_int_equal(rep.checksum_errors, 0);
-	assert_int_equal(rep.header_errors, 0);
-	assert_int_equal(rep.catalog_errors, 0);
 }
 
 /* ---- tests ------------------------------------------------------------------------ */
@@ -126,7 +139,7 @@ static void test_group_forms(void **state)
 	enum { N = 8 };
 	struct test_env env;
 	struct kvt_store *st;
-	struct job holder = { 0 }, jobs[N];
+	struct job jobs[N];
 	struct gate g = { .want = N, .lock = PTHREAD_MUTEX_INITIALIZER,
 			  .cond = PTHREAD_COND_INITIALIZER };
 	struct kvt_store_stat s0, s1;
@@ -141,27 +154,15 @@ static void test_group_forms(void **state)
 	assert_int_equal(test_put(st, BUCKET, "k/1", 1000, 2), 0);
 	assert_int_equal(kvt_store_stat(st, &s0), 0);
 
-	holder = (struct job){ .st = st, .bucket = BUCKET, .seed = 99 };
-	snprintf(holder.key, sizeof(holder.key), "holder");
-	holder.opts.precondition = gate_hold;
-	holder.opts.precondition_arg = &g;
 	memset(jobs, 0, sizeof(jobs));
 	for (int i = 0; i < N; i++) {
 		jobs[i] = (struct job){ .st = st, .bucket = BUCKET, .seed = 100 + (uint64_t)i };
 		snprintf(jobs[i].key, sizeof(jobs[i].key), "k/%d", i);
 		job_write(&jobs[i]);
 	}
-	job_write(&holder);
-	job_start(&holder);
-	gate_wait_inside(&g);
+	run_group(&g, jobs, N, 99);
 	for (int i = 0; i < N; i++)
-		job_start(&jobs[i]);
-	pthread_join(holder.tid, NULL);
-	assert_int_equal(holder.rc, 0);
-	for (int i = 0; i < N; i++) {
-		pthread_join(jobs[i].tid, NULL);
 		assert_int_equal(jobs[i].rc, 0);
-	}
 
 	assert_int_equal(kvt_store_stat(st, &s1), 0);
 	assert_int_equal(s1.commit_puts - s0.commit_puts, N + 1);
@@ -172,7 +173,7 @@ static void test_group_forms(void **state)
 	for (int i = 0; i < N; i++)
 		assert_int_equal(test_check(st, BUCKET, jobs[i].key, LEN, jobs[i].seed), 0);
 	assert_int_equal(s1.objects, N + 1);
-	check_fsck_clean(st);
+	test_fsck_clean(st);
 	kvt_store_close(st);
 	test_env_release(&env);
 }
@@ -188,7 +189,7 @@ static void test_group_partial_failure(void **state)
 	enum { N = 6 };
 	struct test_env env;
 	struct kvt_store *st;
-	struct job holder = { 0 }, jobs[N];
+	struct job jobs[N];
 	struct gate g = { .want = N, .lock = PTHREAD_MUTEX_INITIALIZER,
 			  .cond = PTHREAD_COND_INITIALIZER };
 	struct kvt_store_stat s0, s1;
@@ -219,20 +220,8 @@ static void test_group_partial_failure(void **state)
 		job_write(&jobs[i]);
 	assert_int_equal(kvt_bucket_delete(st, "doomed"), 0);
 
-	holder = (struct job){ .st = st, .bucket = BUCKET, .seed = 299 };
-	snprintf(holder.key, sizeof(holder.key), "holder");
-	holder.opts.precondition = gate_hold;
-	holder.opts.precondition_arg = &g;
-	job_write(&holder);
 	assert_int_equal(kvt_store_stat(st, &s0), 0);
-	job_start(&holder);
-	gate_wait_inside(&g);
-	for (int i = 0; i < N; i++)
-		job_start(&jobs[i]);
-	pthread_join(holder.tid, NULL);
-	assert_int_equal(holder.rc, 0);
-	for (int i = 0; i < N; i++)
-		pthread_join(jobs[i].tid, NULL);
+	run_group(&g, jobs, N, 299);
 
 	assert_int_equal(kvt_store_stat(st, &s1), 0);
 	assert_int_equal(s1.commit_groups - s0.commit_groups, 2);
@@ -252,7 +241,7 @@ static void test_group_partial_failure(void **state)
 	assert_int_equal(kvt_bucket_exists(st, "doomed"), -ENOENT);
 	/* holder, exists, guarded, ok/0, ok/2, ok/4 */
 	assert_int_equal(s1.objects, 6);
-	check_fsck_clean(st);
+	test_fsck_clean(st);
 	kvt_store_close(st);
 	test_env_release(&env);
 }
@@ -304,7 +293,7 @@ static void test_bucket_cache_stale(void **state)
 	assert_int_equal(test_put(st, BUCKET, "c", LEN, 6), -ENOENT);
 	assert_int_equal(kvt_bucket_exists(st, BUCKET), -ENOENT);
 	kvt_store_close(other);
-	check_fsck_clean(st);
+	test_fsck_clean(st);
 	kvt_store_close(st);
 	test_env_release(&env);
 }
@@ -373,7 +362,7 @@ static void test_group_storm(void **state)
 	assert_int_equal(kvt_store_stat(st, &stat), 0);
 	assert_int_equal(stat.commit_puts, STORM_THREADS * STORM_PUTS);
 	assert_int_equal(stat.objects, STORM_KEYS);
-	check_fsck_clean(st);
+	test_fsck_clean(st);
 	kvt_store_close(st);
 	test_env_release(&env);
 }
