@@ -29,6 +29,18 @@ skip()
 	exit 77
 }
 
+# wait_for_file PATH WHAT: waits up to 30 s for PATH to exist, then fails
+# saying WHAT did not happen.
+wait_for_file()
+{
+	_i=0
+	until [ -e "$1" ]; do
+		_i=$((_i + 1))
+		[ "$_i" -lt 300 ] || fail "$2"
+		sleep 0.1
+	done
+}
+
 # A line saying what the test does next, so a failure reads in context.
 step()
 {

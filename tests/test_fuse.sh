@@ -619,12 +619,7 @@ open(ready, "w").close()
 time.sleep(60)
 EOF
 writer=$!
-i=0
-until [ -e "$T/ready" ]; do
-	i=$((i + 1))
-	[ "$i" -lt 300 ] || fail "the writer never got going"
-	sleep 0.1
-done
+wait_for_file "$T/ready" "the writer never got going"
 kill -KILL "$FUSE_PID"
 wait "$FUSE_PID" 2>/dev/null || :
 kill -KILL "$writer" 2>/dev/null || :

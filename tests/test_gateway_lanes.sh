@@ -48,12 +48,7 @@ time.sleep(6)
 db.execute("COMMIT")
 EOP
 locker=$!
-i=0
-until [ -e "$T/locked" ]; do
-	i=$((i + 1))
-	[ "$i" -lt 300 ] || fail "the catalog's write lock was not taken"
-	sleep 0.1
-done
+wait_for_file "$T/locked" "the catalog's write lock was not taken"
 s3 -f -X PUT -T "$T/small" -w '%{time_total}\n' "$E/lanes/small1" -o /dev/null >"$T/put_t" &
 put=$!
 sleep 1
