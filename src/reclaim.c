@@ -300,11 +300,11 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate,
 	rc = cat_segment_pick_victim(t->cat, &id);
 	if (rc < 0)
 		return rc;
-	if (seg_append_trylock(st->lock_fd, id) < 0)
+	if (store_append_trylock(st, id) < 0)
 		return -EAGAIN;
 	rc = reclaim_set_state(t->cat, id, SEG_SEALED, SEG_RECLAIMING);
 	if (rc < 0) {
-		seg_append_unlock(st->lock_fd, id);
+		store_append_unlock(st, id);
 		return rc == -ESTALE ? -EAGAIN : rc;
 	}
 	rc = cat_segment_objects(t->cat, id, victim_collect, &list);
@@ -342,7 +342,7 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate,
 		else	/* so that the next pick takes another segment */
 			cat_touch_segment(t->cat, id, util_now_ns());
 	}
-	seg_append_unlock(st->lock_fd, id);
+	store_append_unlock(st, id);
 	free(list.v);
 	return rc;
 }
@@ -374,7 +374,7 @@ static int reclaim_flush(struct kvt_store *st, struct emptied *done)
 				log_err(0, "segment %u left reclaiming (recovery will seal it)", id);
 			rc = r;
 		}
-		seg_append_unlock(st->lock_fd, id);
+		store_append_unlock(st, id);
 	}
 	done->n = 0;
 	return rc;
@@ -576,7 +576,7 @@ int reclaim_recover(struct kvt_store *st)
 	for (size_t i = 0; rc == 0 && i < ra.n; i++) {
 		const struct cat_segment *s = &ra.segs[i];
 
-		if (seg_append_trylock(st->lock_fd, s->id) < 0)
+		if (store_append_trylock(st, s->id) < 0)
 			continue;	/* its owner is alive */
 		/* The owner died: what it wrote and never committed is garbage, and
 		 * where its appends ended is unknown: seal it as full. */
@@ -595,7 +595,7 @@ int reclaim_recover(struct kvt_store *st)
 		} else if (rc == -ESTALE) {
 			rc = 0;		/* changed meanwhile by someone alive */
 		}
-		seg_append_unlock(st->lock_fd, s->id);
+		store_append_unlock(st, s->id);
 	}
 	free(ra.segs);
 	return rc;

@@ -327,11 +327,11 @@ static int store_claim(struct kvt_store *st, uint64_t space, struct store_open_s
 		if (rc < 0)
 			return rc;
 		after = id;
-		if (seg_append_trylock(st->lock_fd, id) < 0)
+		if (store_append_trylock(st, id) < 0)
 			continue;	/* another process is claiming, reclaiming or recovering it */
 		rc = store_claim_txn(c, id, used, reopen, &gen);
 		if (rc < 0) {
-			seg_append_unlock(st->lock_fd, id);
+			store_append_unlock(st, id);
 			if (rc == -EBUSY)
 				continue;
 			return rc;
@@ -341,6 +341,35 @@ static int store_claim(struct kvt_store *st, uint64_t space, struct store_open_s
 		*out = (struct store_open_seg){ .id = id, .gen = gen, .off = used };
 		return 0;
 	}
+}
+
+/*
+ * Two threads of this process share lock_fd, so the kernel lets both take
+ * one segment's append lock, and the first unlock drops it for both. A
+ * claim that lost a race for a segment another thread here had just
+ * opened unlocked it under that thread: another process's recovery then
+ * sealed the segment it was still appending to ("cannot seal segment":
+ * -ESTALE, in a trace replay beside a `kvtier stat` every 10 s).
+ */
+int store_append_trylock(struct kvt_store *st, uint32_t id)
+{
+	int rc = -EAGAIN;
+
+	pthread_mutex_lock(&st->append_lock);
+	if (!st->append_held[id]) {
+		rc = seg_append_trylock(st->lock_fd, id);
+		st->append_held[id] = rc == 0;
+	}
+	pthread_mutex_unlock(&st->append_lock);
+	return rc;
+}
+
+void store_append_unlock(struct kvt_store *st, uint32_t id)
+{
+	pthread_mutex_lock(&st->append_lock);
+	seg_append_unlock(st->lock_fd, id);
+	st->append_held[id] = 0;
+	pthread_mutex_unlock(&st->append_lock);
 }
 
 /* Gives up appending: OPEN -> SEALED with the append pointer (another
@@ -356,7 +385,7 @@ static void store_seal(struct kvt_store *st, const struct store_open_seg *s)
 	}
 	if (rc < 0)
 		log_err(rc, "cannot seal segment %u (recovery will)", s->id);
-	seg_append_unlock(st->lock_fd, s->id);
+	store_append_unlock(st, s->id);
 }
 
 int store_above_high(struct kvt_store *st, uint64_t *nfree)
@@ -808,7 +837,8 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	st->pool = calloc(POOL_MAX, sizeof(*st->pool));
 	st->access = calloc(ACCESS_BUCKETS, sizeof(*st->access));
 	st->seg_access = calloc(st->nsegs ? st->nsegs : 1, sizeof(*st->seg_access));
-	if (!st->dir || !st->pool || !st->access || !st->seg_access) {
+	st->append_held = calloc(st->nsegs ? st->nsegs : 1, 1);
+	if (!st->dir || !st->pool || !st->access || !st->seg_access || !st->append_held) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -820,6 +850,7 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	pthread_mutex_init(&st->threads_lock, NULL);
 	pthread_mutex_init(&st->pool_lock, NULL);
 	pthread_mutex_init(&st->alloc_lock, NULL);
+	pthread_mutex_init(&st->append_lock, NULL);
 	pthread_mutex_init(&st->reclaim_lock, NULL);
 	pthread_mutex_init(&st->access_lock, NULL);
 	pthread_cond_init(&st->access_cond, NULL);
@@ -879,6 +910,7 @@ fail:
 		free(st->pool);
 		free(st->access);
 		free(st->seg_access);
+		free(st->append_held);
 		free(st);
 		return rc;
 	}
@@ -943,6 +975,7 @@ void kvt_store_close(struct kvt_store *st)
 	pthread_mutex_destroy(&st->threads_lock);
 	pthread_mutex_destroy(&st->pool_lock);
 	pthread_mutex_destroy(&st->alloc_lock);
+	pthread_mutex_destroy(&st->append_lock);
 	pthread_mutex_destroy(&st->reclaim_lock);
 	pthread_mutex_destroy(&st->access_lock);
 	pthread_cond_destroy(&st->access_cond);

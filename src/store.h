@@ -56,6 +56,10 @@ struct kvt_store {
 	enum kvt_io_kind io_kind;
 	struct seg_files *sf;
 	int lock_fd;		/* holds the append locks of this process's segments */
+	/* Which of them this process holds: an open file description lock
+	 * does not exclude the threads that share it (store_append_trylock). */
+	pthread_mutex_t append_lock;
+	uint8_t *append_held;
 
 	pthread_key_t key;
 	pthread_mutex_t threads_lock;
@@ -164,6 +168,14 @@ struct store_alloc {
 	uint64_t gen;
 	uint64_t offset;
 };
+/*
+ * A segment's append lock (segment.h), taken by one thread of this
+ * process at a time: 0, or -EAGAIN if another process or another thread
+ * here holds it.
+ */
+int store_append_trylock(struct kvt_store *st, uint32_t id);
+void store_append_unlock(struct kvt_store *st, uint32_t id);
+
 int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out);
 /* reclaim.c: reclaims toward the low watermark unless this process already does. */
 void store_reclaim_if_idle(struct kvt_store *st);

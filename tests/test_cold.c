@@ -693,6 +693,51 @@ static void test_demoter_background(void **state)
 }
 
 /*
+ * A demoter's pass frees the coldest segment as soon as that segment's
+ * sessions are in G4. It used to set the segment aside after demoting
+ * them and go on to the next, demoting the session state of every sealed
+ * segment before it freed one: on a full hot tier (a trace replay with
+ * 33 segments), writers waited out [store] space_wait. Fourteen sealed
+ * segments hold a session each; two must be freed: the two coldest
+ * sessions go to G4, the rest stay hot.
+ */
+static void test_demoter_frees_coldest_first(void **state)
+{
+	const uint64_t size = 900 * 1024;	/* 4 to a segment */
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	char key[64];
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	/* The demoter stays idle: below the high watermark, a segment free. */
+	env.cfg.store.high_watermark = 0.99;
+	env.cfg.store.low_watermark = 0.95;
+	st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	for (int i = 0; i < 60; i++) {
+		snprintf(key, sizeof(key), "s%d/blk%d", i / 4, i);
+		assert_int_equal(test_put(st, "kvs", key, size, 7000 + (uint64_t)i), 0);
+	}
+	assert_int_equal(plan.puts, 0);
+	assert_int_equal(kvt_store_reclaim(st, 3), 0);
+	/* Two sessions of four objects and a manifest each; a little slack. */
+	assert_in_range(plan.puts, 10, 15);
+	for (int i = 0; i < 60; i++) {
+		snprintf(key, sizeof(key), "s%d/blk%d", i / 4, i);
+		if (i < 8)
+			assert_int_equal(tier_of(st, "kvs", key), KVT_TIER_COLD);
+		else if (i >= 16)
+			assert_int_equal(tier_of(st, "kvs", key), KVT_TIER_HOT);
+		assert_int_equal(test_check(st, "kvs", key, size, 7000 + (uint64_t)i), 0);
+	}
+	test_fsck_clean(st);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/*
  * Space truly exhausted: the partner is slow, the hot tier full of session
  * state G4 lacks. A writer waits at most [store] space_wait, then fails
  * with -ENOSPC; nothing written before is lost, and once the demoter has
@@ -1431,6 +1476,7 @@ int main(void)
 		cmocka_unit_test(test_import),
 		cmocka_unit_test(test_reclaim_to_cold),
 		cmocka_unit_test(test_pressure_demote),
+		cmocka_unit_test(test_demoter_frees_coldest_first),
 		cmocka_unit_test(test_demoter_background),
 		cmocka_unit_test(test_demoter_bounded_wait),
 		cmocka_unit_test(test_recall_coalesce_threads),

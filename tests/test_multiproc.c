@@ -31,6 +31,7 @@
 
 #include "testlib.h"
 #include "segment.h"
+#include "store.h"
 
 #define BUCKET "mproc"
 #define NKEYS 10
@@ -694,9 +695,48 @@ static void test_if_none_match_race(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * The threads of a process share its append-lock descriptor, and the
+ * kernel does not make its locks exclude them. A claim that raced another
+ * thread for a segment took the lock too, failed in the catalog, and its
+ * unlock dropped the lock for both: another process's recovery then took
+ * the segment still being appended to for a dead one's, and sealed it.
+ */
+static void test_append_lock_threads(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	int status = -1;
+	pid_t pid;
+
+	(void)state;
+	test_env_init(&env, 16u << 20, 1u << 20);
+	st = test_store_open(&env);
+	assert_int_equal(store_append_trylock(st, 1), 0);
+	/* Another thread here: it must not get it, nor then drop it. */
+	assert_int_equal(store_append_trylock(st, 1), -EAGAIN);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* Another process, as recovery sees it: segment 1 has a live owner. */
+		int fd = seg_lock_fd_open(st->sf);
+
+		_exit(fd >= 0 && seg_append_trylock(fd, 1) == -EAGAIN &&
+		      seg_append_trylock(fd, 2) == 0 ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	store_append_unlock(st, 1);
+	assert_int_equal(store_append_trylock(st, 1), 0);
+	store_append_unlock(st, 1);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_append_lock_threads),
 		cmocka_unit_test(test_bucket_race),
 		cmocka_unit_test(test_if_none_match_race),
 		cmocka_unit_test(test_stress_two),
