@@ -117,6 +117,10 @@ static const char *const migrations[] = {
 	"   || '/' || OLD.key"
 	"   WHERE id = NEW.id AND OLD.key <> NEW.key AND NEW.tier = 2 AND OLD.g4_key IS NULL;"
 	" END;",
+	/* 6: every upload asks whether its G4 name is taken (cat_g4_name_taken);
+	 * without an index that scanned the bucket, and with 40,000 objects
+	 * it was two thirds of a trace replay's demotion time. */
+	"CREATE INDEX objects_g4_key ON objects(bucket, g4_key) WHERE g4_key IS NOT NULL;",
 };
 
 /* The columns cat_object_from_row() reads, in its order; extents follow. */
@@ -2588,8 +2592,11 @@ int cat_g4_dead_done(struct cat *c, int64_t id)
 int cat_g4_name_taken(struct cat *c, int64_t bucket_id, int64_t except_id, const char *name,
 		      const char *key)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "SELECT 1 FROM objects WHERE bucket = ?1 AND id <> ?4"
-				      " AND (g4_key = ?2 OR (g4_key IS NULL AND key = ?3)) LIMIT 1");
+	/* Two searches, one index each: with OR, SQLite scanned the bucket. */
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT 1 WHERE EXISTS(SELECT 1 FROM objects"
+				      "  WHERE bucket = ?1 AND g4_key = ?2 AND id <> ?4)"
+				      " OR EXISTS(SELECT 1 FROM objects"
+				      "  WHERE bucket = ?1 AND key = ?3 AND g4_key IS NULL AND id <> ?4)");
 	int rc;
 
 	if (!s)
