@@ -162,7 +162,7 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_BUCKET_DELETE] = "DELETE FROM buckets WHERE id = ?1",
 	[S_BUCKET_HAS_OBJECTS] = "SELECT 1 FROM objects WHERE bucket = ?1 LIMIT 1",
 	[S_BUCKET_LIST] = "SELECT name, ctime FROM buckets ORDER BY name",
-	[S_OBJ_LOOKUP] = "SELECT id, vid, etag FROM objects WHERE bucket = ?1 AND key = ?2",
+	[S_OBJ_LOOKUP] = "SELECT id, vid, etag, pinned FROM objects WHERE bucket = ?1 AND key = ?2",
 	[S_OBJ_GET] = "SELECT " OBJ_COLS " FROM objects o WHERE o.bucket = ?1 AND o.key = ?2",
 	[S_OBJ_EXTENTS] = "SELECT seq, segment, gen, offset, length, crc, obj_off, hvid, hseq"
 			  " FROM extents WHERE object = ?1 ORDER BY seq",
@@ -822,7 +822,7 @@ static int cat_delete_id(struct cat *c, int64_t id)
 
 /* Inserts the object row of p (meta already encoded); *id is its row id. */
 static int cat_insert_object(struct cat *c, const struct cat_put *p, const char *meta,
-			     size_t metalen, int64_t *id)
+			     size_t metalen, int pinned, int64_t *id)
 {
 	sqlite3_stmt *s = cat_stmt(c, S_OBJ_INSERT);
 	int rc;
@@ -841,7 +841,7 @@ static int cat_insert_object(struct cat *c, const struct cat_put *p, const char 
 		sqlite3_bind_blob(s, 8, meta, (int)metalen, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 9, p->mtime_ns);
 	sqlite3_bind_text(s, 10, p->session, -1, SQLITE_STATIC);
-	sqlite3_bind_int(s, 11, p->pinned);
+	sqlite3_bind_int(s, 11, pinned);
 	sqlite3_bind_int64(s, 12, p->posix.mode);
 	sqlite3_bind_int64(s, 13, p->posix.uid);
 	sqlite3_bind_int64(s, 14, p->posix.gid);
@@ -967,7 +967,7 @@ static int cat_put_in_tx(struct cat *c, const struct cat_put *p, const int64_t *
 	char *meta = NULL;
 	size_t metalen = 0;
 	int64_t id;
-	int rc;
+	int pinned = !!p->pinned, rc;
 
 	rc = meta_encode(p->meta, p->nmeta, &meta, &metalen);
 	if (rc < 0)
@@ -998,6 +998,8 @@ static int cat_put_in_tx(struct cat *c, const struct cat_put *p, const int64_t *
 		id = sqlite3_column_int64(s, 0);
 		if (freed_vid)
 			*freed_vid = (uint64_t)sqlite3_column_int64(s, 1);
+		if (p->keep_pin && sqlite3_column_int(s, 3))
+			pinned = 1;
 		/* The condition sees the version this transaction replaces ("" for
 		 * an ETag never set: NULL would say there is no object). */
 		if (p->precondition) {
@@ -1028,9 +1030,11 @@ static int cat_put_in_tx(struct cat *c, const struct cat_put *p, const int64_t *
 			goto out;
 	}
 
-	rc = cat_insert_object(c, p, meta, metalen, &id);
+	rc = cat_insert_object(c, p, meta, metalen, pinned, &id);
 	if (rc < 0)
 		goto out;
+	if (p->pinned_out)
+		*p->pinned_out = pinned;
 	rc = cat_insert_extents(c, id, p->extents, p->nextents, p->mtime_ns);
 	if (rc < 0)
 		goto out;
@@ -2391,7 +2395,7 @@ int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag,
 	char *meta = NULL;
 	size_t metalen = 0;
 	int64_t id;
-	int rc;
+	int pinned = !!p->pinned, rc;
 
 	rc = meta_encode(p->meta, p->nmeta, &meta, &metalen);
 	if (rc < 0)
@@ -2409,7 +2413,7 @@ int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag,
 	}
 	if (rc != -ENOENT)
 		goto fail;
-	rc = cat_insert_object(c, p, meta, metalen, &id);
+	rc = cat_insert_object(c, p, meta, metalen, pinned, &id);
 	if (rc < 0)
 		goto fail;
 	s = cat_g4_prep(c, "UPDATE objects SET tier = 2, g4_vid = vid, g4_etag = ?2, g4_key = ?3"

@@ -79,6 +79,8 @@ struct cat_put {
 	int64_t mtime_ns;
 	const char *session;
 	int pinned;
+	int keep_pin;		/* KVT_PUT_KEEP_PIN: pinned if the version replaced is */
+	int *pinned_out;	/* if not NULL: the pin the version got */
 	int if_none_match;
 	/* kvt_put_opts.precondition: called with the current ETag or NULL. */
 	int (*precondition)(void *arg, const char *etag);

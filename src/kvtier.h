@@ -255,6 +255,13 @@ enum {
 	KVT_PUT_IF_NONE_MATCH = 1 << 0,	/* -EEXIST if the key exists */
 	KVT_PUT_PIN = 1 << 1,		/* never dropped by reclaim */
 	KVT_PUT_MD5_ETAG = 1 << 2,	/* ETag = MD5 of the bytes, as S3 does */
+	/*
+	 * Pinned if the version this one replaces is pinned, read in the
+	 * commit's own transaction: a file rewritten through the mount keeps
+	 * its pin (as a file keeps its xattrs), with no moment unpinned and
+	 * without losing a pin set by another process while it was written.
+	 */
+	KVT_PUT_KEEP_PIN = 1 << 3,
 };
 
 struct kvt_put_opts {

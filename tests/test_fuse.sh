@@ -257,7 +257,8 @@ import os, subprocess, sys
 d, kvtier = sys.argv[1], sys.argv[2]
 p = os.path.join(d, "conv1/turn1/blk0")
 names = set(os.listxattr(p))
-want = {"user.kvtier.tier", "user.kvtier.session", "user.kvtier.etag", "user.kvtier.checksum"}
+want = {"user.kvtier.tier", "user.kvtier.session", "user.kvtier.etag", "user.kvtier.checksum",
+        "user.kvtier.pin"}
 assert names == want, names
 assert os.getxattr(p, "user.kvtier.tier") == b"hot"
 assert os.getxattr(p, "user.kvtier.session") == b"conv1"
