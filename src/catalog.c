@@ -138,7 +138,7 @@ enum stmt_id {
 	S_SEG_GET, S_SEG_LIST, S_SEG_LIVE_ADD, S_SEG_CLAIM, S_SEG_NEXT_FREE, S_SEG_NEXT_PARTIAL,
 	S_SEG_REOPEN,
 	S_SEG_SET_STATE, S_SEG_HAS_EXTENTS, S_SEG_FREE, S_SEG_VICTIM, S_SEG_COUNTS,
-	S_SEG_OBJECTS, S_EXT_GET, S_EXT_MOVE, S_SEG_SET_LIVE,
+	S_SEG_OBJECTS, S_EXT_GET, S_EXT_MOVE, S_SEG_SET_LIVE, S_SEG_EXT_SPACE,
 	S_SESSION_TOUCH, S_SEG_TOUCH, S_COUNTER_ADD, S_COUNTER_GET,
 	S_STAT_OBJECTS, S_STAT_TIERS, S_STAT_BUCKETS, S_STAT_SESSIONS, S_STAT_SEGS,
 	S_COUNT
@@ -240,6 +240,11 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_EXT_MOVE] = "UPDATE extents SET segment = ?3, gen = ?4, offset = ?5"
 		       " WHERE object = ?1 AND seq = ?2",
 	[S_SEG_SET_LIVE] = "UPDATE segments SET live = ?2 WHERE id = ?1",
+	/* What fsck counts toward a segment: extents of its generation, of
+	 * objects that are not cold (seg_extent_space() of each). */
+	[S_SEG_EXT_SPACE] = "SELECT coalesce(sum((?3 + e.length + ?4 - 1) / ?4 * ?4), 0)"
+			    " FROM extents e JOIN objects o ON o.id = e.object"
+			    " WHERE e.segment = ?1 AND e.gen = ?2 AND o.tier != 2",
 	[S_SESSION_TOUCH] = "INSERT INTO sessions(bucket, name, last_access) VALUES(?1, ?2, ?3)"
 			    " ON CONFLICT(bucket, name) DO UPDATE SET"
 			    " last_access = max(last_access, excluded.last_access)",
@@ -1409,6 +1414,35 @@ int cat_object_drop_id(struct cat *c, int64_t id)
 	return cat_commit(c);
 }
 
+int cat_object_drop_version(struct cat *c, int64_t id, uint64_t vid)
+{
+	sqlite3_stmt *s;
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	s = cat_stmt(c, S_OBJ_VID);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, id);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		rc = (uint64_t)sqlite3_column_int64(s, 0) == vid ? 0 : -ESTALE;
+	else
+		rc = rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "object version");
+	cat_done(s);
+	if (rc == 0)
+		rc = cat_delete_id(c, id);
+	if (rc < 0)
+		goto fail;
+	return cat_commit(c);
+fail:
+	cat_rollback(c);
+	return rc;
+}
+
 int cat_object_set_pin(struct cat *c, int64_t bucket_id, const char *key, int pinned)
 {
 	sqlite3_stmt *s = cat_stmt(c, S_OBJ_PIN);
@@ -1762,6 +1796,43 @@ int cat_segment_set_live(struct cat *c, uint32_t id, uint64_t live)
 	sqlite3_bind_int64(s, 1, id);
 	sqlite3_bind_int64(s, 2, (int64_t)live);
 	return cat_exec_stmt(c, s, "segment live");
+}
+
+int cat_segment_recount(struct cat *c, uint32_t id, int repair, uint64_t *live, uint64_t *space)
+{
+	struct cat_segment seg;
+	sqlite3_stmt *s;
+	int rc = repair ? cat_begin(c) : cat_begin_read(c);
+
+	if (rc < 0)
+		return rc;
+	rc = cat_segment_get(c, id, &seg);
+	if (rc < 0)
+		goto out;
+	*live = *space = seg.live;
+	if (seg.state == SEG_FREE)
+		goto out;	/* nothing counts in a free segment */
+	s = cat_stmt(c, S_SEG_EXT_SPACE);
+	if (!s) {
+		rc = -EIO;
+		goto out;
+	}
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)seg.gen);
+	sqlite3_bind_int64(s, 3, SEG_HEADER_SIZE);
+	sqlite3_bind_int64(s, 4, SEG_ALIGN);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*space = (uint64_t)sqlite3_column_int64(s, 0);
+	cat_done(s);
+	rc = rc == SQLITE_ROW ? 0 : cat_errno(c, rc, "segment space");
+	if (rc == 0 && repair && *space != *live)
+		rc = cat_segment_set_live(c, id, *space);
+out:
+	if (rc == 0 && repair)
+		return cat_commit(c);
+	cat_rollback(c);
+	return rc;
 }
 
 /* ---- access times and counters ------------------------------------------ */
