@@ -2466,7 +2466,7 @@ int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag,
 	char *meta = NULL;
 	size_t metalen = 0;
 	int64_t id;
-	int pinned = !!p->pinned, rc;
+	int rc;
 
 	rc = meta_encode(p->meta, p->nmeta, &meta, &metalen);
 	if (rc < 0)
@@ -2484,7 +2484,7 @@ int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag,
 	}
 	if (rc != -ENOENT)
 		goto fail;
-	rc = cat_insert_object(c, p, meta, metalen, pinned, &id);
+	rc = cat_insert_object(c, p, meta, metalen, !!p->pinned, &id);
 	if (rc < 0)
 		goto fail;
 	s = cat_g4_prep(c, "UPDATE objects SET tier = 2, g4_vid = vid, g4_etag = ?2, g4_key = ?3"
