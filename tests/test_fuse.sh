@@ -702,7 +702,8 @@ for i in $(seq 1 12); do
 done
 # Pinned objects must never be dropped: fill the tier with them, pinned as
 # they are stored (a file written through the mount is cache until pinned,
-# and the daemon's background demoter may drop it before a later pin).
+# and the daemon's background demoter may drop it before a later pin; the
+# user.kvtier.pin xattr set before close closes that gap, test_fuse_pin.sh).
 full=0
 for i in $(seq 1 12); do
 	head -c 1000000 /dev/urandom >"$S/k$i"
