@@ -676,6 +676,12 @@ static int fh_stream_begin(struct kvfs *kv, struct fh *h)
 	struct kvt_put_opts opts = { .session = "fuse-parts" };
 	int rc;
 
+	/* ... unless the file is to be pinned: then nothing of it is ever cache,
+	 * not even the part between its commit and the publish. */
+	pthread_mutex_lock(&kv->lock);
+	if (h->node->ppin > 0)
+		opts.flags = KVT_PUT_PIN;
+	pthread_mutex_unlock(&kv->lock);
 	snprintf(h->part, sizeof(h->part), "%s/%llu", kv->owner,
 		 (unsigned long long)atomic_fetch_add(&kv->part_seq, 1));
 	rc = kvt_writer_open(kv->st, KVFS_PARTS_BUCKET, h->part, &opts, &h->w);
@@ -947,7 +953,15 @@ static int fh_publish_named(struct kvfs *kv, struct fh *h)
 	}
 	posix = h->posix;
 	opts = (struct kvt_put_opts){
-		.flags = h->excl ? KVT_PUT_IF_NONE_MATCH : 0,
+		/*
+		 * The pin is the file's, like an xattr: a new version keeps the
+		 * pin of the one it replaces, read in the commit itself, unless
+		 * user.kvtier.pin was set while the file was open, and then the
+		 * version is published pinned (or not) in that same commit, never
+		 * a moment cache that reclaim could drop.
+		 */
+		.flags = (h->excl ? KVT_PUT_IF_NONE_MATCH : 0) |
+			 (n->ppin > 0 ? KVT_PUT_PIN : n->ppin == 0 ? KVT_PUT_KEEP_PIN : 0),
 		.content_type = h->content_type,
 		.session = session ? session : h->session,
 		.meta = h->meta,
@@ -1389,6 +1403,7 @@ void fh_release(struct kvfs *kv, struct fh *h)
 		n->pend.mask = 0;
 		free(n->psession);
 		n->psession = NULL;
+		n->ppin = 0;
 		if (n->pending) {
 			/*
 			 * Never published: the file never existed. This very node
@@ -1660,6 +1675,7 @@ int kvfs_truncate_key(struct kvfs *kv, const char *bucket, const char *key, uint
 		goto out;	/* no new version for nothing */
 	fh_visible_posix(kv, o, &posix);
 	opts = (struct kvt_put_opts){
+		.flags = KVT_PUT_KEEP_PIN,
 		.content_type = o->content_type,
 		.session = o->session,
 		.meta = o->meta,

@@ -85,6 +85,8 @@ struct node {
 	uint64_t cseq;		/* kvfs.cseq when this daemon last changed it */
 	struct kvt_posix cposix; /* a pending file's POSIX metadata */
 	char *psession;		/* user.kvtier.session set while open for writing */
+	int ppin;		/* user.kvtier.pin set while open for writing:
+				 * 1 pin, -1 unpin, 0 keep the pin of the version replaced */
 	struct node_pend pend;
 	char etag[KVT_ETAG_MAX]; /* version the kernel page cache holds; "" unknown */
 	/*

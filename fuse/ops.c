@@ -30,6 +30,7 @@
 #define XATTR_ETAG "user.kvtier.etag"
 #define XATTR_CHECKSUM "user.kvtier.checksum"
 #define XATTR_PRESTAGE "user.kvtier.prestage"
+#define XATTR_PIN "user.kvtier.pin"
 
 static struct kvfs *req_kv(fuse_req_t req)
 {
@@ -1145,7 +1146,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	struct node *n = node_get(kv, ino);
 	struct kvt_object *o = NULL;
 	char value[KVT_KEY_MAX + 64];
-	int rc, pending;
+	int rc = 0, pending, ppin;
 
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
@@ -1153,10 +1154,19 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	}
 	pthread_mutex_lock(&kv->lock);
 	pending = n->pending;
+	ppin = n->ppin;
 	pthread_mutex_unlock(&kv->lock);
-	if (strncmp(name, "user.kvtier.", 12) != 0 || pending ||
+	if (strncmp(name, "user.kvtier.", 12) != 0 ||
 	    (n->type != NODE_FILE && n->type != NODE_SYMLINK)) {
 		rc = -ENODATA;
+		goto out;
+	}
+	if (pending) {
+		/* Nothing published yet; but its writer may ask what it set. */
+		if (strcmp(name, XATTR_PIN) == 0)
+			reply_xattr_value(req, ppin > 0 ? "1" : "0", size);
+		else
+			rc = -ENODATA;
 		goto out;
 	}
 	rc = xattr_object(kv, n, &o);
@@ -1176,6 +1186,9 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 			snprintf(value, sizeof(value), "%s", o->etag);
 	} else if (strcmp(name, XATTR_CHECKSUM) == 0) {
 		snprintf(value, sizeof(value), "%08x", o->crc32c);
+	} else if (strcmp(name, XATTR_PIN) == 0) {
+		/* What close will publish, if it was set while open for writing. */
+		snprintf(value, sizeof(value), "%d", ppin ? ppin > 0 : o->pinned);
 	} else {
 		rc = -ENODATA;
 		goto out;
@@ -1191,7 +1204,7 @@ out:
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	static const char names[] = XATTR_TIER "\0" XATTR_SESSION "\0" XATTR_ETAG "\0"
-				    XATTR_CHECKSUM "\0";
+				    XATTR_CHECKSUM "\0" XATTR_PIN "\0";
 	struct kvfs *kv = req_kv(req);
 	struct node *n = node_get(kv, ino);
 	size_t len = 0;
@@ -1293,6 +1306,40 @@ void kvfs_prestage_wait(struct kvfs *kv)
 		usleep(10000);
 }
 
+/*
+ * user.kvtier.pin = 1 or 0 (removexattr: 0) of a file or symlink. On a file
+ * open for writing here the versions its handles publish are published
+ * pinned (or not) in their own commit (fh_publish_named), so a file written
+ * through the mount and pinned before close is never plain cache that
+ * reclaim could drop first; the version the store has now is pinned at
+ * once as well. A writer that opens meanwhile is safe either way: its
+ * commit keeps the pin of the version it replaces (KVT_PUT_KEEP_PIN), and a
+ * pin that lands after that commit lands on its version. A directory is
+ * not an object and has no pin of its own: EISDIR, as for the session
+ * (pinning what is under it now would not cover files made later).
+ */
+static int xattr_pin(struct kvfs *kv, struct node *n, const char *bucket, const char *key,
+		     int pin)
+{
+	int pending, writing, rc = 0;
+
+	if (n->type != NODE_FILE && n->type != NODE_SYMLINK)
+		return -EISDIR;
+	pthread_mutex_lock(&kv->lock);
+	writing = n->nwriters > 0;
+	if (writing)
+		n->ppin = pin ? 1 : -1;
+	pending = n->pending;
+	pthread_mutex_unlock(&kv->lock);
+	if (!pending)
+		rc = kvt_object_pin(kv->st, bucket, key, pin);
+	/* No version yet (removed through S3 meanwhile), but one is being
+	 * written here, and close publishes it as asked. */
+	if (rc == -ENOENT && writing)
+		rc = 0;
+	return rc;
+}
+
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
@@ -1333,6 +1380,11 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		pthread_mutex_unlock(&kv->lock);
 		if (rc == 0 && !pending)
 			rc = kvt_object_set_session(kv->st, bucket, key, v);
+	} else if (strcmp(name, XATTR_PIN) == 0) {
+		if (size != 1 || (v[0] != '0' && v[0] != '1'))
+			rc = -EINVAL;
+		else
+			rc = xattr_pin(kv, n, bucket, key, v[0] == '1');
 	} else if (strcmp(name, XATTR_PRESTAGE) == 0) {
 		rc = prestage_start(kv, bucket, key, n->type == NODE_DIR);
 	} else if (strncmp(name, "user.kvtier.", 12) == 0) {
@@ -1351,11 +1403,32 @@ out:
 	node_put(kv, n);
 }
 
+/* setfattr -x user.kvtier.pin unpins; the other names cannot be removed. */
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	(void)ino;
-	(void)name;
-	fuse_reply_err(req, ENOTSUP);
+	struct kvfs *kv = req_kv(req);
+	struct node *n;
+	char *bucket = NULL, *key = NULL;
+	int rc;
+
+	if (strcmp(name, XATTR_PIN) != 0) {
+		fuse_reply_err(req, ENOTSUP);
+		return;
+	}
+	n = node_get(kv, ino);
+	if (!n) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	pthread_rwlock_rdlock(&kv->names);
+	rc = node_path(kv, n, &bucket, &key);
+	if (rc == 0)
+		rc = xattr_pin(kv, n, bucket, key, 0);
+	pthread_rwlock_unlock(&kv->names);
+	reply_err(req, rc);
+	free(bucket);
+	free(key);
+	node_put(kv, n);
 }
 
 const struct fuse_lowlevel_ops kvfs_ops = {

@@ -142,7 +142,7 @@ enum stmt_id {
 	S_SEG_GET, S_SEG_LIST, S_SEG_LIVE_ADD, S_SEG_CLAIM, S_SEG_NEXT_FREE, S_SEG_NEXT_PARTIAL,
 	S_SEG_REOPEN,
 	S_SEG_SET_STATE, S_SEG_HAS_EXTENTS, S_SEG_FREE, S_SEG_VICTIM, S_SEG_COUNTS,
-	S_SEG_OBJECTS, S_EXT_GET, S_EXT_MOVE, S_SEG_SET_LIVE,
+	S_SEG_OBJECTS, S_EXT_GET, S_EXT_MOVE, S_SEG_SET_LIVE, S_SEG_EXT_SPACE,
 	S_SESSION_TOUCH, S_SEG_TOUCH, S_COUNTER_ADD, S_COUNTER_GET,
 	S_STAT_OBJECTS, S_STAT_TIERS, S_STAT_BUCKETS, S_STAT_SESSIONS, S_STAT_SEGS,
 	S_COUNT
@@ -166,7 +166,7 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_BUCKET_DELETE] = "DELETE FROM buckets WHERE id = ?1",
 	[S_BUCKET_HAS_OBJECTS] = "SELECT 1 FROM objects WHERE bucket = ?1 LIMIT 1",
 	[S_BUCKET_LIST] = "SELECT name, ctime FROM buckets ORDER BY name",
-	[S_OBJ_LOOKUP] = "SELECT id, vid, etag FROM objects WHERE bucket = ?1 AND key = ?2",
+	[S_OBJ_LOOKUP] = "SELECT id, vid, etag, pinned FROM objects WHERE bucket = ?1 AND key = ?2",
 	[S_OBJ_GET] = "SELECT " OBJ_COLS " FROM objects o WHERE o.bucket = ?1 AND o.key = ?2",
 	[S_OBJ_EXTENTS] = "SELECT seq, segment, gen, offset, length, crc, obj_off, hvid, hseq"
 			  " FROM extents WHERE object = ?1 ORDER BY seq",
@@ -244,6 +244,11 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_EXT_MOVE] = "UPDATE extents SET segment = ?3, gen = ?4, offset = ?5"
 		       " WHERE object = ?1 AND seq = ?2",
 	[S_SEG_SET_LIVE] = "UPDATE segments SET live = ?2 WHERE id = ?1",
+	/* What fsck counts toward a segment: extents of its generation, of
+	 * objects that are not cold (seg_extent_space() of each). */
+	[S_SEG_EXT_SPACE] = "SELECT coalesce(sum((?3 + e.length + ?4 - 1) / ?4 * ?4), 0)"
+			    " FROM extents e JOIN objects o ON o.id = e.object"
+			    " WHERE e.segment = ?1 AND e.gen = ?2 AND o.tier != 2",
 	[S_SESSION_TOUCH] = "INSERT INTO sessions(bucket, name, last_access) VALUES(?1, ?2, ?3)"
 			    " ON CONFLICT(bucket, name) DO UPDATE SET"
 			    " last_access = max(last_access, excluded.last_access)",
@@ -826,7 +831,7 @@ static int cat_delete_id(struct cat *c, int64_t id)
 
 /* Inserts the object row of p (meta already encoded); *id is its row id. */
 static int cat_insert_object(struct cat *c, const struct cat_put *p, const char *meta,
-			     size_t metalen, int64_t *id)
+			     size_t metalen, int pinned, int64_t *id)
 {
 	sqlite3_stmt *s = cat_stmt(c, S_OBJ_INSERT);
 	int rc;
@@ -845,7 +850,7 @@ static int cat_insert_object(struct cat *c, const struct cat_put *p, const char 
 		sqlite3_bind_blob(s, 8, meta, (int)metalen, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 9, p->mtime_ns);
 	sqlite3_bind_text(s, 10, p->session, -1, SQLITE_STATIC);
-	sqlite3_bind_int(s, 11, p->pinned);
+	sqlite3_bind_int(s, 11, pinned);
 	sqlite3_bind_int64(s, 12, p->posix.mode);
 	sqlite3_bind_int64(s, 13, p->posix.uid);
 	sqlite3_bind_int64(s, 14, p->posix.gid);
@@ -971,7 +976,7 @@ static int cat_put_in_tx(struct cat *c, const struct cat_put *p, const int64_t *
 	char *meta = NULL;
 	size_t metalen = 0;
 	int64_t id;
-	int rc;
+	int pinned = !!p->pinned, rc;
 
 	rc = meta_encode(p->meta, p->nmeta, &meta, &metalen);
 	if (rc < 0)
@@ -1002,6 +1007,8 @@ static int cat_put_in_tx(struct cat *c, const struct cat_put *p, const int64_t *
 		id = sqlite3_column_int64(s, 0);
 		if (freed_vid)
 			*freed_vid = (uint64_t)sqlite3_column_int64(s, 1);
+		if (p->keep_pin && sqlite3_column_int(s, 3))
+			pinned = 1;
 		/* The condition sees the version this transaction replaces ("" for
 		 * an ETag never set: NULL would say there is no object). */
 		if (p->precondition) {
@@ -1032,9 +1039,11 @@ static int cat_put_in_tx(struct cat *c, const struct cat_put *p, const int64_t *
 			goto out;
 	}
 
-	rc = cat_insert_object(c, p, meta, metalen, &id);
+	rc = cat_insert_object(c, p, meta, metalen, pinned, &id);
 	if (rc < 0)
 		goto out;
+	if (p->pinned_out)
+		*p->pinned_out = pinned;
 	rc = cat_insert_extents(c, id, p->extents, p->nextents, p->mtime_ns);
 	if (rc < 0)
 		goto out;
@@ -1409,6 +1418,35 @@ int cat_object_drop_id(struct cat *c, int64_t id)
 	return cat_commit(c);
 }
 
+int cat_object_drop_version(struct cat *c, int64_t id, uint64_t vid)
+{
+	sqlite3_stmt *s;
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	s = cat_stmt(c, S_OBJ_VID);
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, id);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		rc = (uint64_t)sqlite3_column_int64(s, 0) == vid ? 0 : -ESTALE;
+	else
+		rc = rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "object version");
+	cat_done(s);
+	if (rc == 0)
+		rc = cat_delete_id(c, id);
+	if (rc < 0)
+		goto fail;
+	return cat_commit(c);
+fail:
+	cat_rollback(c);
+	return rc;
+}
+
 int cat_object_set_pin(struct cat *c, int64_t bucket_id, const char *key, int pinned)
 {
 	sqlite3_stmt *s = cat_stmt(c, S_OBJ_PIN);
@@ -1762,6 +1800,43 @@ int cat_segment_set_live(struct cat *c, uint32_t id, uint64_t live)
 	sqlite3_bind_int64(s, 1, id);
 	sqlite3_bind_int64(s, 2, (int64_t)live);
 	return cat_exec_stmt(c, s, "segment live");
+}
+
+int cat_segment_recount(struct cat *c, uint32_t id, int repair, uint64_t *live, uint64_t *space)
+{
+	struct cat_segment seg;
+	sqlite3_stmt *s;
+	int rc = repair ? cat_begin(c) : cat_begin_read(c);
+
+	if (rc < 0)
+		return rc;
+	rc = cat_segment_get(c, id, &seg);
+	if (rc < 0)
+		goto out;
+	*live = *space = seg.live;
+	if (seg.state == SEG_FREE)
+		goto out;	/* nothing counts in a free segment */
+	s = cat_stmt(c, S_SEG_EXT_SPACE);
+	if (!s) {
+		rc = -EIO;
+		goto out;
+	}
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)seg.gen);
+	sqlite3_bind_int64(s, 3, SEG_HEADER_SIZE);
+	sqlite3_bind_int64(s, 4, SEG_ALIGN);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*space = (uint64_t)sqlite3_column_int64(s, 0);
+	cat_done(s);
+	rc = rc == SQLITE_ROW ? 0 : cat_errno(c, rc, "segment space");
+	if (rc == 0 && repair && *space != *live)
+		rc = cat_segment_set_live(c, id, *space);
+out:
+	if (rc == 0 && repair)
+		return cat_commit(c);
+	cat_rollback(c);
+	return rc;
 }
 
 /* ---- access times and counters ------------------------------------------ */
@@ -2413,7 +2488,7 @@ int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag,
 	}
 	if (rc != -ENOENT)
 		goto fail;
-	rc = cat_insert_object(c, p, meta, metalen, &id);
+	rc = cat_insert_object(c, p, meta, metalen, !!p->pinned, &id);
 	if (rc < 0)
 		goto fail;
 	s = cat_g4_prep(c, "UPDATE objects SET tier = 2, g4_vid = vid, g4_etag = ?2, g4_key = ?3"

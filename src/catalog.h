@@ -79,6 +79,8 @@ struct cat_put {
 	int64_t mtime_ns;
 	const char *session;
 	int pinned;
+	int keep_pin;		/* KVT_PUT_KEEP_PIN: pinned if the version replaced is */
+	int *pinned_out;	/* if not NULL: the pin the version got */
 	int if_none_match;
 	/* kvt_put_opts.precondition: called with the current ETag or NULL. */
 	int (*precondition)(void *arg, const char *etag);
@@ -216,6 +218,16 @@ int cat_stat(struct cat *c, struct kvt_store_stat *st);
  * frees co after fn returns. A non-zero return from fn stops the walk. */
 int cat_object_walk(struct cat *c, int (*fn)(void *arg, struct cat_object *co), void *arg);
 int cat_object_drop_id(struct cat *c, int64_t id);
+/* Removes object id if it is still version vid: -ESTALE if it is another
+ * now, -ENOENT if it is gone (fsck's repair of what it found damaged). */
+int cat_object_drop_version(struct cat *c, int64_t id, uint64_t vid);
+/*
+ * Segment id as one transaction sees it: *live, the bytes it counts, and
+ * *space, what the extents of its generation (of objects not cold) take.
+ * With repair, in a write transaction, a difference is fixed in that same
+ * transaction (live = space), so no writer comes between count and fix.
+ */
+int cat_segment_recount(struct cat *c, uint32_t id, int repair, uint64_t *live, uint64_t *space);
 
 /* ---- G4 (migrate.c); the state machine is described in catalog.c ---- */
 

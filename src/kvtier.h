@@ -255,6 +255,13 @@ enum {
 	KVT_PUT_IF_NONE_MATCH = 1 << 0,	/* -EEXIST if the key exists */
 	KVT_PUT_PIN = 1 << 1,		/* never dropped by reclaim */
 	KVT_PUT_MD5_ETAG = 1 << 2,	/* ETag = MD5 of the bytes, as S3 does */
+	/*
+	 * Pinned if the version this one replaces is pinned, read in the
+	 * commit's own transaction: a file rewritten through the mount keeps
+	 * its pin (as a file keeps its xattrs), with no moment unpinned and
+	 * without losing a pin set by another process while it was written.
+	 */
+	KVT_PUT_KEEP_PIN = 1 << 3,
 };
 
 struct kvt_put_opts {
@@ -484,9 +491,12 @@ enum { KVT_FSCK_REPAIR = 1 << 0 };
 /*
  * Checks the catalog against the segment files and every checksum. With
  * KVT_FSCK_REPAIR, objects whose bytes are damaged are removed (they would
- * only ever read as -EIO) and segment accounting is rewritten. Each problem
- * is logged as it is found. Returns 0 when the store is clean (or was
- * repaired), 1 when problems remain, or a negative errno.
+ * only ever read as -EIO) and segment accounting is rewritten. Safe beside
+ * live writers and reclaim in any process: what one catalog snapshot shows
+ * wrong is checked again against the catalog as it is now, and only what is
+ * still wrong is reported (logged) and repaired (fsck.c). Returns 0 when
+ * the store is clean (or was repaired), 1 when problems remain, or a
+ * negative errno.
  */
 int kvt_store_fsck(struct kvt_store *st, unsigned flags, struct kvt_fsck_report *rep);
 

@@ -311,6 +311,7 @@ int kvt_object_compose(struct kvt_store *st, const char *bucket, const char *key
 		.mtime_ns = opts->mtime_ns ? opts->mtime_ns : util_now_ns(),
 		.session = session,
 		.pinned = !!(opts->flags & KVT_PUT_PIN),
+		.keep_pin = !!(opts->flags & KVT_PUT_KEEP_PIN),
 		.if_none_match = !!(opts->flags & KVT_PUT_IF_NONE_MATCH),
 		.precondition = opts->precondition,
 		.precondition_arg = opts->precondition_arg,

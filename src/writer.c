@@ -347,7 +347,7 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 {
 	char etag[KVT_ETAG_MAX];
 	struct cat_put put;
-	int rc = 0;
+	int pinned = 0, rc = 0;
 
 	if (w->cur >= 0 && w->bufs[w->cur].fill > 0 && !w->failed)
 		rc = writer_flush(w);
@@ -373,6 +373,7 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 		.mtime_ns = w->mtime_ns,
 		.session = w->session,
 		.pinned = !!(w->flags & KVT_PUT_PIN),
+		.keep_pin = !!(w->flags & KVT_PUT_KEEP_PIN),
 		.if_none_match = !!(w->flags & KVT_PUT_IF_NONE_MATCH),
 		.precondition = w->precondition,
 		.precondition_arg = w->precondition_arg,
@@ -380,6 +381,7 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 		.extents = w->ext,
 	};
 	store_posix_fill(&put.posix, w->has_posix ? &w->posix : NULL, w->mtime_ns);
+	put.pinned_out = &pinned;	/* what KVT_PUT_KEEP_PIN found, for info */
 	/* Shared with the writers that commit at the same time (commit.c). */
 	rc = commit_put(w->st, &put);
 	if (rc == -ENOENT && w->bucket_cached) {
@@ -424,7 +426,7 @@ int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info)
 		o->content_type = w->content_type;
 		o->session = w->session;
 		o->tier = KVT_TIER_HOT;
-		o->pinned = put.pinned;
+		o->pinned = pinned;
 		o->meta = w->meta;
 		o->nmeta = w->nmeta;
 		o->posix = put.posix;

@@ -588,6 +588,50 @@ static void test_object_drop_pin(void **state)
 	assert_int_equal(seg_get(f->c, 4).live, 0);
 	assert_int_equal(cat_counter_get(f->c, "evicted_objects", &v), 0);
 	assert_int_equal(v, 1);
+
+	/* fsck's repair drops only the version it found damaged: one that was
+	 * replaced meanwhile (same key, new row) or removed is left alone. */
+	assert_int_equal(put_obj(f->c, b, "r", 0x7a, 4, gen, 0, 2, 4096, 0, NULL), 0);
+	assert_int_equal(cat_object_get(f->c, b, "r", 0, &co), 0);
+	id = co->id;
+	cat_object_free(co);
+	assert_int_equal(cat_object_drop_version(f->c, id, 0x7b), -ESTALE);
+	assert_int_equal(cat_object_get(f->c, b, "r", 0, &co), 0);
+	cat_object_free(co);
+	assert_int_equal(cat_object_drop_version(f->c, id, 0x7a), 0);
+	assert_int_equal(cat_object_get(f->c, b, "r", 0, &co), -ENOENT);
+	assert_int_equal(seg_get(f->c, 4).live, 0);
+	assert_int_equal(cat_object_drop_version(f->c, id, 0x7a), -ENOENT);
+}
+
+/* fsck's recount of a segment: live against the extents of its generation,
+ * fixed only with repair, in the same transaction. */
+static void test_segment_recount(void **state)
+{
+	struct fixture *f = *state;
+	int64_t b = bucket(f->c, "rc");
+	uint64_t gen = claim(f->c, 3), live = 1, space = 1;
+
+	assert_int_equal(put_obj(f->c, b, "a", 0x1, 3, gen, 0, 3, 5000, 0, NULL), 0);
+	assert_int_equal(cat_segment_recount(f->c, 3, 0, &live, &space), 0);
+	assert_int_equal(live, 3 * space_of(5000));
+	assert_int_equal(space, live);
+	/* A wrong count is found, left as it is without repair ... */
+	assert_int_equal(cat_segment_set_live(f->c, 3, 777), 0);
+	assert_int_equal(cat_segment_recount(f->c, 3, 0, &live, &space), 0);
+	assert_int_equal(live, 777);
+	assert_int_equal(space, 3 * space_of(5000));
+	assert_int_equal(seg_get(f->c, 3).live, 777);
+	/* ... and fixed with it. */
+	assert_int_equal(cat_segment_recount(f->c, 3, 1, &live, &space), 0);
+	assert_int_equal(live, 777);
+	assert_int_equal(seg_get(f->c, 3).live, 3 * space_of(5000));
+	assert_int_equal(cat_segment_recount(f->c, 3, 1, &live, &space), 0);
+	assert_int_equal(live, space);
+	/* Nothing counts in a free segment; a missing one is -ENOENT. */
+	assert_int_equal(cat_segment_recount(f->c, 5, 1, &live, &space), 0);
+	assert_int_equal(live, space);
+	assert_int_equal(cat_segment_recount(f->c, 100000, 0, &live, &space), -ENOENT);
 }
 
 /*
@@ -1294,6 +1338,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_object_put_get, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_replace_accounting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_drop_pin, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segment_recount, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_drop_keeps_session_state, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_range, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_lookup, setup, teardown),

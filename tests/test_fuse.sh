@@ -257,7 +257,8 @@ import os, subprocess, sys
 d, kvtier = sys.argv[1], sys.argv[2]
 p = os.path.join(d, "conv1/turn1/blk0")
 names = set(os.listxattr(p))
-want = {"user.kvtier.tier", "user.kvtier.session", "user.kvtier.etag", "user.kvtier.checksum"}
+want = {"user.kvtier.tier", "user.kvtier.session", "user.kvtier.etag", "user.kvtier.checksum",
+        "user.kvtier.pin"}
 assert names == want, names
 assert os.getxattr(p, "user.kvtier.tier") == b"hot"
 assert os.getxattr(p, "user.kvtier.session") == b"conv1"
@@ -701,7 +702,8 @@ for i in $(seq 1 12); do
 done
 # Pinned objects must never be dropped: fill the tier with them, pinned as
 # they are stored (a file written through the mount is cache until pinned,
-# and the daemon's background demoter may drop it before a later pin).
+# and the daemon's background demoter may drop it before a later pin; the
+# user.kvtier.pin xattr set before close closes that gap, test_fuse_pin.sh).
 full=0
 for i in $(seq 1 12); do
 	head -c 1000000 /dev/urandom >"$S/k$i"

@@ -767,6 +767,69 @@ static void test_pin(void **state)
 	kvt_object_free(o);
 }
 
+/*
+ * KVT_PUT_KEEP_PIN (a file rewritten through the mount keeps its pin): the
+ * new version is pinned exactly when the one it replaces was, decided in
+ * the commit, for a streamed writer and for a compose; the info a commit
+ * returns says what it got. KVT_PUT_PIN still pins outright.
+ */
+static void test_keep_pin(void **state)
+{
+	struct fixture *f = *state;
+	struct kvt_put_opts keep = { .flags = KVT_PUT_KEEP_PIN };
+	struct kvt_put_opts pin = { .flags = KVT_PUT_PIN | KVT_PUT_KEEP_PIN };
+	const char *part[1] = { "k/part" };
+	struct kvt_writer *w = NULL;
+	struct kvt_object *o;
+
+	/* Nothing to keep: a new key is not pinned. */
+	assert_int_equal(put_data(f->st, "bkt", "k", "a", 1, &keep), 0);
+	o = head(f->st, "bkt", "k");
+	assert_int_equal(o->pinned, 0);
+	kvt_object_free(o);
+	/* Unpinned stays unpinned; pinned stays pinned, over several versions. */
+	assert_int_equal(put_data(f->st, "bkt", "k", "ab", 2, &keep), 0);
+	o = head(f->st, "bkt", "k");
+	assert_int_equal(o->pinned, 0);
+	kvt_object_free(o);
+	assert_int_equal(kvt_object_pin(f->st, "bkt", "k", 1), 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(put_data(f->st, "bkt", "k", "abc", 3, &keep), 0);
+		o = head(f->st, "bkt", "k");
+		assert_int_equal(o->pinned, 1);
+		kvt_object_free(o);
+	}
+	/* The pin is read at commit, not at open: pinned while being written. */
+	assert_int_equal(kvt_object_pin(f->st, "bkt", "k", 0), 0);
+	assert_int_equal(kvt_writer_open(f->st, "bkt", "k", &keep, &w), 0);
+	assert_int_equal(kvt_writer_write(w, "abcd", 4), 0);
+	assert_int_equal(kvt_object_pin(f->st, "bkt", "k", 1), 0);
+	assert_int_equal(kvt_writer_commit(w, &o), 0);
+	assert_int_equal(o->pinned, 1);		/* the info says what it got */
+	kvt_object_free(o);
+	o = head(f->st, "bkt", "k");
+	assert_int_equal(o->pinned, 1);
+	assert_int_equal(o->size, 4);
+	kvt_object_free(o);
+	/* A compose keeps it too. */
+	assert_int_equal(kvt_bucket_create_internal(f->st, ".parts"), 0);
+	assert_int_equal(put_data(f->st, ".parts", "k/part", "abcde", 5, NULL), 0);
+	assert_int_equal(kvt_object_compose(f->st, "bkt", "k", ".parts", part, 1, &keep, NULL), 0);
+	o = head(f->st, "bkt", "k");
+	assert_int_equal(o->pinned, 1);
+	assert_int_equal(o->size, 5);
+	kvt_object_free(o);
+	/* Without the flag an overwrite is unpinned, as before; with PIN pinned. */
+	assert_int_equal(put_data(f->st, "bkt", "k", "ab", 2, NULL), 0);
+	o = head(f->st, "bkt", "k");
+	assert_int_equal(o->pinned, 0);
+	kvt_object_free(o);
+	assert_int_equal(put_data(f->st, "bkt", "k", "abc", 3, &pin), 0);
+	o = head(f->st, "bkt", "k");
+	assert_int_equal(o->pinned, 1);
+	kvt_object_free(o);
+}
+
 /* ---- copy ------------------------------------------------------------------------ */
 
 static void test_copy(void **state)
@@ -1774,6 +1837,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reader_keeps_version, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_delete, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_pin, setup_big, teardown),
+		cmocka_unit_test_setup_teardown(test_keep_pin, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_copy, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_compose, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_key_validation, setup_big, teardown),
