@@ -21,16 +21,9 @@ set -eu
 
 # shellcheck source=tests/fuse/lib.sh
 . "$top_srcdir/tests/fuse/lib.sh"
-fuse_require
+fuse_setup
 HELPER=$top_builddir/fuse/mount.kvtier
 FSX=$top_srcdir/tests/fuse/fsx.py
-kvt_setup
-T=$KVT_TMP
-K=$KVTIER
-M=$T/mnt
-mkdir "$M"
-
-trap fuse_cleanup EXIT
 
 # A bigger store than lib.sh's: everything below writes some 600 MiB, and
 # past the high watermark reclaim would rightly drop plain cache objects

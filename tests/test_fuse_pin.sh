@@ -19,14 +19,7 @@ set -eu
 . "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/fuse/lib.sh
 . "$top_srcdir/tests/fuse/lib.sh"
-fuse_require
-
-kvt_setup
-T=$KVT_TMP
-K=$KVTIER
-M=$T/mnt
-mkdir "$M"
-trap fuse_cleanup EXIT
+fuse_setup
 # Keys at a bucket's root are each their own session: plain cache, which
 # reclaim drops even with a cold tier (the default file:// G4 here, so the
 # daemon runs its background demoter).

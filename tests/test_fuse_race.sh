@@ -26,14 +26,7 @@ set -eu
 . "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/fuse/lib.sh
 . "$top_srcdir/tests/fuse/lib.sh"
-fuse_require
-
-kvt_setup
-T=$KVT_TMP
-K=$KVTIER
-M=$T/mnt
-mkdir "$M"
-trap fuse_cleanup EXIT
+fuse_setup
 cat >"$KVTIER_CONF" <<EOF
 [store]
 dir = $KVT_DIR

@@ -1,7 +1,9 @@
 # shellcheck shell=sh
 # tests/fuse/lib.sh - what the FUSE test scripts share; sourced after
-# tests/lib.sh and kvt_setup, never run.
+# tests/lib.sh, never run.
 #
+# fuse_setup checks that this machine can mount, makes the scratch store
+# (kvt_setup) and the mount point $M, and sets the EXIT trap.
 # fuse_mount starts kvtier-fuse in the foreground, in the background of the
 # script, and waits for the mount; fuse_cleanup (the EXIT trap) undoes every
 # mount made and stops the gateway fuse_gateway started, however the script
@@ -33,6 +35,19 @@ fuse_require()
 	command -v fusermount3 >/dev/null || skip "no fusermount3 (Debian: apt-get install fuse3)"
 	command -v python3 >/dev/null || skip "no python3"
 	[ -x "$FUSE" ] || fail "no kvtier-fuse binary at '$FUSE' (build it first)"
+}
+
+# fuse_setup: fuse_require, kvt_setup, T, K and an empty mount point M; the
+# EXIT trap is fuse_cleanup.
+fuse_setup()
+{
+	fuse_require
+	kvt_setup
+	T=$KVT_TMP
+	K=$KVTIER
+	M=$T/mnt
+	mkdir "$M"
+	trap fuse_cleanup EXIT
 }
 
 is_mounted()
