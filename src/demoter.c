@@ -34,6 +34,10 @@
 #include "store.h"
 #include "util.h"
 
+/* A writer's wait for room, or a pass, longer than this is logged: the
+ * hot tier fills faster than the demoter empties it (docs/operations.md). */
+#define DEMOTER_SLOW_MS 1000
+
 /* Between kicks, how often the demoter looks at the fill itself: writers
  * of other processes fill the store too, and kick only their own. */
 #define DEMOTER_TICK_MS 1000
@@ -61,6 +65,7 @@ static void demoter_deadline(struct timespec *ts, int64_t ms)
 static int demoter_pass(struct kvt_store *st)
 {
 	uint64_t nfree = 0;
+	int64_t start;
 	int lock, rc;
 
 	if (!store_above_high(st, &nfree) && nfree > 0)
@@ -68,10 +73,14 @@ static int demoter_pass(struct kvt_store *st)
 	lock = g4_lock(st, "demoter", "", "", 0);
 	if (lock < 0)
 		return lock;
+	start = util_now_ns();
 	rc = reclaim_run(st, 1, 1);
 	g4_unlock(lock);
 	if (rc < 0 && rc != -ENOSPC && rc != -ECANCELED)
 		log_err(rc, "background demotion of '%s' failed", st->dir);
+	else if (util_now_ns() - start > DEMOTER_SLOW_MS * 1000000ll)
+		log_info("background demotion pass of '%s' took %.1f s", st->dir,
+			 (double)(util_now_ns() - start) / 1e9);
 	return rc;
 }
 
@@ -150,6 +159,15 @@ void demoter_kick(struct kvt_store *st)
 		pthread_cond_signal(&st->demoter_cond);
 	}
 	pthread_mutex_unlock(&st->demoter_lock);
+}
+
+void demoter_waited(struct kvt_store *st, const struct demoter_wait *w)
+{
+	int64_t waited = util_now_ns() - (w->deadline_ns - (int64_t)st->space_wait_ms * 1000000);
+
+	if (waited > DEMOTER_SLOW_MS * 1000000ll)
+		log_info("a write to '%s' waited %.1f s for the demoter to free a segment",
+			 st->dir, (double)waited / 1e9);
 }
 
 int demoter_wait(struct kvt_store *st, struct demoter_wait *w)

@@ -455,6 +455,8 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 		}
 		if (rc < 0)
 			return rc;
+		if (wait.deadline_ns)
+			demoter_waited(st, &wait);
 
 		pthread_mutex_lock(&st->alloc_lock);
 		need_retire = 0;

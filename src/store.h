@@ -280,6 +280,8 @@ int demoter_start(struct kvt_store *st);
 void demoter_stop(struct kvt_store *st);
 void demoter_kick(struct kvt_store *st);
 int demoter_wait(struct kvt_store *st, struct demoter_wait *w);
+/* The wait ended with a segment claimed: logged if it was long. */
+void demoter_waited(struct kvt_store *st, const struct demoter_wait *w);
 
 /* Cross-process locks of G4 work (migrate.c): an OFD lock on one byte of
  * DIR/g4.lock chosen by kind/a/b. The fd that holds it, -EBUSY if taken
