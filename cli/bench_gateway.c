@@ -94,6 +94,7 @@ struct gb_opts {
 	const char *cached_read_max;	/* [store] cached_read_max; NULL: the default */
 	int keep;
 	const char *out;
+	unsigned ops;			/* bit GB_GET, bit GB_PUT: the operations measured */
 };
 
 /* One measurement of one system. */
@@ -1053,7 +1054,7 @@ static void gb_usage(FILE *f)
 		"usage: kvtier bench gateway [--dir DIR] [--sizes 4K,256K,2M,32M] [--conns 1,16,64]\n"
 		"                            [--seconds N] [--runs N] [--threads N]\n"
 		"                            [--capacity SIZE] [--cached-read-max SIZE]\n"
-		"                            [--keep] [--out FILE]\n"
+		"                            [--ops get,put] [--keep] [--out FILE]\n"
 		"\n"
 		"kvtier-gateway (S3, SigV4) against nginx (static GET, WebDAV PUT) and\n"
 		"redis-server (GET, SET) on 127.0.0.1, all started here on scratch ports\n"
@@ -1073,8 +1074,27 @@ static void gb_usage(FILE *f)
 		"  --cached-read-max SIZE  the store's cached_read_max: extents up to\n"
 		"                    SIZE are read through the page cache (default: the\n"
 		"                    store's default, 256K; 0: all O_DIRECT)\n"
+		"  --ops LIST        get, put or get,put (default: both)\n"
 		"  --keep            leave the scratch directory\n"
 		"  --out FILE        also write the results as JSON\n");
+}
+
+/* "get", "put" or both, comma-separated, into a mask of bits 1 << GB_GET/GB_PUT. */
+static int gb_parse_ops(const char *v, unsigned *ops)
+{
+	*ops = 0;
+	while (*v) {
+		size_t n = strcspn(v, ",");
+
+		if (n == 3 && strncasecmp(v, "get", 3) == 0)
+			*ops |= 1u << GB_GET;
+		else if (n == 3 && strncasecmp(v, "put", 3) == 0)
+			*ops |= 1u << GB_PUT;
+		else
+			return -EINVAL;
+		v += n + (v[n] == ',');
+	}
+	return *ops ? 0 : -EINVAL;
 }
 
 static int gb_parse_args(const struct kvt_config *cfg, int argc, char **argv, struct gb_opts *o)
@@ -1096,6 +1116,7 @@ static int gb_parse_args(const struct kvt_config *cfg, int argc, char **argv, st
 	o->seconds = 2;
 	o->runs = 3;
 	o->capacity = 8ull << 30;
+	o->ops = 1u << GB_GET | 1u << GB_PUT;
 
 	for (int i = 1; i < argc && rc == 0; i++) {
 		const char *a = argv[i], *v = NULL;
@@ -1123,6 +1144,8 @@ static int gb_parse_args(const struct kvt_config *cfg, int argc, char **argv, st
 
 			rc = m < 0 ? -EINVAL : kvt_parse_size(v, &sz);
 			o->cached_read_max = v;
+		} else if (OPT("--ops", 1)) {
+			rc = m < 0 ? -EINVAL : gb_parse_ops(v, &o->ops);
 		} else if (OPT("--keep", 0)) {
 			o->keep = 1;
 		} else if (OPT("--out", 1)) {
@@ -1467,7 +1490,11 @@ int bench_gateway_main(const struct kvt_config *cfg, int argc, char **argv)
 	for (unsigned i = 0; i < b.o.nsizes; i++) {
 		for (unsigned k = 0; k < b.o.nconns; k++) {
 			for (int op = GB_GET; op <= GB_PUT; op++) {
-				struct gb_cell *c = &b.cells[b.ncells++];
+				struct gb_cell *c;
+
+				if (!(b.o.ops & 1u << op))
+					continue;
+				c = &b.cells[b.ncells++];
 
 				c->op = (enum gb_op)op;
 				c->size = b.o.sizes[i];
