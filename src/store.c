@@ -329,6 +329,15 @@ static int store_claim(struct kvt_store *st, uint64_t space, struct store_open_s
 		after = id;
 		if (seg_append_trylock(st->lock_fd, id) < 0)
 			continue;	/* another process is claiming, reclaiming or recovering it */
+		/*
+		 * A reader may still be sending checked bytes of a freed segment
+		 * straight from the page cache (segment.h, pins): take another.
+		 * A pin taken after this probe finds the new generation.
+		 */
+		if (seg_pin_probe(st->lock_fd, id) < 0) {
+			seg_append_unlock(st->lock_fd, id);
+			continue;
+		}
 		rc = store_claim_txn(c, id, used, reopen, &gen);
 		if (rc < 0) {
 			seg_append_unlock(st->lock_fd, id);
