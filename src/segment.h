@@ -12,8 +12,9 @@
  * written in. A reader loads the segment's generation before and after its
  * read (a seqlock): if both equal the extent's, the segment was not freed,
  * so not rewritten, while the bytes were read; otherwise the read fails
- * with -ESTALE and no byte of it is used. Readers take no lock and never
- * make reclaim wait.
+ * with -ESTALE and no byte of it is used. Readers that copy take no lock;
+ * none makes reclaim wait (a pin, below, only keeps a freed segment from
+ * being reused while it is held).
  *
  * The append lock of segment i (byte i of the map file, an open file
  * description lock) is held by the process appending to i or emptying it;
