@@ -332,7 +332,10 @@ static int store_claim(struct kvt_store *st, uint64_t space, struct store_open_s
 		/*
 		 * A reader may still be sending checked bytes of a freed segment
 		 * straight from the page cache (segment.h, pins): take another.
-		 * A pin taken after this probe finds the new generation.
+		 * Probed under the append lock, never before it: whoever freed
+		 * the segment published its new generation before it let the
+		 * lock go, so a pin taken after this probe finds that generation
+		 * and its reader gets -ESTALE.
 		 */
 		if (seg_pin_probe(st->lock_fd, id) < 0) {
 			seg_append_unlock(st->lock_fd, id);
