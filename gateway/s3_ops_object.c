@@ -3,17 +3,22 @@
  * DeleteObject, CopyObject, and what they share (metadata, conditions,
  * copy sources).
  *
- * GET streams through libmicrohttpd's callback responses over
- * kvt_reader_pread(); a body of at most one read block is read whole before
- * the response starts (s3_whole_response). Only bodies read through the page
- * cache are read on the polling thread; O_DIRECT pieces are read on the read
- * lane and cold objects recalled on the write lane (gw_work.c). There is no sendfile(2) path, on
- * purpose: the engine verifies every extent's checksum on every read (a
- * wrong KV byte silently corrupts a model's output) and an extent carries a
- * header inside the segment file, so the bytes a client must get are never
- * a plain file range the kernel could send unchecked. A checksum failure mid-stream ends the
- * response with an error (the client sees a short body and retries), never
- * with wrong bytes.
+ * GET of an object larger than cached_read_max is sent from the page cache
+ * without a copy in user space (s3_map_response): on the read lane,
+ * kvt_reader_map() checks every extent under the range in place and pins
+ * its segments until the response is gone, and libmicrohttpd gives the
+ * iovecs to sendmsg. Not sendfile(2): an extent carries its header inside
+ * the segment file, so an object of more than one extent is never one file
+ * range, and libmicrohttpd sends one descriptor range per response. Smaller
+ * objects are read whole through the page cache on the polling thread
+ * (s3_whole_response); where segments cannot be mapped, GET falls back to
+ * kvt_reader_pread() (whole, or streamed through a callback response read
+ * on the read lane). Cold objects are recalled on the write lane
+ * (gw_work.c). Every extent's checksum is verified on every GET (a wrong KV
+ * byte silently corrupts a model's output), before the status line on the
+ * mapped and whole paths; a checksum failure mid-stream on the callback
+ * path ends the response with an error (the client sees a short body and
+ * retries), never with wrong bytes.
  *
  * Metadata: x-amz-meta-NAME is stored as NAME (lower case); the standard
  * headers S3 keeps with an object (Cache-Control, Content-Disposition,
@@ -721,6 +726,79 @@ static struct MHD_Response *s3_whole_response(struct gw_req *rq, struct kvt_read
 	return resp;
 }
 
+static void s3_map_free(void *cls)
+{
+	kvt_map_free(cls);
+}
+
+/*
+ * The body straight from the page cache: kvt_reader_map() checks every
+ * extent under the range in place (header, generation, CRC32C) and pins
+ * its segments, and libmicrohttpd hands the iovecs to sendmsg, so the only
+ * copy is the kernel's into the socket. The pins go with the response
+ * (s3_map_free), when the last byte is sent or the connection is gone.
+ * NULL with *answered false: the segments cannot be mapped, read instead;
+ * NULL with *answered true: the request was answered with an error.
+ */
+static struct MHD_Response *s3_map_response(struct gw_req *rq, struct kvt_reader *r,
+					    uint64_t start, uint64_t len, bool *answered)
+{
+	struct MHD_Response *resp = NULL;
+	struct kvt_map *m = NULL;
+	struct MHD_IoVec *mv = NULL;
+	const struct iovec *iov;
+	unsigned niov;
+	int rc;
+
+	*answered = true;
+	rc = kvt_reader_map(r, start, len, &m);
+	if (rc == -ENOTSUP) {
+		*answered = false;
+		return NULL;
+	}
+	if (rc < 0) {
+		log_err(rc, "request %s: read failed at %llu", rq->id, (unsigned long long)start);
+		http_send_errno_obj(rq, rq->route.bucket, rc, S3_CTX_OBJECT);
+		return NULL;
+	}
+	iov = kvt_map_iov(m, &niov);
+	mv = malloc(niov * sizeof(*mv));
+	if (!mv) {
+		kvt_map_free(m);
+		http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+		return NULL;
+	}
+	for (unsigned i = 0; i < niov; i++)
+		mv[i] = (struct MHD_IoVec){ .iov_base = iov[i].iov_base, .iov_len = iov[i].iov_len };
+	/* libmicrohttpd copies the array, not the bytes; on failure m is ours. */
+	resp = MHD_create_response_from_iovec(mv, niov, s3_map_free, m);
+	free(mv);
+	if (!resp) {
+		kvt_map_free(m);
+		http_send(rq, 500, NULL);
+		return NULL;
+	}
+	rq->bytes_out += len;
+	return resp;
+}
+
+/*
+ * Extents past cached_read_max are likely not in the page cache: checking
+ * them in place (or reading them O_DIRECT) waits on the device, so on the
+ * read lane, which runs the GET again with the reader. True if deferred
+ * (the reader goes with the request).
+ */
+static bool s3_defer_read(struct gw_req *rq, struct kvt_reader **r)
+{
+	rq->reader = *r;
+	if (http_defer(rq, GW_LANE_READ)) {
+		*r = NULL;
+		return true;
+	}
+	rq->reader = NULL;
+	return false;
+}
+
 /* "-N" at the end of a (quoted) ETag: the parts S3 made the object of; 0 if none. */
 static unsigned long s3_etag_parts(const char *etag)
 {
@@ -822,6 +900,7 @@ void s3_op_get_object(struct gw_req *rq)
 	uint64_t first = 0, last = 0;
 	unsigned long nparts = 0;
 	enum s3_code code;
+	bool answered = false;
 	int rc, ranged;
 
 	if (rq->route.key_len > KVT_KEY_MAX) {
@@ -894,16 +973,15 @@ void s3_op_get_object(struct gw_req *rq)
 							 4096, s3_head_read, NULL, NULL);
 	} else if (o->size == 0) {
 		resp = http_response_empty();
+	} else if (o->size > srv->cached_read_max && !rq->in_worker &&
+		   s3_defer_read(rq, &r)) {
+		goto out;	/* the read lane answers */
+	} else if (o->size > srv->cached_read_max &&
+		   (resp = s3_map_response(rq, r, first, last - first + 1, &answered))) {
+		/* sent from the page cache */
+	} else if (answered) {
+		goto out;
 	} else if (last - first + 1 <= S3_WHOLE_MAX) {
-		/* Extents past cached_read_max are O_DIRECT device reads: on the read lane. */
-		if (o->size > srv->cached_read_max && !rq->in_worker) {
-			rq->reader = r;
-			if (http_defer(rq, GW_LANE_READ)) {
-				r = NULL;
-				goto out;
-			}
-			rq->reader = NULL;
-		}
 		resp = s3_whole_response(rq, r, first, last - first + 1);
 		if (!resp)
 			goto out;	/* answered */

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #define KVT_KEY_MAX 1024	/* bytes of UTF-8, as in S3 */
 #define KVT_BUCKET_MIN 3
@@ -327,6 +328,25 @@ const struct kvt_object *kvt_reader_object(const struct kvt_reader *r);
 ssize_t kvt_reader_pread(struct kvt_reader *r, void *buf, size_t len, uint64_t off);
 /* Accepts NULL. */
 void kvt_reader_close(struct kvt_reader *r);
+
+/*
+ * The bytes [off, off + len) of the reader's version, clipped to its size,
+ * as iovecs into the segment files' page cache, for a sender that passes
+ * them to the kernel without a copy (sendmsg). Every extent under the range
+ * has had its header, generation and checksum checked in place, and its
+ * segments stay pinned (never rewritten, in any process) until
+ * kvt_map_free(), which any thread may call; the map outlives the reader.
+ * -ESTALE and -EIO as kvt_reader_pread(); -ENOTSUP when a segment cannot
+ * be mapped (read with kvt_reader_pread() instead). Hold it no longer than
+ * the send: a pinned segment cannot be reused by writers.
+ */
+struct kvt_map;
+
+int kvt_reader_map(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_map **out);
+/* The iovecs, in object order; owned by the map. */
+const struct iovec *kvt_map_iov(const struct kvt_map *m, unsigned *niov);
+/* Unpins. Accepts NULL. */
+void kvt_map_free(struct kvt_map *m);
 
 int kvt_object_head(struct kvt_store *st, const char *bucket, const char *key,
 		    struct kvt_object **out);

@@ -13,6 +13,12 @@
  * object's extents (same version, new place), the reader looks them up
  * again and goes on; when it dropped them, the read fails with -ESTALE.
  *
+ * kvt_reader_map() gives the range as iovecs into the segments' mappings
+ * (seg_mapped) instead, for a sender that hands them to the kernel: it pins
+ * each segment before it checks the extent's generation, so the checked
+ * bytes cannot be rewritten while they are sent (segment.h, pins), and it
+ * verifies the header and checksum in place, on every map, as pread does.
+ *
  * Extents of at most store.cached_read_max payload bytes are read through
  * the page cache (seg_cached_fd), larger ones with O_DIRECT. Both are
  * verified the same way: the cache saves the device I/O of a small object
@@ -300,4 +306,116 @@ ssize_t kvt_reader_pread(struct kvt_reader *r, void *out, size_t len, uint64_t o
 	}
 	store_io_put(st, io);
 	return rc < 0 ? rc : (ssize_t)(end - off);
+}
+
+/* ---- mapped reads -------------------------------------------------------- */
+
+struct kvt_map {
+	struct kvt_store *st;
+	uint32_t *pinned;	/* one entry per pin held */
+	unsigned npinned;
+	struct iovec *iov;
+	unsigned niov;
+};
+
+static void map_release(struct kvt_map *m)
+{
+	for (unsigned i = 0; i < m->npinned; i++)
+		seg_unpin(m->st->sf, m->pinned[i]);
+	m->npinned = 0;
+	m->niov = 0;
+}
+
+/* One pass over [off, end): the pins and iovecs into m, or -errno. */
+static int reader_map_pass(struct kvt_reader *r, struct kvt_map *m, uint64_t off, uint64_t end)
+{
+	struct kvt_store *st = r->st;
+	const struct cat_object *co = r->co;
+	size_t first = reader_find(co, off), n = co->nextents - first;
+	int rc;
+
+	if (co->nextents == 0 || co->extents[co->nextents - 1].obj_off +
+	    co->extents[co->nextents - 1].length < end)
+		return -ESTALE;	/* as reader_pass: the version went cold under us */
+	free(m->pinned);
+	free(m->iov);
+	m->pinned = malloc(n * sizeof(*m->pinned));
+	m->iov = malloc(n * sizeof(*m->iov));
+	if (!m->pinned || !m->iov)
+		return -ENOMEM;
+	for (size_t i = first; i < co->nextents && co->extents[i].obj_off < end; i++) {
+		const struct cat_extent *e = &co->extents[i];
+		uint64_t from = MAX(off, e->obj_off), to = MIN(end, e->obj_off + e->length);
+		const char *base;
+
+		rc = store_extent_check_place(st, co->vid, e);
+		if (rc < 0)
+			return rc;
+		base = seg_mapped(st->sf, e->segment);
+		if (!base)
+			return -ENOTSUP;
+		/* Pin, then check the generation: see segment.h. */
+		if (m->npinned == 0 || m->pinned[m->npinned - 1] != e->segment) {
+			rc = seg_pin(st->sf, e->segment);
+			if (rc < 0)
+				return rc;
+			m->pinned[m->npinned++] = e->segment;
+		}
+		if (!reader_gen_ok(st, e))
+			return -ESTALE;
+		base += e->offset;
+		rc = store_extent_verify(st, base, co->vid, e);
+		if (rc < 0)
+			return rc;
+		m->iov[m->niov++] = (struct iovec){
+			.iov_base = (void *)(base + SEG_HEADER_SIZE + (from - e->obj_off)),
+			.iov_len = (size_t)(to - from),
+		};
+	}
+	return 0;
+}
+
+int kvt_reader_map(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_map **out)
+{
+	struct kvt_map *m;
+	uint64_t end;
+	int rc;
+
+	*out = NULL;
+	if (off > r->co->obj->size)
+		off = r->co->obj->size;
+	end = MIN(r->co->obj->size, off + len);
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->st = r->st;
+	rc = off < end ? reader_map_pass(r, m, off, end) : 0;
+	for (int tries = 0; rc == -ESTALE && tries < 3; tries++) {
+		map_release(m);
+		rc = reader_refresh(r);
+		if (rc == 0)
+			rc = reader_map_pass(r, m, off, end);
+	}
+	if (rc < 0) {
+		kvt_map_free(m);
+		return rc;
+	}
+	*out = m;
+	return 0;
+}
+
+const struct iovec *kvt_map_iov(const struct kvt_map *m, unsigned *niov)
+{
+	*niov = m->niov;
+	return m->iov;
+}
+
+void kvt_map_free(struct kvt_map *m)
+{
+	if (!m)
+		return;
+	map_release(m);
+	free(m->pinned);
+	free(m->iov);
+	free(m);
 }

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,10 @@ struct seg_files {
 	void *map;
 	uint64_t *gens;
 	int stale;
+	char **maps;		/* whole segments mapped read-only; NULL: not yet */
+	pthread_mutex_t pin_lock;	/* orders pins[i] 0 <-> 1 with the lock */
+	uint32_t *pins;		/* this process's pins per segment */
+	int pin_fd;		/* its own open file description: see seg_pin() */
 };
 
 void seg_header_fill(struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t obj_off,
@@ -215,13 +220,17 @@ int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, i
 	if (!sf)
 		return -ENOMEM;
 	sf->map_fd = -1;
+	sf->pin_fd = -1;
+	pthread_mutex_init(&sf->pin_lock, NULL);
 	sf->dir = strdup(dir);
 	sf->nsegs = nsegs;
 	sf->size = size;
 	sf->direct = direct;
 	sf->fds = malloc(nsegs * sizeof(*sf->fds));
 	sf->cfds = malloc(nsegs * sizeof(*sf->cfds));
-	if (!sf->dir || !sf->fds || !sf->cfds) {
+	sf->maps = calloc(nsegs, sizeof(*sf->maps));
+	sf->pins = calloc(nsegs, sizeof(*sf->pins));
+	if (!sf->dir || !sf->fds || !sf->cfds || !sf->maps || !sf->pins) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -241,6 +250,10 @@ int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, i
 	rc = seg_map_open(sf, create);
 	if (rc < 0)
 		goto fail;
+	rc = seg_lock_fd_open(sf);
+	if (rc < 0)
+		goto fail;
+	sf->pin_fd = rc;
 	*out = sf;
 	return 0;
 fail:
@@ -259,6 +272,14 @@ void seg_files_close(struct seg_files *sf)
 		if (sf->cfds[i] >= 0)
 			close(sf->cfds[i]);
 	free(sf->cfds);
+	for (uint32_t i = 0; sf->maps && i < sf->nsegs; i++)
+		if (sf->maps[i])
+			munmap(sf->maps[i], sf->size);
+	free(sf->maps);
+	free(sf->pins);
+	if (sf->pin_fd >= 0)
+		close(sf->pin_fd);
+	pthread_mutex_destroy(&sf->pin_lock);
 	if (sf->map)
 		munmap(sf->map, sf->map_len);
 	if (sf->map_fd >= 0)
@@ -303,6 +324,93 @@ int seg_cached_fd(struct seg_files *sf, uint32_t id)
 		fd = none;
 	}
 	return fd;
+}
+
+/*
+ * Mapped whole and kept: a mapping per request would cost an munmap, whose
+ * TLB shootdown (an IPI to every other CPU of the process) is what made
+ * small GETs slow on a virtual machine. The pages are the page cache's,
+ * clean and shared; the kernel may still drop them, and an O_DIRECT write
+ * over a mapped range unmaps and invalidates it. Racing mappers agree
+ * through a compare-and-swap; the loser unmaps its own.
+ */
+const char *seg_mapped(struct seg_files *sf, uint32_t id)
+{
+	char *p, *none = NULL;
+	int fd;
+
+	if (id >= sf->nsegs)
+		return NULL;
+	p = __atomic_load_n(&sf->maps[id], __ATOMIC_ACQUIRE);
+	if (p)
+		return p;
+	fd = seg_cached_fd(sf, id);
+	if (fd < 0)
+		return NULL;
+	p = mmap(NULL, sf->size, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		log_err(-errno, "cannot map segment %u", id);
+		return NULL;
+	}
+	if (!__atomic_compare_exchange_n(&sf->maps[id], &none, p, 0, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE)) {
+		munmap(p, sf->size);
+		p = none;
+	}
+	return p;
+}
+
+static int seg_lock(int fd, short type, off_t byte);
+
+/*
+ * Locks of one open file description do not exclude each other and one
+ * unlock drops them all, so the process counts its pins and holds one
+ * shared lock per pinned segment, on pin_fd: a descriptor of its own, so
+ * that this process's claimer (on the store's lock_fd) sees them too.
+ */
+int seg_pin(struct seg_files *sf, uint32_t id)
+{
+	struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET,
+			    .l_start = (off_t)(SEG_PIN_BASE + id), .l_len = 1 };
+	int rc = 0;
+
+	if (id >= sf->nsegs)
+		return -EINVAL;
+	pthread_mutex_lock(&sf->pin_lock);
+	if (sf->pins[id] == 0) {
+		while (fcntl(sf->pin_fd, F_OFD_SETLKW, &fl) < 0) {
+			if (errno != EINTR) {
+				rc = -errno;
+				break;
+			}
+		}
+	}
+	if (rc == 0)
+		sf->pins[id]++;
+	pthread_mutex_unlock(&sf->pin_lock);
+	if (rc < 0)
+		log_err(rc, "cannot pin segment %u", id);
+	return rc;
+}
+
+void seg_unpin(struct seg_files *sf, uint32_t id)
+{
+	if (id >= sf->nsegs)
+		return;
+	pthread_mutex_lock(&sf->pin_lock);
+	if (sf->pins[id] > 0 && --sf->pins[id] == 0)
+		seg_lock(sf->pin_fd, F_UNLCK, (off_t)(SEG_PIN_BASE + id));
+	pthread_mutex_unlock(&sf->pin_lock);
+}
+
+int seg_pin_probe(int lock_fd, uint32_t id)
+{
+	off_t byte = (off_t)(SEG_PIN_BASE + id);
+	int rc = seg_lock(lock_fd, F_WRLCK, byte);
+
+	if (rc == 0)
+		seg_lock(lock_fd, F_UNLCK, byte);
+	return rc;
 }
 
 uint32_t seg_count(const struct seg_files *sf)

@@ -12,14 +12,24 @@
  * written in. A reader loads the segment's generation before and after its
  * read (a seqlock): if both equal the extent's, the segment was not freed,
  * so not rewritten, while the bytes were read; otherwise the read fails
- * with -ESTALE and no byte of it is used. Readers take no lock and never
- * make reclaim wait.
+ * with -ESTALE and no byte of it is used. Readers that copy take no lock;
+ * none makes reclaim wait (a pin, below, only keeps a freed segment from
+ * being reused while it is held).
  *
  * The append lock of segment i (byte i of the map file, an open file
  * description lock) is held by the process appending to i or emptying it;
  * the kernel drops it when that process dies, which is how crash recovery
  * tells a live owner from a dead one, and it keeps a segment from being
  * claimed until whoever freed it has published the new generation.
+ *
+ * A pin (a shared lock on byte SEG_PIN_BASE + i of the map file, through a
+ * descriptor of its own, counted per process) keeps segment i from being
+ * claimed for new appends: a reader that sends an extent's bytes straight
+ * from the page cache, after checking them, holds one from before its
+ * generation check until the last byte has left (seg_pin). Reclaim may free
+ * a pinned segment (its generation grows, new readers get -ESTALE), but the
+ * claimer probes the pin (seg_pin_probe) before the first byte is written
+ * and takes another segment while any process holds one.
  *
  * An extent is a SEG_HEADER_SIZE header followed by its payload, padded to
  * SEG_ALIGN; the header names the object version, the extent's place in it,
@@ -35,6 +45,7 @@
 #define SEG_EXTENT_MAX (1024 * 1024)	/* header + payload of one extent */
 #define SEG_PAYLOAD_MAX (SEG_EXTENT_MAX - SEG_HEADER_SIZE)
 #define SEG_MAGIC 0x4b565445u		/* "KVTE" */
+#define SEG_PIN_BASE ((int64_t)1 << 32)	/* map-file byte of segment 0's pin */
 
 struct seg_header {
 	uint32_t magic;
@@ -95,6 +106,23 @@ int seg_map_stale(struct seg_files *sf);
 /* Raises the map's generation of id to gen; never lowers it. */
 void seg_map_set_gen(struct seg_files *sf, uint32_t id, uint64_t gen);
 void seg_map_mark_fresh(struct seg_files *sf);
+
+/*
+ * Segment id mapped read-only and shared, whole, on first use and until
+ * seg_files_close(): readers check and send extents from the page cache
+ * without a copy. NULL if it cannot be mapped (the caller reads instead).
+ */
+const char *seg_mapped(struct seg_files *sf, uint32_t id);
+
+/*
+ * Pins segment id for this process (counted: the lock is taken by the first
+ * pin and dropped by the last unpin); 0 or -errno. Waits only for a claimer's
+ * probe, which holds the byte for two system calls.
+ */
+int seg_pin(struct seg_files *sf, uint32_t id);
+void seg_unpin(struct seg_files *sf, uint32_t id);
+/* 0 if no process pins id, -EAGAIN if one does (lock_fd: seg_lock_fd_open). */
+int seg_pin_probe(int lock_fd, uint32_t id);
 
 /* A descriptor for append locks: locks of one descriptor do not exclude
  * each other, so each store opens its own. */

@@ -329,7 +329,17 @@ static int store_claim(struct kvt_store *st, uint64_t space, struct store_open_s
 		after = id;
 		if (store_append_trylock(st, id) < 0)
 			continue;	/* another process is claiming, reclaiming or recovering it */
-		rc = store_claim_txn(c, id, used, reopen, &gen);
+		/*
+		 * A reader may still be sending checked bytes of a freed segment
+		 * straight from the page cache (segment.h, pins): take another
+		 * (-EBUSY, as for a claim that lost a race). Probed under the
+		 * append lock, never before it: whoever freed the segment
+		 * published its new generation before it let the lock go, so a
+		 * pin taken after this probe finds that generation and its
+		 * reader gets -ESTALE.
+		 */
+		rc = seg_pin_probe(st->lock_fd, id) < 0 ? -EBUSY :
+			store_claim_txn(c, id, used, reopen, &gen);
 		if (rc < 0) {
 			store_append_unlock(st, id);
 			if (rc == -EBUSY)

@@ -145,6 +145,36 @@ static uint64_t checksum_failures(struct kvt_store *st)
 }
 
 /*
+ * kvt_reader_map() of the same range (what the gateway sends from) checks
+ * the same: it fails as pread did (n < 0), or its iovecs hold the n bytes
+ * pread returned (want).
+ */
+static void map_range(struct kvt_reader *r, uint64_t off, size_t len, ssize_t n,
+		      const unsigned char *want)
+{
+	struct kvt_map *m = NULL;
+	const struct iovec *iov;
+	unsigned niov;
+	size_t at = 0;
+	int rc = kvt_reader_map(r, off, len, &m);
+
+	if (n < 0) {
+		assert_int_equal(rc, (int)n);
+		assert_null(m);
+		return;
+	}
+	assert_int_equal(rc, 0);
+	iov = kvt_map_iov(m, &niov);
+	for (unsigned i = 0; i < niov; i++) {
+		assert_true(at + iov[i].iov_len <= (size_t)n);
+		assert_memory_equal(iov[i].iov_base, want + at, iov[i].iov_len);
+		at += iov[i].iov_len;
+	}
+	assert_int_equal(at, (size_t)n);
+	kvt_map_free(m);
+}
+
+/*
  * Reads [off, off + len) of key with a fresh reader into a buffer filled
  * with a sentinel. Returns the pread result; on failure the buffer must
  * still hold only the sentinel (no byte of a failed extent is handed out).
@@ -168,6 +198,7 @@ static ssize_t read_range(struct kvt_store *st, const char *key, uint64_t off, s
 		for (size_t i = 0; i < len; i++)
 			assert_int_equal(got[i], 0xc3);
 	}
+	map_range(r, off, len, n, want);
 	kvt_reader_close(r);
 	free(got);
 	free(want);

@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "testlib.h"
+#include "util.h"
 
 #define KiB 1024ull
 #define MiB (1024 * 1024ull)
@@ -1659,6 +1660,102 @@ static void test_reclaim_evicts(void **state)
 	free(buf);
 }
 
+/* 0 if the map's iovecs hold len bytes of test_fill(seed) from off, else -EBADMSG. */
+static int map_check(const struct kvt_map *m, size_t len, uint64_t seed, uint64_t off)
+{
+	unsigned niov;
+	const struct iovec *iov = kvt_map_iov(m, &niov);
+	size_t got = 0;
+	int rc = 0;
+
+	for (unsigned i = 0; i < niov && rc == 0; i++) {
+		unsigned char *want = malloc(iov[i].iov_len + 1);
+
+		assert_non_null(want);
+		test_fill(want, iov[i].iov_len, seed, off + got);
+		if (memcmp(want, iov[i].iov_base, iov[i].iov_len) != 0)
+			rc = -EBADMSG;
+		got += iov[i].iov_len;
+		free(want);
+	}
+	return rc == 0 && got != len ? -EBADMSG : rc;
+}
+
+/* kvt_reader_map(): the same bytes as pread, whole and in ranges across extents. */
+static void test_map_bytes(void **state)
+{
+	struct fixture *f = *state;
+	const size_t map_sizes[] = { 1, 4095, PAYLOAD_MAX, PAYLOAD_MAX + 1, 3 * MiB + 5 };
+
+	for (size_t i = 0; i < ARRAY_SIZE(map_sizes); i++) {
+		const size_t n = map_sizes[i];
+		const uint64_t offs[] = { 0, 1, n / 2, n > PAYLOAD_MAX ? PAYLOAD_MAX - 10 : 0, n - 1 };
+		struct kvt_reader *r = NULL;
+		struct kvt_map *m = NULL;
+		char key[32];
+
+		snprintf(key, sizeof(key), "map/%zu", n);
+		assert_int_equal(test_put(f->st, "bkt", key, n, 300 + i), 0);
+		assert_int_equal(kvt_reader_open(f->st, "bkt", key, &r), 0);
+		assert_int_equal(kvt_reader_map(r, 0, n, &m), 0);
+		assert_int_equal(map_check(m, n, 300 + i, 0), 0);
+		kvt_map_free(m);
+		for (size_t k = 0; k < ARRAY_SIZE(offs); k++) {
+			size_t len = MIN((size_t)100, n - offs[k]);
+
+			assert_int_equal(kvt_reader_map(r, offs[k], 100, &m), 0);
+			assert_int_equal(map_check(m, len, 300 + i, offs[k]), 0);
+			kvt_map_free(m);
+		}
+		/* Past the end: nothing, not an error. */
+		assert_int_equal(kvt_reader_map(r, n, 10, &m), 0);
+		assert_int_equal(map_check(m, 0, 0, 0), 0);
+		kvt_map_free(m);
+		kvt_reader_close(r);
+	}
+}
+
+/*
+ * A map pins its segments: its object deleted, its segment reclaimed and
+ * the store written over several times, the mapped bytes are still the
+ * object's (without the pin, a writer claims the freed segment and the map
+ * shows another object's bytes). After kvt_map_free() the space is used
+ * again.
+ */
+static void test_map_pins(void **state)
+{
+	struct fixture *f = *state;
+	const size_t len = 300 * KiB;
+	struct kvt_reader *r = NULL;
+	struct kvt_map *m = NULL;
+	struct kvt_store_stat s0, s1;
+
+	assert_int_equal(test_put(f->st, "bkt", "pin/a", len, 77), 0);
+	assert_int_equal(kvt_reader_open(f->st, "bkt", "pin/a", &r), 0);
+	assert_int_equal(kvt_reader_map(r, 0, len, &m), 0);
+	kvt_reader_close(r);
+	assert_int_equal(kvt_object_delete(f->st, "bkt", "pin/a"), 0);
+	assert_int_equal(kvt_store_stat(f->st, &s0), 0);
+	for (unsigned i = 0; i < 200; i++) {
+		char key[32];
+
+		snprintf(key, sizeof(key), "pin/fill%03u", i);
+		assert_int_equal(test_put(f->st, "bkt", key, len, 1000 + i), 0);
+	}
+	assert_int_equal(kvt_store_stat(f->st, &s1), 0);
+	assert_true(s1.reclaimed_segments >= s0.reclaimed_segments + 16);
+	assert_int_equal(map_check(m, len, 77, 0), 0);
+	assert_int_equal(s1.checksum_failures, 0);
+	kvt_map_free(m);
+	for (unsigned i = 0; i < 60; i++) {
+		char key[32];
+
+		snprintf(key, sizeof(key), "pin/more%03u", i);
+		assert_int_equal(test_put(f->st, "bkt", key, len, 2000 + i), 0);
+		assert_int_equal(test_check(f->st, "bkt", key, len, 2000 + i), 0);
+	}
+}
+
 static void test_reclaim_keeps_pinned(void **state)
 {
 	struct fixture *f = *state;
@@ -1835,6 +1932,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_if_none_match, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_abort, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_reader_keeps_version, setup_big, teardown),
+		cmocka_unit_test_setup_teardown(test_map_bytes, setup_big, teardown),
+		cmocka_unit_test_setup_teardown(test_map_pins, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_delete, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_pin, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_keep_pin, setup_big, teardown),

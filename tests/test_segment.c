@@ -458,6 +458,79 @@ static struct seg_files *open_files(struct fixture *f, uint32_t nsegs)
 	return sf;
 }
 
+/*
+ * Pins: counted per process (two pins, one unpin: still pinned), seen by a
+ * probe on the lock descriptor of the same process and of another store,
+ * independent of the append locks and of other segments, gone with the last
+ * unpin or with the seg_files.
+ */
+static void test_pins(void **state)
+{
+	struct fixture *f = *state;
+	struct seg_files *sf = open_files(f, 4), *other = NULL;
+	int a = seg_lock_fd_open(sf), b;
+
+	assert_int_equal(seg_files_open(f->dir, 4, MiB, 0, 0, &other), 0);
+	b = seg_lock_fd_open(other);
+	assert_true(a >= 0 && b >= 0);
+	for (uint32_t i = 0; i < 4; i++)
+		assert_int_equal(seg_pin_probe(a, i), 0);
+	assert_int_equal(seg_pin(sf, 2), 0);
+	assert_int_equal(seg_pin(sf, 2), 0);
+	assert_int_equal(seg_pin_probe(a, 2), -EAGAIN);
+	assert_int_equal(seg_pin_probe(b, 2), -EAGAIN);
+	assert_int_equal(seg_pin_probe(b, 1), 0);
+	assert_int_equal(seg_pin_probe(b, 3), 0);
+	/* The probe leaves nothing behind, and append locks are other bytes. */
+	assert_int_equal(seg_pin_probe(b, 1), 0);
+	assert_int_equal(seg_append_trylock(b, 2), 0);
+	seg_append_unlock(b, 2);
+	/* Another store's pin of the same segment counts on its own. */
+	assert_int_equal(seg_pin(other, 2), 0);
+	seg_unpin(sf, 2);
+	assert_int_equal(seg_pin_probe(a, 2), -EAGAIN);
+	seg_unpin(sf, 2);
+	assert_int_equal(seg_pin_probe(a, 2), -EAGAIN);	/* other's */
+	seg_unpin(other, 2);
+	assert_int_equal(seg_pin_probe(a, 2), 0);
+	/* Unpinning what is not pinned changes nothing; out of range fails. */
+	seg_unpin(sf, 1);
+	assert_int_equal(seg_pin(sf, 1), 0);
+	assert_int_equal(seg_pin_probe(b, 1), -EAGAIN);
+	assert_int_equal(seg_pin(sf, 4), -EINVAL);
+	/* Closing the files drops the pins. */
+	seg_files_close(sf);
+	assert_int_equal(seg_pin_probe(b, 1), 0);
+	close(a);
+	close(b);
+	seg_files_close(other);
+}
+
+/* A segment mapped whole shows the file's bytes, and stays the same mapping. */
+static void test_mapped(void **state)
+{
+	struct fixture *f = *state;
+	struct seg_files *sf = open_files(f, 2);
+	char path[600], buf[100];
+	const char *p;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/segments/%06u", f->dir, 1u);
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	memset(buf, 0x5a, sizeof(buf));
+	assert_int_equal(pwrite(fd, buf, sizeof(buf), (off_t)(MiB - sizeof(buf))),
+			 (ssize_t)sizeof(buf));
+	close(fd);
+	p = seg_mapped(sf, 1);
+	assert_non_null(p);
+	assert_memory_equal(p + MiB - sizeof(buf), buf, sizeof(buf));
+	assert_int_equal(p[0], 0);
+	assert_ptr_equal(seg_mapped(sf, 1), p);
+	assert_null(seg_mapped(sf, 2));
+	seg_files_close(sf);
+}
+
 static void test_append_lock(void **state)
 {
 	struct fixture *f = *state;
@@ -615,6 +688,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_map_gen_monotonic, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_map_gen_race, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_append_lock, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pins, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mapped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_append_lock_threads, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_append_lock_process_death, setup, teardown),
 	};

@@ -259,6 +259,25 @@ class Objects(Base):
         self.assertEqual(r["ResponseMetadata"]["HTTPStatusCode"], 200)
         self.assertEqual(r["Body"].read(), data)
 
+    def test_ranges_across_extents(self):
+        # Past cached_read_max, GET bodies are sent from the mapped segments
+        # (kvt_reader_map): ranges that start, end and cross inside extents
+        # of 1 MiB - 64 payload bytes, and one that spans three of them.
+        n = 3 * MiB + 5
+        pay = MiB - 64
+        data = os.urandom(n)
+        self.s3.put_object(Bucket=self.bucket, Key="rl", Body=data)
+        for lo, hi in ((0, 0), (pay - 1, pay), (pay - 100, 2 * pay + 100), (1, n - 2),
+                       (2 * pay, 2 * pay), (n - 1, n - 1), (3 * pay, n - 1)):
+            rng = "bytes=%d-%d" % (lo, hi)
+            r = self.s3.get_object(Bucket=self.bucket, Key="rl", Range=rng)
+            self.assertEqual(r["ResponseMetadata"]["HTTPStatusCode"], 206, rng)
+            self.assertEqual(r["ContentRange"], "bytes %d-%d/%d" % (lo, hi, n))
+            self.assertEqual(r["Body"].read(), data[lo:hi + 1], rng)
+        r = self.s3.get_object(Bucket=self.bucket, Key="rl", Range="bytes=-70000")
+        self.assertEqual(r["Body"].read(), data[-70000:])
+        self.assertEqual(self.s3.get_object(Bucket=self.bucket, Key="rl")["Body"].read(), data)
+
     def test_conditionals(self):
         r = self.s3.put_object(Bucket=self.bucket, Key="c", Body=b"cond")
         etag = r["ETag"]
