@@ -14,9 +14,10 @@
  * Reclaim takes the coldest SEALED segment (empty ones first). Each object
  * with bytes in it is either dropped, if it is plain cache, or, if it is
  * pinned, relocated: its extents in the victim are copied to the segment
- * this process appends to and the catalog is pointed at the copies. Then,
- * under the segment's exclusive read lock (no reader in any process is
- * inside it), the segment becomes FREE with a new generation.
+ * this process appends to and the catalog is pointed at the copies. Then
+ * the segment becomes FREE with a new generation; no reader is waited for:
+ * one still inside it fails its generation check with -ESTALE, and a
+ * mapped reader's pin keeps it from being rewritten (segment.h).
  *
  * Session state is not plain cache. With a cold tier ([g4] url is not
  * none), an object whose key names a session (the session is not the key
