@@ -998,6 +998,7 @@ void kvt_store_close(struct kvt_store *st)
 	free(st->pool);
 	free(st->access);
 	free(st->seg_access);
+	free(st->append_held);
 	cold_free(st->cold);
 	free(st->g4_url);
 	free(st->g4_endpoint);
