@@ -67,26 +67,8 @@ static uint64_t version_seed(const char *key, size_t len)
 static int put_version(struct kvt_store *st, const char *key, size_t len, unsigned flags)
 {
 	struct kvt_put_opts opts = { .flags = flags };
-	struct kvt_writer *w = NULL;
-	static unsigned char buf[256 * 1024];
-	uint64_t seed = version_seed(key, len);
-	size_t done = 0;
-	int rc = kvt_writer_open(st, BUCKET, key, &opts, &w);
 
-	if (rc < 0)
-		return rc;
-	while (done < len) {
-		size_t n = len - done < sizeof(buf) ? len - done : sizeof(buf);
-
-		test_fill(buf, n, seed, done);
-		rc = kvt_writer_write(w, buf, n);
-		if (rc < 0) {
-			kvt_writer_abort(w);
-			return rc;
-		}
-		done += n;
-	}
-	return kvt_writer_commit(w, NULL);
+	return test_put_opts(st, BUCKET, key, len, version_seed(key, len), &opts);
 }
 
 /* 0 if key reads back whole as the version its size names, -ENOENT if it

@@ -94,10 +94,16 @@ void test_fill(void *buf, size_t len, uint64_t seed, uint64_t off)
 int test_put(struct kvt_store *st, const char *bucket, const char *key,
 	     size_t len, uint64_t seed)
 {
+	return test_put_opts(st, bucket, key, len, seed, NULL);
+}
+
+int test_put_opts(struct kvt_store *st, const char *bucket, const char *key,
+		  size_t len, uint64_t seed, const struct kvt_put_opts *opts)
+{
 	struct kvt_writer *w = NULL;
 	unsigned char chunk[65536];
 	size_t done = 0;
-	int rc = kvt_writer_open(st, bucket, key, NULL, &w);
+	int rc = kvt_writer_open(st, bucket, key, opts, &w);
 
 	if (rc < 0)
 		return rc;

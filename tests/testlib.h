@@ -35,6 +35,9 @@ void test_fill(void *buf, size_t len, uint64_t seed, uint64_t off);
 /* Writes len bytes of test_fill(seed) as bucket/key; returns the commit rc. */
 int test_put(struct kvt_store *st, const char *bucket, const char *key,
 	     size_t len, uint64_t seed);
+/* The same, with put options (flags, session, metadata); opts may be NULL. */
+int test_put_opts(struct kvt_store *st, const char *bucket, const char *key,
+		  size_t len, uint64_t seed, const struct kvt_put_opts *opts);
 
 /* Reads bucket/key whole; 0 if it is len bytes of test_fill(seed), else rc or -EBADMSG. */
 int test_check(struct kvt_store *st, const char *bucket, const char *key,
