@@ -170,6 +170,15 @@ static struct kvt_object *head(struct kvt_store *st, const char *bucket, const c
 	return o;
 }
 
+static int pinned_of(struct kvt_store *st, const char *bucket, const char *key)
+{
+	struct kvt_object *o = head(st, bucket, key);
+	int pinned = o->pinned;
+
+	kvt_object_free(o);
+	return pinned;
+}
+
 static const char *meta_get(const struct kvt_object *o, const char *name)
 {
 	for (size_t i = 0; i < o->nmeta; i++)
@@ -742,30 +751,21 @@ static void test_pin(void **state)
 {
 	struct fixture *f = *state;
 	struct kvt_put_opts opts = { .flags = KVT_PUT_PIN };
-	struct kvt_object *o;
 	struct kvt_store_stat s;
 
 	assert_int_equal(put_data(f->st, "bkt", "p", "abc", 3, &opts), 0);
-	o = head(f->st, "bkt", "p");
-	assert_int_equal(o->pinned, 1);
-	kvt_object_free(o);
+	assert_int_equal(pinned_of(f->st, "bkt", "p"), 1);
 	assert_int_equal(kvt_store_stat(f->st, &s), 0);
 	assert_int_equal(s.pinned, 1);
 	assert_int_equal(kvt_object_pin(f->st, "bkt", "p", 0), 0);
-	o = head(f->st, "bkt", "p");
-	assert_int_equal(o->pinned, 0);
-	kvt_object_free(o);
+	assert_int_equal(pinned_of(f->st, "bkt", "p"), 0);
 	assert_int_equal(kvt_object_pin(f->st, "bkt", "p", 1), 0);
-	o = head(f->st, "bkt", "p");
-	assert_int_equal(o->pinned, 1);
-	kvt_object_free(o);
+	assert_int_equal(pinned_of(f->st, "bkt", "p"), 1);
 	assert_int_equal(kvt_object_pin(f->st, "bkt", "missing", 1), -ENOENT);
 	assert_int_equal(kvt_object_pin(f->st, "nobucket", "p", 1), -ENOENT);
 	/* An overwrite without the flag is a new, unpinned object. */
 	assert_int_equal(put_data(f->st, "bkt", "p", "abcd", 4, NULL), 0);
-	o = head(f->st, "bkt", "p");
-	assert_int_equal(o->pinned, 0);
-	kvt_object_free(o);
+	assert_int_equal(pinned_of(f->st, "bkt", "p"), 0);
 }
 
 /*
@@ -785,20 +785,14 @@ static void test_keep_pin(void **state)
 
 	/* Nothing to keep: a new key is not pinned. */
 	assert_int_equal(put_data(f->st, "bkt", "k", "a", 1, &keep), 0);
-	o = head(f->st, "bkt", "k");
-	assert_int_equal(o->pinned, 0);
-	kvt_object_free(o);
+	assert_int_equal(pinned_of(f->st, "bkt", "k"), 0);
 	/* Unpinned stays unpinned; pinned stays pinned, over several versions. */
 	assert_int_equal(put_data(f->st, "bkt", "k", "ab", 2, &keep), 0);
-	o = head(f->st, "bkt", "k");
-	assert_int_equal(o->pinned, 0);
-	kvt_object_free(o);
+	assert_int_equal(pinned_of(f->st, "bkt", "k"), 0);
 	assert_int_equal(kvt_object_pin(f->st, "bkt", "k", 1), 0);
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(put_data(f->st, "bkt", "k", "abc", 3, &keep), 0);
-		o = head(f->st, "bkt", "k");
-		assert_int_equal(o->pinned, 1);
-		kvt_object_free(o);
+		assert_int_equal(pinned_of(f->st, "bkt", "k"), 1);
 	}
 	/* The pin is read at commit, not at open: pinned while being written. */
 	assert_int_equal(kvt_object_pin(f->st, "bkt", "k", 0), 0);
@@ -822,13 +816,9 @@ static void test_keep_pin(void **state)
 	kvt_object_free(o);
 	/* Without the flag an overwrite is unpinned, as before; with PIN pinned. */
 	assert_int_equal(put_data(f->st, "bkt", "k", "ab", 2, NULL), 0);
-	o = head(f->st, "bkt", "k");
-	assert_int_equal(o->pinned, 0);
-	kvt_object_free(o);
+	assert_int_equal(pinned_of(f->st, "bkt", "k"), 0);
 	assert_int_equal(put_data(f->st, "bkt", "k", "abc", 3, &pin), 0);
-	o = head(f->st, "bkt", "k");
-	assert_int_equal(o->pinned, 1);
-	kvt_object_free(o);
+	assert_int_equal(pinned_of(f->st, "bkt", "k"), 1);
 }
 
 /* ---- copy ------------------------------------------------------------------------ */
