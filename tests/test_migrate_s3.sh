@@ -248,7 +248,8 @@ kvt_expect 0 "$K" -c "$P" mb g4bucket
 "$GATEWAY" -c "$P" --listen 127.0.0.1:0 --credentials "$GW_CREDS" --region eu-west-3 \
 	--tls-cert "$T/tls.crt" --tls-key "$T/tls.key" --access-log off 2>"$T/gw.err" &
 gw=$!
-server=$gw
+# The partner gateway must not outlive the test.
+trap 'kill -TERM "$gw" 2>/dev/null; wait "$gw" 2>/dev/null; s3rver_stop; kvt_cleanup' EXIT
 i=0
 until grep -q "serving S3" "$T/gw.err"; do
 	kill -0 "$gw" 2>/dev/null || fail "the partner gateway died: $(cat "$T/gw.err")"
