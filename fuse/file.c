@@ -86,9 +86,9 @@
  * abandoned. The flushes of others change nothing and return 0.
  *
  * flush (of a writable handle; read-only opens ask the kernel for none,
- * FOPEN_NOFLUSH) publishes as above, so close returns the error; release
- * publishes what no flush did (a handle only others closed), unless it was
- * abandoned, and frees. fsync publishes, then makes the store durable. A
+ * FOPEN_NOFLUSH) publishes as above, so close returns the error, and a
+ * failed publish is final (h->err); release publishes what no flush did (a
+ * handle only others closed), unless it was abandoned or failed, and frees. fsync publishes, then makes the store durable. A
  * handle is locked while it works: the kernel may send requests for one
  * handle from several threads at once.
  */
@@ -128,7 +128,7 @@ struct fh {
 	uint64_t size;		/* of the content, whatever its state */
 	int dirty;		/* content differs from what was published */
 	int excl;		/* O_EXCL and never published: publish only if absent */
-	int err;		/* sticky: a write failed, close publishes nothing */
+	int err;		/* sticky: a write or the close failed, nothing is published */
 
 	/* who may publish at flush ("Who closes") */
 	pid_t opener;		/* the thread that opened it (0: unknown) */
@@ -1635,7 +1635,16 @@ int fh_flush(struct kvfs *kv, struct fh *h, uint64_t owner, pid_t pid)
 		h->abandoned = 1;
 		break;
 	case FH_CLOSER_WRITER:
+		/*
+		 * close(2) returns what this publish did, so a failure is final:
+		 * release must not try again. A release that then found room
+		 * published the version after its writer was told it failed,
+		 * and over the next one it wrote (a stale block in the chaos
+		 * test; test_fuse.sh, "a failed close").
+		 */
 		rc = fh_publish(kv, h);
+		if (rc < 0)
+			h->err = rc;
 		break;
 	}
 out:

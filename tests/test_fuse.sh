@@ -718,7 +718,67 @@ for i in $(seq 1 $((full - 1))); do
 	cmp "$S/k$i" "$S/mnt/bkt/k$i" || fail "pinned k$i differs after ENOSPC"
 done
 kvt_expect 0 "$K" -c "$S/kvtier.conf" fsck
+fuse_umount "$S/mnt"
+
+# A close that failed is final. The chaos test read a block's older version
+# after a newer one was acknowledged: the older one's close had failed with
+# ENOSPC, and the RELEASE that follows every close tried again, found room
+# and published it over the newer one. Here the tier waits 2 s for room
+# (space_wait, with a G4 to demote to), so the RELEASE is still waiting when
+# room is made right after the close fails.
+step "a failed close (ENOSPC) publishes nothing later, even once there is room"
+L=$T/late
+mkdir "$L" "$L/mnt" "$L/g4"
+cat >"$L/kvtier.conf" <<EOF
+[store]
+dir = $L/data
+capacity = 8M
+segment_size = 1M
+space_wait = 2s
+
+[g4]
+url = file://$L/g4
+EOF
+kvt_expect 0 "$K" -c "$L/kvtier.conf" init
+kvt_expect 0 "$K" -c "$L/kvtier.conf" mb bkt
+fuse_mount "$L/kvtier.conf" "$L/mnt"
+# write_file PATH SIZE [pin]: SIZE random bytes (or OLD for 0), pinned as
+# they are written when asked (so that they fill the daemon's own segments
+# too); fails with the close's error.
+write_file()
+{
+	python3 -c 'import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+if sys.argv[3:]:
+    os.setxattr(fd, "user.kvtier.pin", b"1")
+os.write(fd, os.urandom(int(sys.argv[2])) if sys.argv[2] != "0" else b"OLD")
+os.close(fd)' "$@"
+}
+write_file "$L/mnt/bkt/f" 0 pin || fail "writing bkt/f failed"
+for size in 1000000 100000 4000; do
+	i=0
+	while write_file "$L/mnt/bkt/k$size-$i" "$size" pin 2>"$T/err"; do
+		i=$((i + 1))
+		[ "$i" -lt 300 ] || fail "300 pinned files of $size bytes fitted in 8 MiB"
+	done
+	grep -q "No space left on device" "$T/err" || fail "filling the tier said: $(cat "$T/err")"
+done
+# (Not dd: it closes a dup of the descriptor first, which publishes the
+# file as it is then, empty.)
+kvt_run python3 -c 'import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)
+os.write(fd, b"NEW")
+os.close(fd)' "$L/mnt/bkt/f"
+[ "$rc" -ne 0 ] || fail "a rewrite fitted in a tier full of pinned files"
+grep -q "No space left on device" "$T/err" || fail "the rewrite's close said: $(cat "$T/err")"
+kvt_expect 0 "$K" -c "$L/kvtier.conf" rm bkt k1000000-0
+kvt_expect 0 "$K" -c "$L/kvtier.conf" rm bkt k1000000-1
+sleep 3
+kvt_expect 0 "$K" -c "$L/kvtier.conf" get bkt f -
+[ "$(cat "$T/out")" = OLD ] || fail "bkt/f holds '$(cat "$T/out")' after its rewrite's close failed"
+[ "$(cat "$L/mnt/bkt/f")" = OLD ] || fail "the mount reads '$(cat "$L/mnt/bkt/f")', not OLD"
+kvt_expect 0 "$K" -c "$L/kvtier.conf" fsck
 
 step "unmount"
-fuse_umount "$S/mnt"
+fuse_umount "$L/mnt"
 echo "ok"

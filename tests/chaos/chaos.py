@@ -459,8 +459,8 @@ class Worker(threading.Thread):
         with k.lock:
             if ver not in k.allowed():
                 self.stats.add("stale_reads")
-                log("STALE: %s via %s: version %d, acked %s, in doubt %s" %
-                    (k.name, where, ver, k.acked, sorted(x for x in k.maybe if x)))
+                log("STALE: %s via %s: version %d, acked %s, in doubt %s; history %s" %
+                    (k.name, where, ver, k.acked, sorted(x for x in k.maybe if x), k.history))
 
     def missing(self, k, where):
         with k.lock:
@@ -837,7 +837,8 @@ def final_check(system, stats, keys):
                 log("WRONG BYTES at the end: %s; history %s" % (k.name, k.history))
             elif ver not in allowed:
                 stats.add("stale_reads")
-                log("STALE at the end: %s version %d, acked %s" % (k.name, ver, k.acked))
+                log("STALE at the end: %s version %d, acked %s; history %s" %
+                    (k.name, ver, k.acked, k.history))
             else:
                 stats.add("verified_at_end")
         elif err in ("NoSuchKey", "404"):
