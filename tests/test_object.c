@@ -1909,6 +1909,47 @@ static void test_reclaim_pinned_in_coldest(void **state)
 	teardown((void **)&f);
 }
 
+/*
+ * A streaming writer's extents stay out of reclaim's reach until it commits
+ * or aborts: each holds a claim on its segment (store_alloc), and a filled
+ * segment with claims left stays OPEN (retiring), never SEALED, so reclaim
+ * cannot take it. Here a writer spreads 3 MiB over three 1 MiB segments of
+ * an 8 MiB tier, one write between bursts of plain puts that cycle the
+ * rest of the tier many times over; its commit succeeds and reads back.
+ */
+static void test_reclaim_spares_open_writer(void **state)
+{
+	struct fixture *f = fixture_new(8 * MiB, MiB);
+	const size_t chunk = PAYLOAD_MAX, size = 3 * chunk;
+	unsigned char *data = pattern(size, 77);
+	struct kvt_writer *w = NULL;
+	struct kvt_store_stat s;
+	unsigned k = 0;
+
+	(void)state;
+	fixture_open(f);
+	assert_int_equal(kvt_writer_open(f->st, "bkt", "stream/big", NULL, &w), 0);
+	for (size_t off = 0; off < size; off += chunk) {
+		assert_int_equal(kvt_writer_write(w, data + off, chunk), 0);
+		for (unsigned i = 0; i < 24; i++, k++) {
+			char key[32];
+			int rc;
+
+			snprintf(key, sizeof(key), "plain/%03u", k);
+			rc = test_put(f->st, "bkt", key, 300 * KiB + k, 500 + k);
+			if (rc != 0)
+				fail_msg("plain put %u beside a 3 MiB writer: %d (%s)", k, rc,
+					 strerror(-rc));
+		}
+	}
+	assert_int_equal(kvt_writer_commit(w, NULL), 0);
+	assert_int_equal(get_equals(f->st, "bkt", "stream/big", data, size), 0);
+	assert_int_equal(kvt_store_stat(f->st, &s), 0);
+	assert_true(s.evicted_objects > 24);	/* reclaim did run, many times */
+	free(data);
+	teardown((void **)&f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1941,6 +1982,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reclaim_keeps_pinned, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_reclaim_all_pinned_enospc, setup_small, teardown),
 		cmocka_unit_test(test_reclaim_pinned_in_coldest),
+		cmocka_unit_test(test_reclaim_spares_open_writer),
 	};
 
 	kvt_log_set_level(KVT_LOG_ERR);
