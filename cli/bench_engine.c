@@ -186,10 +186,10 @@ static uint64_t bench_rand(uint64_t *state)
 }
 
 /*
- * Resident memory of this process in KiB (RssAnon + RssShmem), or -1. The
- * catalog is read through mmap, and VmRSS counts every mapped page of it
- * that was touched: that is the page cache, shared and reclaimable, the
- * same pages pread would have put there, so it is left out.
+ * Resident memory of this process in KiB (RssAnon + RssShmem), or -1.
+ * VmRSS also counts every touched page of a file the process maps (segments
+ * read through kvt_reader_map; the catalog, when it was read through mmap):
+ * that is the page cache, shared and reclaimable, so it is left out.
  */
 static long bench_rss_kib(void)
 {
@@ -1642,7 +1642,7 @@ int bench_engine_main(const struct kvt_config *cfg, int argc, char **argv)
 	if (b.ncells)
 		bench_print_table(&b);
 	bench_print_goals(&b);
-	printf("\nresident (RssAnon + RssShmem; the mmap'd catalog is page cache): start %.1f MiB",
+	printf("\nresident (RssAnon + RssShmem; mapped files are page cache): start %.1f MiB",
 	       (double)b.mem.start / 1024);
 	if (b.lookup.done)
 		printf(", before the %" PRIu64 "-object load %.1f MiB, after it %.1f MiB, "

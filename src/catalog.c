@@ -458,12 +458,24 @@ int cat_open(const char *path, int create, struct cat **out)
 	/*
 	 * Checkpoints run in the store's flusher thread (cat_checkpoint), not
 	 * inside whichever commit crosses the threshold: that commit would
-	 * wait for an fsync. Reads of the database file go through mmap.
+	 * wait for an fsync.
+	 *
+	 * No mmap. A read transaction that finds the database changed by
+	 * another connection resets its pager, and with mmap also unmaps the
+	 * whole file (pagerBeginReadTransaction); the next page read maps it
+	 * again and faults every page in. In a daemon where PUTs commit all
+	 * the time that was every lookup and every GET: a munmap with its TLB
+	 * shootdown to every CPU running the process, then a mmap. Read by
+	 * pread, the same lookup of 24 keys beside one PUT stream answered at
+	 * p50/p99 0.51-0.66/1.2-1.4 ms against 0.91-1.13/1.9-2.7 ms
+	 * (docs/benchmarks.md, "Catalog reads without mmap"). A reader alone
+	 * loses: kvt_object_head with 1,000,000 objects fell from 88k to 58k-72k
+	 * per CPU-second, still above the 50k goal.
 	 */
 	rc = cat_exec(c, "PRAGMA journal_mode = WAL;"
 			 "PRAGMA synchronous = NORMAL;"
 			 "PRAGMA wal_autocheckpoint = 0;"
-			 "PRAGMA mmap_size = 268435456;"
+			 "PRAGMA mmap_size = 0;"
 			 "PRAGMA cache_size = -8192;"
 			 "PRAGMA temp_store = MEMORY;");
 	if (rc < 0)

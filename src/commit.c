@@ -71,12 +71,12 @@ void commit_queue_release(struct commit_queue *q)
 /*
  * The connection leaders commit through, one per store, used by one leader
  * at a time (the leader role passes under q->lock, which orders its uses).
- * Not the leader thread's own: SQLite drops a connection's page cache, and
- * with mmap unmaps and remaps the whole database file, at the first
- * transaction after another connection committed (pagerBeginReadTransaction).
- * With each leader on its own connection every group paid that: in a profile
- * of PUT 64 KiB x8, munmap and its TLB shootdowns were 36% of the process's
- * CPU. A connection that made the last commit itself keeps its cache.
+ * Not the leader thread's own: SQLite drops a connection's page cache at
+ * the first transaction after another connection committed
+ * (pagerBeginReadTransaction). With each leader on its own connection every
+ * group paid that (and, when the catalog was read through mmap, a munmap
+ * and its TLB shootdowns: 36% of the process's CPU in a profile of PUT
+ * 64 KiB x8). A connection that made the last commit itself keeps its cache.
  */
 static struct cat *commit_cat(struct kvt_store *st, struct commit_queue *q)
 {
