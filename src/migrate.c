@@ -1441,26 +1441,73 @@ int kvt_g4_demote(struct kvt_store *st, const struct kvt_g4_opts *o, struct kvt_
 
 /* ---- recall ---------------------------------------------------------------- */
 
+/*
+ * Extents of a recall being written while the next is fetched: up to
+ * RECALL_BUFS of the I/O context's buffers in flight. Written one at a time,
+ * a 2 MiB recall waited about 1.5 ms for its two writes with the partner's
+ * bytes queued behind them (docs/benchmarks.md, "Recall latency").
+ */
+#define RECALL_BUFS 4
+
 struct recall_sink {
 	struct kvt_store *st;
 	struct io_ctx *io;
+	int io_broken;		/* io_wait() failed: never pool the context again */
 	uint64_t vid;
-	char *buf;		/* the extent being filled */
+	unsigned nbufs;		/* buffers used: at most RECALL_BUFS */
+	unsigned cur;		/* the buffer being filled */
+	struct io_req req[RECALL_BUFS];	/* data set: the write is in flight */
+	uint32_t segment[RECALL_BUFS];	/* where each goes, for the log */
+	char *buf;		/* the extent being filled: buffer cur */
 	size_t fill;
 	uint64_t size;		/* bytes taken so far */
 	uint64_t max;		/* the object's size: more is damage */
 	uint32_t crc;
 	struct cat_extent *ext;
 	size_t n, cap;
+	int failed;		/* the first failed write */
 	struct g4_ctl *ctl;
 };
 
+/* Waits for one write in flight; returns the first failure so far. */
+static int recall_reap(struct recall_sink *rs)
+{
+	struct io_req *req;
+	int rc = io_wait(rs->io, &req);
+
+	if (rc < 0) {
+		/* Nothing more comes back from this context. */
+		rs->io_broken = 1;
+		for (unsigned i = 0; i < rs->nbufs; i++)
+			rs->req[i].data = NULL;
+		return rs->failed = rs->failed ? rs->failed : rc;
+	}
+	req->data = NULL;
+	if (req->res != (ssize_t)req->len && !rs->failed) {
+		rs->failed = req->res < 0 ? (int)req->res : -EIO;
+		log_err(rs->failed, "cannot write a recalled extent to segment %u at %llu",
+			rs->segment[req - rs->req], (unsigned long long)req->off);
+	}
+	return rs->failed;
+}
+
+/* Waits for every write in flight; returns the first failure. */
+static int recall_drain(struct recall_sink *rs)
+{
+	for (unsigned i = 0; i < rs->nbufs; i++)
+		while (rs->req[i].data && !rs->io_broken)
+			recall_reap(rs);
+	return rs->failed;
+}
+
+/* Sends the extent being filled to the device, and takes a free buffer. */
 static int recall_flush(struct recall_sink *rs)
 {
 	uint32_t len = (uint32_t)rs->fill, crc;
 	uint64_t space = seg_extent_space(len);
 	struct store_alloc a;
 	struct cat_extent *e;
+	struct io_req *req;
 	int rc;
 
 	if (rs->n == rs->cap) {
@@ -1490,15 +1537,37 @@ static int recall_flush(struct recall_sink *rs)
 	};
 	seg_header_fill((struct seg_header *)rs->buf, rs->vid, e->seq, e->obj_off, e->gen,
 			e->segment, len, crc);
+	/* The padding is zeroed so that the file never holds stale heap bytes. */
 	memset(rs->buf + SEG_HEADER_SIZE + len, 0, space - SEG_HEADER_SIZE - len);
-	rc = store_write_extent(rs->st, rs->io, 0, rs->buf, len, &a);
+	req = &rs->req[rs->cur];
+	*req = (struct io_req){
+		.op = IO_WRITE,
+		.fd = seg_fd(rs->st->sf, a.segment),
+		.buf = rs->buf,
+		.buf_index = (int)rs->cur,
+		.len = space,
+		.off = a.offset,
+	};
+	rc = io_submit(rs->io, req);
 	if (rc < 0) {
 		store_release(rs->st, a.segment, a.gen);
 		return rc;
 	}
+	req->data = rs;
+	rs->segment[rs->cur] = a.segment;
 	rs->n++;	/* released by the caller, committed or not */
 	rs->fill = 0;
-	return 0;
+	rc = io_push(rs->io);
+	/* The next buffer: a free one, else the first to finish. */
+	for (rs->cur = 0; rc == 0 && rs->req[rs->cur].data; ) {
+		if (++rs->cur < rs->nbufs)
+			continue;
+		rc = recall_reap(rs);
+		rs->cur = 0;
+	}
+	if (rc == 0)
+		rs->buf = io_buf(rs->io, rs->cur);
+	return rc < 0 ? rc : rs->failed;
 }
 
 static int recall_take(void *arg, const void *buf, size_t len)
@@ -1554,12 +1623,15 @@ static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
 	rc = store_io_get(st, &rs.io);
 	if (rc < 0)
 		goto out;
+	rs.nbufs = MIN(rs.io->nbufs, RECALL_BUFS);
 	rs.buf = io_buf(rs.io, 0);
 	rs.vid = co->vid;
 	rs.max = co->obj->size;
 	rc = cold_get(cold, gkey, recall_take, &rs, &got);
 	if (rc == 0 && rs.fill > 0)
 		rc = recall_flush(&rs);
+	if (recall_drain(&rs) < 0 && rc == 0)
+		rc = rs.failed;
 	if (rc == -EAGAIN || rc == -EHOSTUNREACH || rc == -ETIMEDOUT || rc == -ECONNRESET) {
 		log_err(rc, "cannot recall '%s/%s': g4 '%s' does not answer; it stays cold, try"
 			" again later", bucket, key, cold->url);
@@ -1585,10 +1657,17 @@ static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
 	if (rc == -ESTALE)
 		rc = 0;	/* it changed meanwhile: the caller looks again */
 out:
+	if (rs.io)
+		recall_drain(&rs);	/* nothing is released while a write of it runs */
 	for (size_t i = 0; i < rs.n; i++)
 		store_release(st, rs.ext[i].segment, rs.ext[i].gen);
 	free(rs.ext);
-	store_io_put(st, rs.io);
+	if (rs.io_broken) {
+		rs.io->inflight = 0;
+		io_ctx_free(rs.io);
+	} else {
+		store_io_put(st, rs.io);
+	}
 	free(gkey);
 	return rc;
 }

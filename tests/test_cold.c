@@ -1158,6 +1158,38 @@ static void test_recall_disk_full(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * A write to the hot tier fails during a recall (the 1st, 2nd or 3rd of
+ * the object's three extents, written while the rest is still fetched):
+ * the recall fails with -EIO once every write in flight is back, the object
+ * stays cold and whole in G4, and the next recall brings it back.
+ */
+static void test_recall_write_fails(void **state)
+{
+	for (unsigned long nth = 1; nth <= 3; nth++) {
+		struct io_fault_plan fault = { .kind = IO_FAULT_EIO, .ops = 1u << IO_WRITE,
+					       .nth = nth };
+		struct cold_fault_plan plan = { 0 };
+		struct kvt_fsck_report fr;
+		struct test_env env;
+		struct kvt_store *st;
+
+		(void)state;
+		g4_env_init(&env, 32u << 20, SEG);
+		st = cold_one(&env, &plan, 3 * 1024 * 1024);
+		store_set_fault_plan(st, &fault);
+		assert_int_equal(kvt_object_recall(st, "kvs", "s1/a"), -EIO);
+		assert_int_equal(fault.injected, 1);
+		assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+		store_set_fault_plan(st, NULL);
+		assert_int_equal(test_check(st, "kvs", "s1/a", 3 * 1024 * 1024, 21), 0);
+		assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+		assert_int_equal(kvt_store_fsck(st, 0, &fr), 0);
+		kvt_store_close(st);
+		test_env_release(&env);
+	}
+}
+
 static int64_t mono_ns(void)
 {
 	struct timespec ts;
@@ -1663,6 +1695,7 @@ int main(void)
 		cmocka_unit_test(test_recall_coalesce_procs),
 		cmocka_unit_test(test_recall_unreachable),
 		cmocka_unit_test(test_recall_disk_full),
+		cmocka_unit_test(test_recall_write_fails),
 		cmocka_unit_test(test_jobs_retries_rate),
 		cmocka_unit_test(test_g4_none),
 		cmocka_unit_test(test_keys_stay_inside),
