@@ -1881,6 +1881,23 @@ static void test_reclaim_all_pinned_enospc(void **state)
  * in use): reclaim cannot relocate it, but must still drop the plain
  * objects of other segments instead of failing every write with -ENOSPC.
  */
+/* Plain objects plain/FIRST to plain/FIRST+N-1, about 300 KiB each; the
+ * test fails at the first that cannot be written, naming what was beside. */
+static void put_plain(struct kvt_store *st, unsigned first, unsigned n, uint64_t seed,
+		      const char *beside)
+{
+	for (unsigned i = first; i < first + n; i++) {
+		char key[32];
+		int rc;
+
+		snprintf(key, sizeof(key), "plain/%03u", i);
+		rc = test_put(st, "bkt", key, 300 * KiB + i, seed + i);
+		if (rc != 0)
+			fail_msg("plain put %u of 300 KiB beside %s: %d (%s)", i, beside, rc,
+				 strerror(-rc));
+	}
+}
+
 static void test_reclaim_pinned_in_coldest(void **state)
 {
 	struct fixture *f = fixture_new(8 * MiB, MiB);
@@ -1891,16 +1908,7 @@ static void test_reclaim_pinned_in_coldest(void **state)
 	(void)state;
 	fixture_open(f);
 	assert_int_equal(put_data(f->st, "bkt", "pinned", small, 10 * KiB, &pin), 0);
-	for (unsigned i = 0; i < 60; i++) {
-		char key[32];
-		int rc;
-
-		snprintf(key, sizeof(key), "plain/%03u", i);
-		rc = test_put(f->st, "bkt", key, 300 * KiB + i, 400 + i);
-		if (rc != 0)
-			fail_msg("write %u of 300 KiB into 8 MiB holding 10 KiB pinned: %d (%s)", i, rc,
-				 strerror(-rc));
-	}
+	put_plain(f->st, 0, 60, 400, "10 KiB pinned in 8 MiB");
 	assert_int_equal(get_equals(f->st, "bkt", "pinned", small, 10 * KiB), 0);
 	assert_int_equal(kvt_store_stat(f->st, &s), 0);
 	assert_true(s.evicted_objects > 0);
@@ -1931,16 +1939,8 @@ static void test_reclaim_spares_open_writer(void **state)
 	assert_int_equal(kvt_writer_open(f->st, "bkt", "stream/big", NULL, &w), 0);
 	for (size_t off = 0; off < size; off += chunk) {
 		assert_int_equal(kvt_writer_write(w, data + off, chunk), 0);
-		for (unsigned i = 0; i < 24; i++, k++) {
-			char key[32];
-			int rc;
-
-			snprintf(key, sizeof(key), "plain/%03u", k);
-			rc = test_put(f->st, "bkt", key, 300 * KiB + k, 500 + k);
-			if (rc != 0)
-				fail_msg("plain put %u beside a 3 MiB writer: %d (%s)", k, rc,
-					 strerror(-rc));
-		}
+		put_plain(f->st, k, 24, 500, "a 3 MiB writer in 8 MiB");
+		k += 24;
 	}
 	assert_int_equal(kvt_writer_commit(w, NULL), 0);
 	assert_int_equal(get_equals(f->st, "bkt", "stream/big", data, size), 0);
