@@ -1147,12 +1147,21 @@ static int fh_writer_enter(struct kvfs *kv, struct node *n, fuse_ino_t *pino, ch
  * How a read-only handle of version o reads (see "One version per inode"):
  * through the page cache when that cannot show the bytes or size of
  * another version, else with direct I/O. Counts it in n->ncache.
+ *
+ * ksize is the size last sent, not the one the kernel kept: it applies an
+ * attribute reply only if no newer request's reply came first, so of two
+ * replies on their way (a READDIRPLUS page read earlier, a GETATTR) it may
+ * keep the older size while ksize says the newer one. namerace.py then
+ * read a new version cut at the old size. So the first cached reader of a
+ * node makes the kernel drop its attributes and every reply still on its
+ * way (kvfs_notify_inval_attr): a read past the size it has then asks
+ * first, and gets csize.
  */
 static void fh_reader_mode(struct kvfs *kv, struct fh *h, const struct kvt_object *o,
 			   struct fuse_file_info *fi)
 {
 	struct node *n = h->node;
-	int cache;
+	int cache, first = 0;
 
 	pthread_mutex_lock(&kv->lock);
 	if (n->nwriters > 0 || n->wwait > 0 ||
@@ -1167,12 +1176,14 @@ static void fh_reader_mode(struct kvfs *kv, struct fh *h, const struct kvt_objec
 		fi->keep_cache = n->etag[0] && strcmp(n->etag, o->etag) == 0;
 		snprintf(n->etag, sizeof(n->etag), "%s", o->etag);
 		n->csize = o->size;
-		n->ncache++;
+		first = n->ncache++ == 0;
 		h->cached = 1;
 	} else {
 		fi->direct_io = 1;
 	}
 	pthread_mutex_unlock(&kv->lock);
+	if (first)
+		kvfs_notify_inval_attr(kv, n->ino);
 }
 
 int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fuse_file_info *fi)
@@ -1363,6 +1374,21 @@ int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
 	h->posix = *posix;
 	h->excl = !!(flags & O_EXCL);
 	pthread_mutex_lock(&kv->lock);
+	if (n->ncache > 0) {
+		/*
+		 * A reader opened n through the page cache after op_create
+		 * looked (an S3 PUT gave the name an object in between): a
+		 * writer never shares its inode ("One version per inode"; its
+		 * writes would move the size the reader is cut at). -ESTALE:
+		 * op_create looks again, and moves the name to a new inode.
+		 */
+		n->nopen--;
+		node_put_locked(kv, n);
+		pthread_mutex_unlock(&kv->lock);
+		fh_free(h);
+		log_debug("a create met a reader of the page cache; it looks again");
+		return -ESTALE;
+	}
 	n->pending = 1;
 	n->unlinked = 0;
 	n->cposix = *posix;

@@ -301,6 +301,9 @@ int kvfs_notify_start(struct kvfs *kv);
 void kvfs_notify_stop(struct kvfs *kv);
 /* Queues "forget parent/name" for the kernel. */
 void kvfs_notify_inval_entry(struct kvfs *kv, fuse_ino_t parent, const char *name);
+/* Makes the kernel drop its attributes of ino, and ignore replies already
+ * on their way, at once (not queued); ENOENT (not cached) is no error. */
+void kvfs_notify_inval_attr(struct kvfs *kv, fuse_ino_t ino);
 
 /* ---- ops.c ---------------------------------------------------------------- */
 

@@ -107,3 +107,17 @@ void kvfs_notify_inval_entry(struct kvfs *kv, fuse_ino_t parent, const char *nam
 	pthread_cond_signal(&kv->notify_cond);
 	pthread_mutex_unlock(&kv->notify_lock);
 }
+
+void kvfs_notify_inval_attr(struct kvfs *kv, fuse_ino_t ino)
+{
+	int rc;
+
+	if (!kv->notify_running)
+		return;
+	/* Attributes only (a negative offset): the kernel takes no inode or
+	 * page lock for that, so a request handler may call it. */
+	rc = fuse_lowlevel_notify_inval_inode(kv->se, ino, -1, 0);
+	if (rc < 0 && rc != -ENOENT)
+		log_debug("cannot invalidate the attributes of inode %llu: %s",
+			  (unsigned long long)ino, strerror(-rc));
+}
