@@ -88,9 +88,10 @@
  * flush (of a writable handle; read-only opens ask the kernel for none,
  * FOPEN_NOFLUSH) publishes as above, so close returns the error, and a
  * failed publish is final (h->err); release publishes what no flush did (a
- * handle only others closed), unless it was abandoned or failed, and frees. fsync publishes, then makes the store durable. A
- * handle is locked while it works: the kernel may send requests for one
- * handle from several threads at once.
+ * handle only others closed), unless it was abandoned or failed, and frees.
+ * fsync publishes, then makes the store durable. A handle is locked while
+ * it works: the kernel may send requests for one handle from several
+ * threads at once.
  */
 #include "config.h"
 
