@@ -143,7 +143,7 @@ enum stmt_id {
 	S_SEG_REOPEN,
 	S_SEG_SET_STATE, S_SEG_HAS_EXTENTS, S_SEG_FREE, S_SEG_VICTIM, S_SEG_COUNTS,
 	S_SEG_OBJECTS, S_EXT_GET, S_EXT_MOVE, S_SEG_SET_LIVE, S_SEG_EXT_SPACE,
-	S_SESSION_TOUCH, S_SEG_TOUCH, S_COUNTER_ADD, S_COUNTER_GET,
+	S_SESSION_TOUCH, S_SEG_TOUCH, S_COUNTER_ADD, S_COUNTER_GET, S_DATA_VERSION,
 	S_STAT_OBJECTS, S_STAT_TIERS, S_STAT_BUCKETS, S_STAT_SESSIONS, S_STAT_SEGS,
 	S_COUNT
 };
@@ -256,6 +256,7 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_COUNTER_ADD] = "INSERT INTO counters(name, value) VALUES(?1, ?2)"
 			  " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
 	[S_COUNTER_GET] = "SELECT value FROM counters WHERE name = ?1",
+	[S_DATA_VERSION] = "PRAGMA data_version",
 	[S_STAT_OBJECTS] = "SELECT count(*), coalesce(sum(size), 0), coalesce(sum(pinned), 0)"
 			   " FROM objects",
 	[S_STAT_TIERS] = "SELECT tier, count(*) FROM objects GROUP BY tier",
@@ -268,6 +269,7 @@ struct cat {
 	sqlite3 *db;
 	sqlite3_stmt *stmt[S_COUNT];
 	int writing;		/* holds cat_write_lock */
+	unsigned *wal_frames;	/* cat_watch_wal(), or NULL */
 };
 
 /*
@@ -549,6 +551,36 @@ void cat_rollback(struct cat *c)
 	if (!sqlite3_get_autocommit(c->db))
 		cat_run(c, S_ROLLBACK, "rollback");
 	cat_write_done(c);
+}
+
+static int cat_wal_hook(void *arg, sqlite3 *db, const char *name, int frames)
+{
+	struct cat *c = arg;
+
+	(void)db;
+	(void)name;
+	__atomic_store_n(c->wal_frames, (unsigned)frames, __ATOMIC_RELAXED);
+	return SQLITE_OK;
+}
+
+void cat_watch_wal(struct cat *c, unsigned *frames)
+{
+	c->wal_frames = frames;
+	sqlite3_wal_hook(c->db, cat_wal_hook, c);
+}
+
+int cat_data_version(struct cat *c, int64_t *version)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_DATA_VERSION);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*version = sqlite3_column_int64(s, 0);
+	cat_done(s);
+	return rc == SQLITE_ROW ? 0 : cat_errno(c, rc, "data version");
 }
 
 int cat_checkpoint(struct cat *c)

@@ -101,6 +101,10 @@ int cat_begin_read(struct cat *c);	/* BEGIN DEFERRED */
 int cat_commit(struct cat *c);
 /* Copies the write-ahead log into the database when nothing is in the way. */
 int cat_checkpoint(struct cat *c);
+/* After each commit of c, stores the number of frames in the log at *frames. */
+void cat_watch_wal(struct cat *c, unsigned *frames);
+/* A number that changes whenever another connection commits (PRAGMA data_version). */
+int cat_data_version(struct cat *c, int64_t *version);
 /* Makes every transaction committed so far durable against power loss. */
 int cat_sync(struct cat *c);
 void cat_rollback(struct cat *c);

@@ -90,6 +90,8 @@ static struct cat *commit_cat(struct kvt_store *st, struct commit_queue *q)
 	if (rc < 0) {
 		log_err(rc, "cannot open the catalog of '%s' for commits", st->dir);
 		q->cat = NULL;
+	} else {
+		cat_watch_wal(q->cat, &st->wal_frames);
 	}
 	return q->cat;
 }

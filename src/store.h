@@ -96,6 +96,9 @@ struct kvt_store {
 	pthread_t flusher;
 	int flusher_running;
 	int stopping;
+	unsigned wal_frames;		/* in the catalog's log at this process's last commit */
+	int64_t ckpt_version;		/* the catalog's data version at the last tick */
+	int64_t ckpt_ns;		/* when the flusher last checkpointed */
 
 	/* G4, the cold tier (migrate.c): opened on first use from g4_url. */
 	pthread_mutex_t cold_lock;

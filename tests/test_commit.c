@@ -404,6 +404,50 @@ static void test_pool_trim(void **state)
 	test_env_release(&env);
 }
 
+static unsigned wal_frames(struct kvt_store *st)
+{
+	return __atomic_load_n(&st->wal_frames, __ATOMIC_RELAXED);
+}
+
+/*
+ * The flusher checkpoints the catalog once it is quiet, not while commits
+ * keep coming (each checkpoint flushes the device's cache: store.c). A
+ * checkpoint shows as the log starting over: its frame count falls at the
+ * next commit.
+ */
+static void test_checkpoint_when_quiet(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	unsigned busy_max = 0, prev = 0;
+	char key[32];
+
+	(void)state;
+	test_env_init(&env, 64 << 20, 4 << 20);
+	env.cfg.store.access_flush_ms = 50;
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, "bkt"), 0);
+	assert_int_equal(test_put(st, "bkt", "first", 100, 1), 0);
+	usleep(200000);		/* the first tick checkpoints whatever is there */
+
+	/* Busy: a commit every 10 ms for 30 ticks; the log only grows. */
+	for (int i = 0; i < 150; i++) {
+		snprintf(key, sizeof(key), "busy%d", i);
+		assert_int_equal(test_put(st, "bkt", key, 100, (uint64_t)i), 0);
+		assert_true(wal_frames(st) > prev);
+		prev = busy_max = wal_frames(st);
+		usleep(10000);
+	}
+
+	/* Quiet for a few ticks: checkpointed, so the next commit restarts the log. */
+	usleep(300000);
+	assert_int_equal(test_put(st, "bkt", "after", 100, 2), 0);
+	assert_true(wal_frames(st) < busy_max / 4);
+	assert_int_equal(test_check(st, "bkt", "busy149", 100, 149), 0);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -412,6 +456,7 @@ int main(void)
 		cmocka_unit_test(test_bucket_cache_stale),
 		cmocka_unit_test(test_group_storm),
 		cmocka_unit_test(test_pool_trim),
+		cmocka_unit_test(test_checkpoint_when_quiet),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
