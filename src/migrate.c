@@ -1483,7 +1483,9 @@ static int recall_reap(struct recall_sink *rs)
 		return rs->failed = rs->failed ? rs->failed : rc;
 	}
 	req->data = NULL;
-	if (req->res != (ssize_t)req->len && !rs->failed) {
+	if (req->res == (ssize_t)req->len) {
+		store_seg_written(rs->st, rs->segment[req - rs->req]);
+	} else if (!rs->failed) {
 		rs->failed = req->res < 0 ? (int)req->res : -EIO;
 		log_err(rs->failed, "cannot write a recalled extent to segment %u at %llu",
 			rs->segment[req - rs->req], (unsigned long long)req->off);

@@ -91,6 +91,7 @@ struct kvt_store {
 	pthread_cond_t access_cond;
 	struct access_entry **access;	/* hash table of sessions touched */
 	int64_t *seg_access;		/* per segment, last read or write (ns) */
+	uint8_t *seg_written;		/* per segment, written here since kvt_store_sync() */
 	unsigned access_flush_ms;
 	uint64_t cached_read_max;	/* extents up to this payload: page cache reads */
 	pthread_t flusher;
@@ -238,6 +239,9 @@ int store_extent_check_place(struct kvt_store *st, uint64_t vid, const struct ca
 
 /* A fresh version id: random, without a system call. */
 uint64_t store_new_vid(struct kvt_store *st);
+
+/* Records a completed write to segment id, for kvt_store_sync(). */
+void store_seg_written(struct kvt_store *st, uint32_t id);
 
 /* Writes a whole extent (header already in buf) at a; 0 or -errno. */
 int store_write_extent(struct kvt_store *st, struct io_ctx *io, int buf_index, void *buf,

@@ -176,7 +176,9 @@ static int writer_reap(struct kvt_writer *w)
 	}
 	b = req->data;
 	b->inflight = 0;
-	if (req->res != (ssize_t)req->len && !w->failed) {
+	if (req->res == (ssize_t)req->len) {
+		store_seg_written(w->st, b->alloc.segment);
+	} else if (!w->failed) {
 		w->failed = req->res < 0 ? (int)req->res : -EIO;
 		log_err(w->failed, "cannot write '%s/%s' to segment %u", w->bucket, w->key,
 			b->alloc.segment);
