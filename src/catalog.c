@@ -141,7 +141,8 @@ enum stmt_id {
 	S_OBJ_STATE,
 	S_SEG_GET, S_SEG_LIST, S_SEG_LIVE_ADD, S_SEG_CLAIM, S_SEG_NEXT_FREE, S_SEG_NEXT_PARTIAL,
 	S_SEG_REOPEN,
-	S_SEG_SET_STATE, S_SEG_HAS_EXTENTS, S_SEG_FREE, S_SEG_VICTIM, S_SEG_COUNTS,
+	S_SEG_SET_STATE, S_SEG_HAS_EXTENTS, S_SEG_FREE, S_SEG_VICTIM, S_SEG_VICTIM_EMPTY,
+	S_SEG_COUNTS,
 	S_SEG_OBJECTS, S_EXT_GET, S_EXT_MOVE, S_SEG_SET_LIVE, S_SEG_EXT_SPACE,
 	S_SESSION_TOUCH, S_SEG_TOUCH, S_COUNTER_ADD, S_COUNTER_GET, S_DATA_VERSION,
 	S_STAT_OBJECTS, S_STAT_TIERS, S_STAT_BUCKETS, S_STAT_SESSIONS, S_STAT_SEGS,
@@ -237,6 +238,8 @@ static const char *const stmt_sql[S_COUNT] = {
 		       " WHERE id = ?1 RETURNING gen",
 	[S_SEG_VICTIM] = "SELECT id FROM segments WHERE state = 2"
 			 " ORDER BY live > 0, last_access, id LIMIT 1",
+	[S_SEG_VICTIM_EMPTY] = "SELECT id FROM segments WHERE state = 2 AND live = 0"
+			       " ORDER BY last_access, id LIMIT 1",
 	[S_SEG_COUNTS] = "SELECT state, count(*) FROM segments GROUP BY state",
 	[S_SEG_OBJECTS] = "SELECT DISTINCT o.id, o.vid, o.pinned FROM extents e"
 			  " JOIN objects o ON o.id = e.object WHERE e.segment = ?1",
@@ -1704,9 +1707,9 @@ int cat_segment_free(struct cat *c, uint32_t id, uint64_t *new_gen)
 	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "segment free");
 }
 
-int cat_segment_pick_victim(struct cat *c, uint32_t *id)
+int cat_segment_pick_victim(struct cat *c, int empty_only, uint32_t *id)
 {
-	sqlite3_stmt *s = cat_stmt(c, S_SEG_VICTIM);
+	sqlite3_stmt *s = cat_stmt(c, empty_only ? S_SEG_VICTIM_EMPTY : S_SEG_VICTIM);
 	int rc;
 
 	if (!s)

@@ -196,8 +196,9 @@ int cat_segment_set_state(struct cat *c, uint32_t id, enum seg_state from,
 			  enum seg_state to, uint64_t used);
 /* Any -> FREE with gen + 1; fails with -EBUSY if extents remain. */
 int cat_segment_free(struct cat *c, uint32_t id, uint64_t *new_gen);
-/* SEALED -> RECLAIMING: the coldest sealed segment; -ENOENT if none. */
-int cat_segment_pick_victim(struct cat *c, uint32_t *id);
+/* The sealed segment to reclaim next: an empty one (no live bytes) if any,
+ * else the coldest; empty_only: only an empty one. -ENOENT if none. */
+int cat_segment_pick_victim(struct cat *c, int empty_only, uint32_t *id);
 int cat_segment_counts(struct cat *c, uint64_t counts[4]);
 /* Objects (id, vid, pinned) with an extent in segment id. */
 int cat_segment_objects(struct cat *c, uint32_t id,

@@ -1040,7 +1040,7 @@ static void test_segment_victim(void **state)
 	/* Nothing sealed: no victim (open segments are never taken). */
 	for (uint32_t i = 0; i < 5; i++)
 		g[i] = claim(f->c, i);
-	assert_int_equal(cat_segment_pick_victim(f->c, &id), -ENOENT);
+	assert_int_equal(cat_segment_pick_victim(f->c, 0, &id), -ENOENT);
 
 	/* 0..3 hold data; 4 is sealed and empty. */
 	for (uint32_t i = 0; i < 4; i++) {
@@ -1061,28 +1061,32 @@ static void test_segment_victim(void **state)
 	assert_int_equal(seg_get(f->c, 0).last_access, 5000000000000000000ll);
 
 	/* Empty sealed segments first, however hot. */
-	assert_int_equal(cat_segment_pick_victim(f->c, &id), 0);
+	assert_int_equal(cat_segment_pick_victim(f->c, 0, &id), 0);
 	assert_int_equal(id, 4);
 	/* Then the coldest. */
 	set_state(f->c, 4, SEG_SEALED, SEG_RECLAIMING, 0);
-	assert_int_equal(cat_segment_pick_victim(f->c, &id), 0);
+	assert_int_equal(cat_segment_pick_victim(f->c, 0, &id), 0);
 	assert_int_equal(id, 2);
 	set_state(f->c, 2, SEG_SEALED, SEG_RECLAIMING, 0);
-	assert_int_equal(cat_segment_pick_victim(f->c, &id), 0);
+	assert_int_equal(cat_segment_pick_victim(f->c, 0, &id), 0);
 	assert_int_equal(id, 1);
-	/* A segment emptied by deletes becomes the first choice. */
+	/* A segment emptied by deletes becomes the first choice, and the only
+	 * one when only empty ones are asked for. */
+	assert_int_equal(cat_segment_pick_victim(f->c, 1, &id), -ENOENT);
 	assert_int_equal(cat_object_delete(f->c, b, "k0"), 0);
-	assert_int_equal(cat_segment_pick_victim(f->c, &id), 0);
+	assert_int_equal(cat_segment_pick_victim(f->c, 0, &id), 0);
+	assert_int_equal(id, 0);
+	assert_int_equal(cat_segment_pick_victim(f->c, 1, &id), 0);
 	assert_int_equal(id, 0);
 	set_state(f->c, 0, SEG_SEALED, SEG_RECLAIMING, 0);
 	set_state(f->c, 1, SEG_SEALED, SEG_RECLAIMING, 0);
-	assert_int_equal(cat_segment_pick_victim(f->c, &id), 0);
+	assert_int_equal(cat_segment_pick_victim(f->c, 0, &id), 0);
 	assert_int_equal(id, 3);
 	set_state(f->c, 3, SEG_SEALED, SEG_RECLAIMING, 0);
-	assert_int_equal(cat_segment_pick_victim(f->c, &id), -ENOENT);
+	assert_int_equal(cat_segment_pick_victim(f->c, 0, &id), -ENOENT);
 	/* RECLAIMING -> SEALED puts one back in the running. */
 	set_state(f->c, 1, SEG_RECLAIMING, SEG_SEALED, 0);
-	assert_int_equal(cat_segment_pick_victim(f->c, &id), 0);
+	assert_int_equal(cat_segment_pick_victim(f->c, 0, &id), 0);
 	assert_int_equal(id, 1);
 }
 
