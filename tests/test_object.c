@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1992,6 +1993,64 @@ static void test_reclaim_takes_empty_segments(void **state)
 	assert_int_equal(s.evicted_objects, 0);
 }
 
+struct racer {
+	struct kvt_store *st;
+	unsigned id;
+	unsigned failed;
+	int first_rc;
+};
+
+static void *racer_main(void *arg)
+{
+	struct racer *r = arg;
+
+	for (unsigned i = 0; i < 60; i++) {
+		char key[32];
+		int rc;
+
+		snprintf(key, sizeof(key), "race/%u/%u", r->id, i % 3);
+		rc = test_put(r->st, "bkt", key, PAYLOAD_MAX, r->id * 1000 + i);
+		if (rc < 0 && r->failed++ == 0)
+			r->first_rc = rc;
+	}
+	return NULL;
+}
+
+/*
+ * Writers racing for the segments reclaim frees: one that loses a freed
+ * segment to another tries again while reclaim still frees some, rather
+ * than fail with ENOSPC in a store that holds little.
+ */
+static void test_reclaim_racing_writers(void **state)
+{
+	struct fixture *f = *state;
+	struct racer r[8];
+	pthread_t tid[8];
+	unsigned failed = 0;
+
+	for (unsigned i = 0; i < 8; i++) {
+		r[i] = (struct racer){ .st = f->st, .id = i };
+		assert_int_equal(pthread_create(&tid[i], NULL, racer_main, &r[i]), 0);
+	}
+	for (unsigned i = 0; i < 8; i++) {
+		assert_int_equal(pthread_join(tid[i], NULL), 0);
+		if (r[i].failed)
+			print_message("writer %u: %u puts failed, the first with %s\n", i,
+				      r[i].failed, strerror(-r[i].first_rc));
+		failed += r[i].failed;
+	}
+	assert_int_equal(failed, 0);
+	/* Each writer's last version, or evicted as cache: never other bytes. */
+	for (unsigned i = 0; i < 8; i++) {
+		char key[32];
+		int rc;
+
+		snprintf(key, sizeof(key), "race/%u/2", i);
+		rc = test_check(f->st, "bkt", key, PAYLOAD_MAX, i * 1000 + 59);
+		assert_true(rc == 0 || rc == -ENOENT);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2027,6 +2086,7 @@ int main(void)
 		cmocka_unit_test(test_reclaim_spares_open_writer),
 		cmocka_unit_test_setup_teardown(test_reclaim_takes_empty_segments, setup_small,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_reclaim_racing_writers, setup_small, teardown),
 	};
 
 	kvt_log_set_level(KVT_LOG_ERR);
