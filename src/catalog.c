@@ -572,20 +572,6 @@ void cat_watch_wal(struct cat *c, unsigned *frames)
 	sqlite3_wal_hook(c->db, cat_wal_hook, c);
 }
 
-int cat_data_version(struct cat *c, int64_t *version)
-{
-	sqlite3_stmt *s = cat_stmt(c, S_DATA_VERSION);
-	int rc;
-
-	if (!s)
-		return -EIO;
-	rc = sqlite3_step(s);
-	if (rc == SQLITE_ROW)
-		*version = sqlite3_column_int64(s, 0);
-	cat_done(s);
-	return rc == SQLITE_ROW ? 0 : cat_errno(c, rc, "data version");
-}
-
 int cat_checkpoint(struct cat *c)
 {
 	int rc = sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
@@ -1951,6 +1937,15 @@ static int cat_aggregate(struct cat *c, enum stmt_id id, uint64_t *out, int n)
 		out[i] = (uint64_t)sqlite3_column_int64(s, i);
 	cat_done(s);
 	return rc == SQLITE_ROW ? 0 : cat_errno(c, rc, "stat");
+}
+
+int cat_data_version(struct cat *c, int64_t *version)
+{
+	uint64_t v = 0;
+	int rc = cat_aggregate(c, S_DATA_VERSION, &v, 1);
+
+	*version = (int64_t)v;
+	return rc;
 }
 
 int cat_stat(struct cat *c, struct kvt_store_stat *st)
