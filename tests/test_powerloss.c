@@ -46,6 +46,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -446,8 +447,14 @@ static char g_mapfile[400];
  */
 static void child_power_off(void *arg, const struct io_powerloss_stats *stats)
 {
+	/* Once: the power may go in a store thread (a checkpoint's write) while
+	 * the main thread turns it off too; the first one exits the process. */
+	static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER;
 	uint64_t *rng = arg;
-	int fd = open(g_mapfile, O_RDWR | O_CLOEXEC);
+	int fd;
+
+	pthread_mutex_lock(&once);
+	fd = open(g_mapfile, O_RDWR | O_CLOEXEC);
 
 	if (fd >= 0) {
 		if (rnd(rng) & 1) {
