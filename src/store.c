@@ -475,14 +475,15 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 			 * a segment this frees may go to another writer first,
 			 * and segments still being filled seal as their writers
 			 * commit: try again until space_wait is up while reclaim
-			 * finds room or they may. Giving up
-			 * after one try, 32 writers of 32 MiB failed 24 PUTs a
-			 * second with ENOSPC in a 4 GiB store holding 1 GiB
-			 * (kvtier bench engine; test_object: racing writers).
+			 * finds room or they may. Giving up after one try, 32
+			 * writers of 32 MiB failed 24 PUTs a second with ENOSPC
+			 * in a 4 GiB store holding 1 GiB (kvtier bench engine;
+			 * test_object: test_reclaim_racing_writers).
 			 */
 			if (!give_up_ns)
 				give_up_ns = util_now_ns() + st->space_wait_ms * 1000000ll;
-			if ((!st->demoter_running || !reclaimed) && util_now_ns() < give_up_ns) {
+			if (!reclaimed ||
+			    (!st->demoter_running && util_now_ns() < give_up_ns)) {
 				reclaimed = 1;
 				rc = reclaim_run(st, 1, !st->demoter_running);
 				if (rc < 0 && rc != -ENOSPC)
@@ -647,17 +648,17 @@ int kvt_store_flush_access(struct kvt_store *st)
  * the device's write cache: every byte written since the last flush,
  * segment data included, must reach stable media before the next write is
  * served. On this project's virtual machines a flush after one second of
- * 2 MiB PUTs took 100 to 500 ms and stalled the disk meanwhile; with one
- * checkpoint a second, PUT 2M x1 ran at about 0.6x of fio, which never
- * flushes (docs/benchmarks.md, "Checkpoints and device flushes").
+ * 2 MiB PUTs took 100 to 500 ms and stalled the disk meanwhile, and fio,
+ * the engine's baseline, never flushes (docs/benchmarks.md, "Session 7:
+ * device flushes").
  *
  * So the flusher checkpoints when the catalog went quiet (no connection,
  * in any process, committed since the last tick), else only when the last
  * checkpoint is CKPT_PERIOD_NS old or the log holds CKPT_WAL_FRAMES.
- * Commits are no less safe: a kill -9 keeps every one (the log is in the
- * page cache), and what a power loss may take back is what was committed
- * since the last sync of the log: at most about CKPT_PERIOD_NS of it under
- * load, as before about a second of it, unless kvt_store_sync() ran.
+ * A kill -9 still keeps every commit (the log is in the page cache). What
+ * a power loss may take back is what was committed since the last sync of
+ * the log, unless kvt_store_sync() ran: under steady writes now up to about
+ * CKPT_PERIOD_NS of it, where a checkpoint every tick kept that to a second.
  */
 #define CKPT_PERIOD_NS (10 * 1000000000LL)
 #define CKPT_WAL_FRAMES 32768		/* 128 MiB of 4 KiB pages */
