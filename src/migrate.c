@@ -1539,8 +1539,7 @@ static int recall_flush(struct recall_sink *rs)
 	};
 	seg_header_fill((struct seg_header *)rs->buf, rs->vid, e->seq, e->obj_off, e->gen,
 			e->segment, len, crc);
-	/* The padding is zeroed so that the file never holds stale heap bytes. */
-	memset(rs->buf + SEG_HEADER_SIZE + len, 0, space - SEG_HEADER_SIZE - len);
+	seg_extent_pad(rs->buf, len);
 	req = &rs->req[rs->cur];
 	*req = (struct io_req){
 		.op = IO_WRITE,

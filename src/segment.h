@@ -39,6 +39,7 @@
 #define KVT_SEGMENT_H
 
 #include <stdint.h>
+#include <string.h>
 
 #define SEG_ALIGN 4096
 #define SEG_HEADER_SIZE 64
@@ -68,6 +69,14 @@ _Static_assert(sizeof(struct seg_header) == SEG_HEADER_SIZE, "extent header is 6
 static inline uint64_t seg_extent_space(uint32_t length)
 {
 	return ((uint64_t)SEG_HEADER_SIZE + length + SEG_ALIGN - 1) / SEG_ALIGN * SEG_ALIGN;
+}
+
+/* Zeroes the padding after an extent's payload in buf, so that the file
+ * never holds stale heap bytes. */
+static inline void seg_extent_pad(void *buf, uint32_t length)
+{
+	memset((char *)buf + SEG_HEADER_SIZE + length, 0,
+	       seg_extent_space(length) - SEG_HEADER_SIZE - length);
 }
 
 void seg_header_fill(struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t obj_off,

@@ -224,8 +224,7 @@ int store_write_extent(struct kvt_store *st, struct io_ctx *io, int buf_index, v
 	uint64_t space = seg_extent_space(length);
 	ssize_t n;
 
-	/* The padding is zeroed so that the file never holds stale heap bytes. */
-	memset((char *)buf + SEG_HEADER_SIZE + length, 0, space - SEG_HEADER_SIZE - length);
+	seg_extent_pad(buf, length);
 	n = io_run(io, IO_WRITE, seg_fd(st->sf, a->segment), buf, buf_index, space, a->offset);
 	if (n == (ssize_t)space) {
 		store_seg_written(st, a->segment);

@@ -254,7 +254,7 @@ static int writer_flush(struct kvt_writer *w)
 	e->hseq = e->seq;
 	seg_header_fill((struct seg_header *)buf, w->vid, e->seq, e->obj_off, e->gen, e->segment,
 			len, crc);
-	memset(buf + SEG_HEADER_SIZE + len, 0, space - SEG_HEADER_SIZE - len);
+	seg_extent_pad(buf, len);
 	b->req = (struct io_req){
 		.op = IO_WRITE,
 		.fd = seg_fd(w->st->sf, e->segment),
