@@ -55,6 +55,7 @@
 #include "util.h"
 
 #define S3_POOL_MAX 64		/* idle easy handles kept */
+#define S3_BUFS_MAX 16		/* idle part buffers kept */
 #define S3_RESP_MAX (1u << 20)	/* an error or XML answer, at most */
 #define S3_PARTS_MAX 10000	/* S3's limit */
 #define S3_STALE_NS (24ll * 3600 * 1000000000)	/* cleanup() aborts uploads older */
@@ -72,6 +73,8 @@ struct cold_s3 {
 	pthread_mutex_t lock;
 	CURL *idle[S3_POOL_MAX];
 	unsigned nidle;
+	char *bufs[S3_BUFS_MAX];	/* idle buffers of part_size bytes */
+	unsigned nbufs;
 };
 
 /* One request and what came back. */
@@ -135,6 +138,38 @@ static void s3_handle_put(struct cold_s3 *s, CURL *c)
 	pthread_mutex_unlock(&s->lock);
 	if (c)
 		curl_easy_cleanup(c);
+}
+
+/*
+ * A multipart upload's part buffers (part_size bytes) are kept between
+ * uploads: fresh from malloc, every page of one faults on its first write,
+ * and on this project's virtual machines those faults were most of a
+ * demotion's CPU (docs/benchmarks.md, "Demotion of 32 MiB blocks").
+ */
+static char *s3_buf_get(struct cold_s3 *s, uint64_t size)
+{
+	char *b = NULL;
+
+	if (size == s->part_size) {
+		pthread_mutex_lock(&s->lock);
+		if (s->nbufs > 0)
+			b = s->bufs[--s->nbufs];
+		pthread_mutex_unlock(&s->lock);
+	}
+	return b ? b : util_big_alloc(size);
+}
+
+static void s3_buf_put(struct cold_s3 *s, char *b, uint64_t size)
+{
+	if (b && size == s->part_size) {
+		pthread_mutex_lock(&s->lock);
+		if (s->nbufs < S3_BUFS_MAX) {
+			s->bufs[s->nbufs++] = b;
+			b = NULL;
+		}
+		pthread_mutex_unlock(&s->lock);
+	}
+	util_big_free(b, size);
 }
 
 /* ---- small text helpers ------------------------------------------------------ */
@@ -575,7 +610,7 @@ struct s3_mpu {
 static void *s3_mpu_worker(void *arg)
 {
 	struct s3_mpu *m = arg;
-	char *buf = malloc(m->part_size), query[1200], hex[40], what[32];
+	char *buf = s3_buf_get(m->s, m->part_size), query[1200], hex[40], what[32];
 	char *qid = NULL;
 	size_t qlen = 0;
 	FILE *f;
@@ -661,7 +696,7 @@ static void *s3_mpu_worker(void *arg)
 	}
 out:
 	free(qid);
-	free(buf);
+	s3_buf_put(m->s, buf, m->part_size);
 	return NULL;
 }
 
@@ -1089,6 +1124,8 @@ static void s3_free(struct cold *cold)
 
 	for (unsigned i = 0; i < s->nidle; i++)
 		curl_easy_cleanup(s->idle[i]);
+	for (unsigned i = 0; i < s->nbufs; i++)
+		util_big_free(s->bufs[i], s->part_size);
 	pthread_mutex_destroy(&s->lock);
 	free(s->bucket);
 	free(s->prefix);

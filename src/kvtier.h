@@ -459,7 +459,8 @@ struct kvt_g4_opts {
 	const char *bucket;	/* with session: that one session, idle or not */
 	const char *session;
 	int dry_run;		/* count what would move, move nothing */
-	unsigned jobs;		/* sessions (objects, for a recall) in parallel; 0: 1 */
+	unsigned jobs;		/* sessions (objects, for a recall) in parallel, and
+				 * objects of a session if sessions are fewer; 0: 1 */
 	uint64_t limit_rate;	/* bytes/s to and from G4 in all, 0: no limit */
 	unsigned retries;	/* more tries of a transfer the partner failed with
 				 * 500, 503 or no answer, with exponential backoff */

@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -176,6 +177,7 @@ void g4_unlock(int fd)
  */
 struct g4_ctl {
 	unsigned retries;
+	unsigned object_jobs;	/* objects of one session uploaded at once */
 	uint64_t rate;		/* bytes/s, 0: none */
 	pthread_mutex_t lock;
 	int64_t rate_next_ns;	/* when the next byte may go */
@@ -186,6 +188,7 @@ static void g4_ctl_init(struct g4_ctl *ctl, const struct kvt_g4_opts *o)
 	memset(ctl, 0, sizeof(*ctl));
 	pthread_mutex_init(&ctl->lock, NULL);
 	ctl->retries = o ? o->retries : 0;
+	ctl->object_jobs = 1;
 	ctl->rate = o ? o->limit_rate : 0;
 }
 
@@ -943,6 +946,76 @@ static int demote_dry(struct cat *c, const struct session_ref *s, const struct k
 	return 0;
 }
 
+/*
+ * Step 1 of a demotion, for object i of the session: upload and verify it
+ * unless G4 holds it already. Objects of one session go in parallel
+ * (g4_ctl.object_jobs), each in its own thread with its own catalog
+ * connection; a failure is counted and marked, and the others go on.
+ */
+struct demote_step {
+	struct kvt_store *st;
+	struct cold *cold;
+	const struct session_ref *s;
+	const struct kvt_g4_opts *o;
+	struct g4_ctl *ctl;
+	struct cat_g4_obj *v;
+	atomic_uint failures;
+};
+
+static void demote_step_fail(struct demote_step *d, struct cat *c, struct cat_g4_obj *go,
+			     int rc)
+{
+	if (c)
+		cat_g4_failed(c, go->co->id);
+	atomic_fetch_add(&d->failures, 1);
+	g4_progress(d->o, d->s->bucket, go->co->obj->key, go->co->obj->size, rc);
+}
+
+static void demote_step_one(void *arg, size_t i)
+{
+	struct demote_step *d = arg;
+	struct cat *c = store_cat(d->st);
+	struct cat_g4_obj *go = &d->v[i];
+	int rc = 0;
+
+	if (go->co->obj->tier != KVT_TIER_DEMOTING)
+		return;
+	if (!c) {
+		demote_step_fail(d, c, go, -ENOMEM);
+		return;
+	}
+	if (go->g4_vid == go->co->vid) {
+		/* Uploaded before (a crash, or recalled since): still there? */
+		char *gkey = g4_name(d->s->bucket, go->co->obj->key, go->g4_key);
+		uint64_t size = 0;
+
+		rc = gkey ? cold_head(d->cold, gkey, &size) : -ENOMEM;
+		free(gkey);
+		if (rc == 0 && size == go->co->obj->size)
+			return;
+		/*
+		 * Gone or changed in G4: upload again, but only on the
+		 * partner's word (not when it did not answer), and only
+		 * once the catalog no longer calls that copy verified:
+		 * reclaim would turn the object cold on a copy being
+		 * rewritten, and a partner may keep a cut PUT.
+		 */
+		if (rc == 0 || rc == -ENOENT) {
+			rc = cat_g4_forget(c, go->co->id, go->co->vid);
+			if (rc == -ENOENT)
+				return;	/* changed or cold meanwhile */
+		}
+		go->g4_vid = 0;	/* not marked cold in this run (step 3) */
+		if (rc < 0) {
+			demote_step_fail(d, c, go, rc);
+			return;
+		}
+	}
+	rc = demote_upload(d->st, d->cold, d->s->bucket, go, d->ctl);
+	if (rc < 0 && rc != -ENOENT)	/* -ENOENT: overwritten or deleted meanwhile */
+		demote_step_fail(d, c, go, rc);
+}
+
 static int demote_session(struct kvt_store *st, struct cold *cold, const struct session_ref *s,
 			  const struct kvt_g4_opts *o, struct kvt_g4_report *rep,
 			  struct g4_ctl *ctl)
@@ -972,49 +1045,13 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 		demoting += v[i].co->obj->tier == KVT_TIER_DEMOTING;
 	if (demoting == 0)
 		goto out;	/* someone else finished it meanwhile */
-	/* 1. Upload and verify what G4 does not hold yet. */
-	for (size_t i = 0; i < n; i++) {
-		struct cat_g4_obj *go = &v[i];
+	/* 1. Upload and verify what G4 does not hold yet, several at once. */
+	{
+		struct demote_step d = { .st = st, .cold = cold, .s = s, .o = o, .ctl = ctl,
+					 .v = v };
 
-		if (go->co->obj->tier != KVT_TIER_DEMOTING)
-			continue;
-		if (go->g4_vid == go->co->vid) {
-			/* Uploaded before (a crash, or recalled since): still there? */
-			char *gkey = g4_name(s->bucket, go->co->obj->key, go->g4_key);
-			uint64_t size = 0;
-
-			rc = gkey ? cold_head(cold, gkey, &size) : -ENOMEM;
-			free(gkey);
-			if (rc == 0 && size == go->co->obj->size)
-				continue;
-			/*
-			 * Gone or changed in G4: upload again, but only on the
-			 * partner's word (not when it did not answer), and only
-			 * once the catalog no longer calls that copy verified:
-			 * reclaim would turn the object cold on a copy being
-			 * rewritten, and a partner may keep a cut PUT.
-			 */
-			if (rc == 0 || rc == -ENOENT) {
-				rc = cat_g4_forget(c, go->co->id, go->co->vid);
-				if (rc == -ENOENT)
-					continue;	/* changed or cold meanwhile */
-			}
-			go->g4_vid = 0;	/* not marked cold in this run (step 3) */
-			if (rc < 0) {
-				cat_g4_failed(c, go->co->id);
-				rep->failures++;
-				g4_progress(o, s->bucket, go->co->obj->key, go->co->obj->size, rc);
-				continue;
-			}
-		}
-		rc = demote_upload(st, cold, s->bucket, go, ctl);
-		if (rc == -ENOENT)
-			continue;	/* overwritten or deleted meanwhile: not ours to move */
-		if (rc < 0) {
-			cat_g4_failed(c, go->co->id);
-			rep->failures++;
-			g4_progress(o, s->bucket, go->co->obj->key, go->co->obj->size, rc);
-		}
+		g4_parallel(ctl ? ctl->object_jobs : 1, n, demote_step_one, &d);
+		rep->failures += atomic_load(&d.failures);
 	}
 	/* 2. The manifest lists everything G4 holds of the session. */
 	rc = manifest_write(cold, s->bucket, s->session, v, n, ctl);
@@ -1426,11 +1463,15 @@ int kvt_g4_demote(struct kvt_store *st, const struct kvt_g4_opts *o, struct kvt_
 				     session_collect, &l);
 	}
 	if (rc == 0) {
-		/* Sessions in parallel, each in one thread: its manifest is
-		 * written from what that thread uploaded. */
+		/* Sessions in parallel, each in one thread that writes its
+		 * manifest once its objects are up; jobs that fewer sessions
+		 * leave idle upload their objects in parallel. */
+		unsigned jobs = o && o->jobs ? o->jobs : 1;
+
 		job_init(&j, st, cold, o);
 		j.sessions = &l;
-		g4_parallel(o ? o->jobs : 1, l.n, job_demote, &j);
+		j.ctl.object_jobs = l.n < jobs ? (unsigned)(jobs / MAX(l.n, 1)) : 1;
+		g4_parallel(jobs, l.n, job_demote, &j);
 		*rep = j.rep;
 		rc = j.rc;
 		job_release(&j);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -183,4 +184,20 @@ void *util_aligned_alloc(size_t align, size_t size)
 	if (posix_memalign(&p, align, size) != 0)
 		return NULL;
 	return p;
+}
+
+void *util_big_alloc(size_t size)
+{
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	(void)madvise(p, size, MADV_HUGEPAGE);	/* a hint: small pages work too */
+	return p;
+}
+
+void util_big_free(void *p, size_t size)
+{
+	if (p)
+		munmap(p, size);
 }

@@ -32,4 +32,14 @@ int util_mkdir_p(const char *dir);
 /* Aligned allocation for O_DIRECT; free with free(). NULL on failure. */
 void *util_aligned_alloc(size_t align, size_t size);
 
+/*
+ * A buffer of a megabyte or more, page-aligned, in transparent huge pages
+ * where the kernel has them; free with util_big_free(p, size). On this
+ * project's virtual machines the first write to each 4 KiB page of fresh
+ * memory cost about 27 us (8 MiB copied at 150 MB/s), and 2 MiB pages make
+ * that 1 ms per 8 MiB (docs/benchmarks.md, "Demotion of 32 MiB blocks").
+ */
+void *util_big_alloc(size_t size);
+void util_big_free(void *p, size_t size);
+
 #endif /* KVT_UTIL_H */

@@ -1305,6 +1305,56 @@ static void test_jobs_retries_rate(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * One session of many objects (one long conversation; the benchmark's
+ * blocks) goes up several objects at once when the run has jobs to spare:
+ * with a partner that holds every put 100 ms, more than one waits at a
+ * time. Counted, not timed. Failures among them are counted once each,
+ * and those objects stay readable for the next run.
+ */
+static void test_demote_objects_parallel(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = { .bucket = "kvs", .session = "one", .jobs = 4 };
+	char key[64];
+	unsigned puts;
+	int demoting = 0;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	for (int i = 0; i < 8; i++) {
+		snprintf(key, sizeof(key), "one/x%d", i);
+		assert_int_equal(test_put(st, "kvs", key, 70000, 800 + (uint64_t)i), 0);
+	}
+	plan.stall_ms = 100;
+	plan.err = -EIO;
+	plan.fail_puts = 2;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 2);
+	assert_int_equal(rep.objects, 6);
+	assert_true(plan.max_stalled >= 2 && plan.max_stalled <= 4);
+	for (int i = 0; i < 8; i++) {
+		snprintf(key, sizeof(key), "one/x%d", i);
+		demoting += tier_of(st, "kvs", key) == KVT_TIER_DEMOTING;
+		assert_int_equal(test_check(st, "kvs", key, 70000, 800 + (uint64_t)i), 0);
+	}
+	assert_int_equal(demoting, 2);
+	/* The checks above recalled the six: they go back without a put. */
+	plan.stall_ms = 0;
+	puts = plan.puts;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(rep.objects, 8);
+	assert_int_equal(plan.puts - puts, 2 + 1);	/* and the manifest */
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 /* [g4] url = none: a pure cache node. Nothing to demote to, so reclaim
  * drops what it must free, and the G4 calls say -ENODEV. */
 static void test_g4_none(void **state)
@@ -1697,6 +1747,7 @@ int main(void)
 		cmocka_unit_test(test_recall_disk_full),
 		cmocka_unit_test(test_recall_write_fails),
 		cmocka_unit_test(test_jobs_retries_rate),
+		cmocka_unit_test(test_demote_objects_parallel),
 		cmocka_unit_test(test_g4_none),
 		cmocka_unit_test(test_keys_stay_inside),
 		cmocka_unit_test(test_deleted_stay_deleted),
