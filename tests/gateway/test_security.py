@@ -227,10 +227,14 @@ class Security(unittest.TestCase):
         self.assertIn("../../../../escape", listed)
         # A key that is not UTF-8 is the client's error on every operation
         # (fuzz_gw_http found GET answering 500 InternalError).
+        # Connection: close, not a half-closed socket: with the socket shut,
+        # a DELETE got no answer at all once under ASan (libmicrohttpd may
+        # take the EOF for an abort before it answers).
         for method in ("GET", "HEAD", "DELETE", "PUT"):
             body = b"x" if method == "PUT" else b""
-            head = signed_head(method, "/%s/bad%%FFutf8" % BUCKET, body=body)
-            resp = raw_exchange(head + body)
+            head = signed_head(method, "/%s/bad%%FFutf8" % BUCKET, body=body,
+                               headers={"Connection": "close"})
+            resp = raw_exchange(head + body, shut=False)
             self.assertTrue(resp.startswith(b"HTTP/1.1 400"), (method, resp[:400]))
         # NUL cannot be a key: %00 is refused, not cut short.
         st, _, body = send("PUT", "/%s/nul%%00../x" % BUCKET, body=b"x")
