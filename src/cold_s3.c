@@ -144,7 +144,10 @@ static void s3_handle_put(struct cold_s3 *s, CURL *c)
  * A multipart upload's part buffers (part_size bytes) are kept between
  * uploads: fresh from malloc, every page of one faults on its first write,
  * and on this project's virtual machines those faults were most of a
- * demotion's CPU (docs/benchmarks.md, "Demotion of 32 MiB blocks").
+ * demotion's CPU (docs/benchmarks.md, "Demotion of 32 MiB blocks"). The
+ * pool holds as many as were ever in use at once, at most S3_BUFS_MAX (a
+ * migrator run of 4 jobs: 16 x 8 MiB; a gateway's pressure demotion: 4),
+ * until the cold tier is closed.
  */
 static char *s3_buf_get(struct cold_s3 *s, uint64_t size)
 {
