@@ -34,8 +34,8 @@
  * interleaved with a libs3 GET of the same G4 object. The p99 of 100
  * samples is their second slowest, one pause of the partner's (s3rver is
  * Node.js) away from another figure: runs of 100 gave 1.32x to 1.65x of
- * the GET's p99, runs of 400 (the default) 1.08x to 1.18x
- * (docs/benchmarks.md, "Recall latency").
+ * the GET's p99, runs of 400 (the default) 1.08x to 1.37x
+ * (docs/benchmarks.md, "Demotion of 32 MiB blocks", "Samples").
  */
 #include "config.h"
 
