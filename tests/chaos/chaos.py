@@ -58,6 +58,7 @@ import boto3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.exceptions import ResponseStreamingError
 
 BUCKET = "chaos"
 G4_BUCKET = "g4bucket"
@@ -751,6 +752,23 @@ def chaos(system, proxy, stats, seed, deadline, spare=()):
 
 # ---- the end ---------------------------------------------------------------------
 
+def read_partner_object(s3, key):
+    """The bytes s3rver serves for key. s3rver writes an object in place and
+    declares the length it recorded at the last whole PUT, so an object torn
+    by a cut PUT can end early: tried three times, then what arrived."""
+    data = b""
+    for attempt in range(3):
+        data = b""
+        try:
+            for chunk in s3.get_object(Bucket=G4_BUCKET, Key=key)["Body"].iter_chunks():
+                data += chunk
+            return data
+        except ResponseStreamingError:
+            time.sleep(0.5)
+    log("G4 object %s ends early (%d bytes served)" % (key, len(data)))
+    return data
+
+
 def g4_objects(system):
     """Reads the partner bucket past the proxy. Returns the (key, version) of
     every payload object, the (key, version) the sessions' manifests list
@@ -769,7 +787,7 @@ def g4_objects(system):
             key = o["Key"][len(prefix):]
             if key.endswith("/"):
                 continue    # a directory the mount made, not a payload
-            data = s3.get_object(Bucket=G4_BUCKET, Key=o["Key"])["Body"].read()
+            data = read_partner_object(s3, o["Key"])
             ver = check_payload(key, data)
             if ver is None:
                 damaged[key] = len(data)
@@ -778,7 +796,7 @@ def g4_objects(system):
     mprefix = "%s/.kvtier/manifests/%s/" % (G4_PREFIX, BUCKET)
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=G4_BUCKET, Prefix=mprefix):
         for o in page.get("Contents", []):
-            body = s3.get_object(Bucket=G4_BUCKET, Key=o["Key"])["Body"].read()
+            body = read_partner_object(s3, o["Key"])
             try:
                 m = json.loads(body)
             except ValueError:
