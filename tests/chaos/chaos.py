@@ -756,15 +756,16 @@ def read_partner_object(s3, key):
     """The bytes s3rver serves for key. s3rver writes an object in place and
     declares the length it recorded at the last whole PUT, so an object torn
     by a cut PUT can end early: tried three times, then what arrived."""
-    data = b""
-    for attempt in range(3):
-        data = b""
+    chunks = []
+    for _ in range(3):
+        chunks = []
         try:
             for chunk in s3.get_object(Bucket=G4_BUCKET, Key=key)["Body"].iter_chunks():
-                data += chunk
-            return data
+                chunks.append(chunk)
+            return b"".join(chunks)
         except ResponseStreamingError:
             time.sleep(0.5)
+    data = b"".join(chunks)
     log("G4 object %s ends early (%d bytes served)" % (key, len(data)))
     return data
 
