@@ -324,7 +324,10 @@ int kvt_reader_open_hot(struct kvt_store *st, const char *bucket, const char *ke
 			struct kvt_reader **out);
 /* The object's description; owned by the reader. */
 const struct kvt_object *kvt_reader_object(const struct kvt_reader *r);
-/* Reads up to len bytes at off; returns the count (0 at the end) or -errno. */
+/*
+ * Reads up to len bytes at off; returns the count (0 at the end) or -errno.
+ * Several threads may read (and map) through one reader at once.
+ */
 ssize_t kvt_reader_pread(struct kvt_reader *r, void *buf, size_t len, uint64_t off);
 /* Accepts NULL. */
 void kvt_reader_close(struct kvt_reader *r);

@@ -19,6 +19,11 @@
  * bytes cannot be rewritten while they are sent (segment.h, pins), and it
  * verifies the header and checksum in place, on every map, as pread does.
  *
+ * One reader may be used from several threads at once (the FUSE mount reads
+ * one open file from as many threads as the kernel sends it requests): the
+ * passes over the extent list share r->lock, and the refresh after -ESTALE
+ * takes it alone, once for all the passes that saw the same list.
+ *
  * Extents of at most store.cached_read_max payload bytes are read through
  * the page cache (seg_cached_fd), larger ones with O_DIRECT. Both are
  * verified the same way: the cache saves the device I/O of a small object
@@ -27,6 +32,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +43,8 @@
 struct kvt_reader {
 	struct kvt_store *st;
 	struct cat_object *co;
+	pthread_rwlock_t lock;	/* shared by passes, alone to replace co->extents */
+	unsigned refreshes;	/* times co->extents was replaced */
 };
 
 static int reader_open(struct kvt_store *st, const char *bucket, const char *key, int recall,
@@ -55,6 +63,7 @@ static int reader_open(struct kvt_store *st, const char *bucket, const char *key
 	if (!r)
 		return -ENOMEM;
 	r->st = st;
+	pthread_rwlock_init(&r->lock, NULL);
 	/* -ENOENT for a missing bucket too: callers that care ask kvt_bucket_exists(). */
 	rc = cat_object_lookup(c, bucket, key, 1, &r->co);
 	if (rc < 0)
@@ -113,6 +122,7 @@ void kvt_reader_close(struct kvt_reader *r)
 	if (!r)
 		return;
 	cat_object_free(r->co);
+	pthread_rwlock_destroy(&r->lock);
 	free(r);
 }
 
@@ -160,10 +170,16 @@ static int reader_gen_ok(struct kvt_store *st, const struct cat_extent *e)
 	return seg_map_gen(st->sf, e->segment) == e->gen;
 }
 
+struct read_to {
+	struct io_ctx *io;
+	char *out;
+};
+
 /* One pass over [off, end): -ESTALE if a segment was freed under it. */
-static int reader_pass(struct kvt_reader *r, struct io_ctx *io, char *out, uint64_t off,
-		       uint64_t end)
+static int reader_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t end)
 {
+	struct io_ctx *io = ((struct read_to *)arg)->io;
+	char *out = ((struct read_to *)arg)->out;
 	struct kvt_store *st = r->st;
 	const struct cat_object *co = r->co;
 	struct rslot slots[16];
@@ -280,31 +296,59 @@ static int reader_refresh(struct kvt_reader *r)
 	return 0;
 }
 
+typedef int (*reader_pass_fn)(struct kvt_reader *r, void *arg, uint64_t off, uint64_t end);
+
+/*
+ * Runs pass over [off, end); after -ESTALE, refreshes the extent list and
+ * runs it again, three times at most. A thread that finds the list already
+ * replaced since its pass began goes straight to the next pass.
+ */
+static int reader_run(struct kvt_reader *r, reader_pass_fn pass, void *arg, uint64_t off,
+		      uint64_t end)
+{
+	for (int tries = 0;; tries++) {
+		unsigned seen;
+		int rc;
+
+		pthread_rwlock_rdlock(&r->lock);
+		seen = r->refreshes;
+		rc = pass(r, arg, off, end);
+		pthread_rwlock_unlock(&r->lock);
+		if (rc != -ESTALE || tries == 3)
+			return rc;
+		pthread_rwlock_wrlock(&r->lock);
+		if (r->refreshes == seen) {
+			rc = reader_refresh(r);
+			if (rc == 0)
+				r->refreshes++;
+		} else {
+			rc = 0;
+		}
+		pthread_rwlock_unlock(&r->lock);
+		if (rc < 0)
+			return rc;
+	}
+}
+
 ssize_t kvt_reader_pread(struct kvt_reader *r, void *out, size_t len, uint64_t off)
 {
-	struct kvt_store *st = r->st;
-	struct io_ctx *io = NULL;
+	struct read_to to = { .out = out };
 	uint64_t end;
 	int rc;
 
 	if (off >= r->co->obj->size || len == 0)
 		return 0;
 	end = MIN(r->co->obj->size, off + len);
-	rc = store_io_get(st, &io);
+	rc = store_io_get(r->st, &to.io);
 	if (rc < 0)
 		return rc;
-	rc = reader_pass(r, io, out, off, end);
-	for (int tries = 0; rc == -ESTALE && tries < 3; tries++) {
-		rc = reader_refresh(r);
-		if (rc == 0)
-			rc = reader_pass(r, io, out, off, end);
-	}
+	rc = reader_run(r, reader_pass, &to, off, end);
 	if (rc == -EPIPE) {
-		io->inflight = 0;
-		io_ctx_free(io);
+		to.io->inflight = 0;
+		io_ctx_free(to.io);
 		return -EIO;
 	}
-	store_io_put(st, io);
+	store_io_put(r->st, to.io);
 	return rc < 0 ? rc : (ssize_t)(end - off);
 }
 
@@ -326,9 +370,10 @@ static void map_release(struct kvt_map *m)
 	m->niov = 0;
 }
 
-/* One pass over [off, end): the pins and iovecs into m, or -errno. */
-static int reader_map_pass(struct kvt_reader *r, struct kvt_map *m, uint64_t off, uint64_t end)
+/* One pass over [off, end): the pins and iovecs into m, or -errno and none. */
+static int reader_map_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t end)
 {
+	struct kvt_map *m = arg;
 	struct kvt_store *st = r->st;
 	const struct cat_object *co = r->co;
 	size_t first = reader_find(co, off), n = co->nextents - first;
@@ -350,29 +395,36 @@ static int reader_map_pass(struct kvt_reader *r, struct kvt_map *m, uint64_t off
 
 		rc = store_extent_check_place(st, co->vid, e);
 		if (rc < 0)
-			return rc;
+			goto fail;
 		base = seg_mapped(st->sf, e->segment);
-		if (!base)
-			return -ENOTSUP;
+		if (!base) {
+			rc = -ENOTSUP;
+			goto fail;
+		}
 		/* Pin, then check the generation: see segment.h. */
 		if (m->npinned == 0 || m->pinned[m->npinned - 1] != e->segment) {
 			rc = seg_pin(st->sf, e->segment);
 			if (rc < 0)
-				return rc;
+				goto fail;
 			m->pinned[m->npinned++] = e->segment;
 		}
-		if (!reader_gen_ok(st, e))
-			return -ESTALE;
+		if (!reader_gen_ok(st, e)) {
+			rc = -ESTALE;
+			goto fail;
+		}
 		base += e->offset;
 		rc = store_extent_verify(st, base, co->vid, e);
 		if (rc < 0)
-			return rc;
+			goto fail;
 		m->iov[m->niov++] = (struct iovec){
 			.iov_base = (void *)(base + SEG_HEADER_SIZE + (from - e->obj_off)),
 			.iov_len = (size_t)(to - from),
 		};
 	}
 	return 0;
+fail:
+	map_release(m);	/* a refresh and the next pass hold nothing */
+	return rc;
 }
 
 int kvt_reader_map(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_map **out)
@@ -389,13 +441,7 @@ int kvt_reader_map(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_ma
 	if (!m)
 		return -ENOMEM;
 	m->st = r->st;
-	rc = off < end ? reader_map_pass(r, m, off, end) : 0;
-	for (int tries = 0; rc == -ESTALE && tries < 3; tries++) {
-		map_release(m);
-		rc = reader_refresh(r);
-		if (rc == 0)
-			rc = reader_map_pass(r, m, off, end);
-	}
+	rc = off < end ? reader_run(r, reader_map_pass, m, off, end) : 0;
 	if (rc < 0) {
 		kvt_map_free(m);
 		return rc;

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1805,6 +1806,92 @@ static void test_reclaim_keeps_pinned(void **state)
 	assert_int_equal(test_check(f->st, "bkt", "pin/0", obj_size(1), 5000), -ENOENT);
 }
 
+struct shared_reader {
+	struct kvt_reader *r;
+	const unsigned char *want;
+	size_t len;
+	unsigned seed;
+	atomic_int *stop;
+	unsigned reads, bad;
+	int first_rc;
+};
+
+static void *shared_reader_main(void *arg)
+{
+	struct shared_reader *s = arg;
+	unsigned char *buf = malloc(s->len);
+
+	for (unsigned i = 0; buf && i < 2000 && !atomic_load(s->stop); i++) {
+		size_t off = (size_t)rand_r(&s->seed) % s->len;
+		size_t n = 1 + (size_t)rand_r(&s->seed) % MIN(s->len - off, 3 * PAYLOAD_MAX / 2);
+		ssize_t got = kvt_reader_pread(s->r, buf, n, off);
+		struct kvt_map *m = NULL;
+		int rc = got < 0 ? (int)got : 0;
+
+		if (rc == 0 && ((size_t)got != n || memcmp(buf, s->want + off, n) != 0))
+			rc = -EBADMSG;
+		if (rc == 0 && i % 4 == 0) {
+			rc = kvt_reader_map(s->r, off, n, &m);
+			if (rc == 0)
+				rc = map_check(m, n, 41, off);
+			kvt_map_free(m);
+		}
+		s->reads++;
+		if (rc < 0 && s->bad++ == 0)
+			s->first_rc = rc;
+	}
+	free(buf);
+	return NULL;
+}
+
+/*
+ * One reader, four threads reading and mapping through it at once, while
+ * writers fill the store and reclaim moves the pinned object under them:
+ * every read is whole and byte-exact (the FUSE mount reads one open file
+ * from several threads).
+ */
+static void test_reader_shared(void **state)
+{
+	struct fixture *f = *state;
+	struct kvt_put_opts pin = { .flags = KVT_PUT_PIN };
+	const size_t len = 2 * PAYLOAD_MAX + 12345;
+	unsigned char *want = pattern(len, 41);
+	struct shared_reader sr[4];
+	pthread_t tid[4];
+	struct kvt_reader *r = NULL;
+	struct kvt_store_stat s;
+	atomic_int stop = 0;
+	unsigned bad = 0;
+
+	assert_int_equal(put_data(f->st, "bkt", "shared", want, len, &pin), 0);
+	assert_int_equal(kvt_reader_open(f->st, "bkt", "shared", &r), 0);
+	for (unsigned i = 0; i < 4; i++) {
+		sr[i] = (struct shared_reader){ .r = r, .want = want, .len = len, .seed = i + 1,
+						.stop = &stop };
+		assert_int_equal(pthread_create(&tid[i], NULL, shared_reader_main, &sr[i]), 0);
+	}
+	for (unsigned i = 0; i < 120; i++) {
+		char key[32];
+
+		snprintf(key, sizeof(key), "churn/%04u", i);
+		assert_int_equal(test_put(f->st, "bkt", key, obj_size(i), 9000 + i), 0);
+	}
+	atomic_store(&stop, 1);
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(pthread_join(tid[i], NULL), 0);
+		if (sr[i].bad)
+			print_message("thread %u: %u of %u reads failed, the first with %s\n", i,
+				      sr[i].bad, sr[i].reads, strerror(-sr[i].first_rc));
+		bad += sr[i].bad;
+	}
+	assert_int_equal(bad, 0);
+	assert_int_equal(kvt_store_stat(f->st, &s), 0);
+	assert_true(s.reclaimed_segments > 16);
+	assert_int_equal(s.checksum_failures, 0);
+	kvt_reader_close(r);
+	free(want);
+}
+
 static void test_reclaim_all_pinned_enospc(void **state)
 {
 	struct fixture *f = *state;
@@ -2081,6 +2168,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reopen, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_reclaim_evicts, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_reclaim_keeps_pinned, setup_small, teardown),
+		cmocka_unit_test_setup_teardown(test_reader_shared, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_reclaim_all_pinned_enospc, setup_small, teardown),
 		cmocka_unit_test(test_reclaim_pinned_in_coldest),
 		cmocka_unit_test(test_reclaim_spares_open_writer),
