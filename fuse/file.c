@@ -91,7 +91,10 @@
  * handle only others closed), unless it was abandoned or failed, and frees.
  * fsync publishes, then makes the store durable. A handle is locked while
  * it works: the kernel may send requests for one handle from several
- * threads at once.
+ * threads at once. Reads of a read-only handle are the exception: its
+ * base never changes, so they run side by side (the kernel's readahead
+ * sends several at once), sharing the base reader and its windows under
+ * rlock only while they look them up.
  */
 #include "config.h"
 
@@ -118,6 +121,23 @@ enum fh_state { FH_BASE, FH_BUF, FH_STREAM, FH_STAGE };
 #define KVFS_BUF_MAX KVFS_IO_SIZE
 #define KVFS_BUF_BUDGET (256u * 1024 * 1024)
 
+/*
+ * Extent-sized windows of a handle's base (fh_base_read). A kernel read of
+ * 1 MiB spans two extents, each shared with a neighbouring read, and the
+ * kernel sends the reads of one file from several threads at once: one
+ * window per read in flight, each extent read from disk once. The first
+ * window of a handle is always there; the others count in kvfs.buffered.
+ */
+#define FH_WINDOWS 4
+
+struct fh_win {
+	char *buf;		/* KVFS_EXTENT_PAYLOAD bytes, or NULL */
+	uint64_t off;		/* of the object, a multiple of KVFS_EXTENT_PAYLOAD */
+	size_t len;		/* bytes held; 0: empty */
+	int loading;		/* one thread reads it, others wait on rcond */
+	uint64_t used;		/* win_clock at the last use */
+};
+
 struct fh {
 	pthread_mutex_t lock;
 	struct kvfs *kv;
@@ -138,13 +158,17 @@ struct fh {
 	int abandoned;		/* its writer was killed: nothing is published */
 	int cached;		/* read-only, through the page cache: counted in ncache */
 
-	/* FH_BASE */
+	/* FH_BASE. rlock guards r, retired and the windows: a read-only
+	 * handle is read without h->lock, from several threads at once. */
+	pthread_mutex_t rlock;
+	pthread_cond_t rcond;	/* a window finished loading */
 	struct kvt_reader *r;	/* NULL: no bytes (or base_lazy) */
 	int base_lazy;		/* the base is the key's current version: open on use */
 	char rtag[KVT_ETAG_MAX];
-	char *win;		/* one extent's worth of r, at win_off */
-	uint64_t win_off;
-	size_t win_len;
+	struct kvt_reader **retired;	/* replaced readers others may still use */
+	unsigned nretired;
+	struct fh_win win[FH_WINDOWS];
+	uint64_t win_clock;	/* ticks of window use, for the least recent */
 
 	/* FH_BUF */
 	char *mem;
@@ -366,6 +390,25 @@ static void fh_visible_posix(struct kvfs *kv, const struct kvt_object *o, struct
 	p->ctime_ns = 0;
 }
 
+/* Closes the base and its windows; nobody else reads the handle. */
+static void fh_drop_base(struct fh *h)
+{
+	kvt_reader_close(h->r);
+	h->r = NULL;
+	h->base_lazy = 0;
+	for (unsigned i = 0; i < h->nretired; i++)
+		kvt_reader_close(h->retired[i]);
+	free(h->retired);
+	h->retired = NULL;
+	h->nretired = 0;
+	for (unsigned i = 0; i < FH_WINDOWS; i++) {
+		if (h->win[i].buf && i > 0)
+			atomic_fetch_sub(&h->kv->buffered, KVFS_EXTENT_PAYLOAD);
+		free(h->win[i].buf);
+		h->win[i] = (struct fh_win){ 0 };
+	}
+}
+
 static void fh_free(struct fh *h)
 {
 	if (!h)
@@ -375,15 +418,16 @@ static void fh_free(struct fh *h)
 		h->open_next->open_prev = h->open_prev;
 	*h->open_prev = h->open_next;
 	pthread_mutex_unlock(&h->kv->lock);
-	kvt_reader_close(h->r);
+	fh_drop_base(h);
 	kvt_writer_abort(h->w);
 	if (h->tfd >= 0)
 		close(h->tfd);
 	kvt_meta_free(h->meta, h->nmeta);
 	free(h->session);
 	free(h->content_type);
-	free(h->win);
 	free(h->mem);
+	pthread_cond_destroy(&h->rcond);
+	pthread_mutex_destroy(&h->rlock);
 	pthread_mutex_destroy(&h->lock);
 	free(h);
 }
@@ -395,6 +439,8 @@ static struct fh *fh_new(struct kvfs *kv, struct node *n, int flags, pid_t opene
 	if (!h)
 		return NULL;
 	pthread_mutex_init(&h->lock, NULL);
+	pthread_mutex_init(&h->rlock, NULL);
+	pthread_cond_init(&h->rcond, NULL);
 	h->tfd = -1;
 	h->flags = flags;
 	h->opener = opener;
@@ -444,16 +490,6 @@ static void fh_clean(struct kvfs *kv, struct fh *h)
 		h->node->ndirty--;
 	}
 	pthread_mutex_unlock(&kv->lock);
-}
-
-static void fh_drop_base(struct fh *h)
-{
-	kvt_reader_close(h->r);
-	h->r = NULL;
-	h->base_lazy = 0;
-	free(h->win);
-	h->win = NULL;
-	h->win_len = 0;
 }
 
 static void fh_stream_end(struct kvfs *kv, struct fh *h)
@@ -528,6 +564,52 @@ static int fh_base_ensure(struct kvfs *kv, struct fh *h)
 	return rc;
 }
 
+/* The base reader now; it stays open while the handle is (retired). */
+static struct kvt_reader *fh_base_reader(struct fh *h)
+{
+	struct kvt_reader *r;
+
+	pthread_mutex_lock(&h->rlock);
+	r = h->r;
+	pthread_mutex_unlock(&h->rlock);
+	return r;
+}
+
+/*
+ * After -ESTALE from old: reopens the key, and if it still holds the
+ * version's bytes (same ETag) makes that the base. The old reader is
+ * retired, not closed: other threads may be reading through it.
+ */
+static int fh_base_reopen(struct kvfs *kv, struct fh *h, struct kvt_reader *old)
+{
+	const struct kvt_object *o = kvt_reader_object(old);
+	struct kvt_reader *r = NULL, **more;
+	int rc = 0;
+
+	pthread_mutex_lock(&h->rlock);
+	if (h->r != old)
+		goto out;	/* another thread did it */
+	rc = kvt_reader_open(kv->st, o->bucket, o->key, &r);
+	if (rc < 0 || strcmp(kvt_reader_object(r)->etag, h->rtag) != 0) {
+		log_err(-ESTALE, "'%s/%s' was evicted while open", o->bucket, o->key);
+		rc = -EIO;
+		goto out;
+	}
+	more = realloc(h->retired, (h->nretired + 1) * sizeof(*more));
+	if (!more) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	h->retired = more;
+	h->retired[h->nretired++] = old;
+	h->r = r;
+	r = NULL;
+out:
+	pthread_mutex_unlock(&h->rlock);
+	kvt_reader_close(r);
+	return rc;
+}
+
 /*
  * Reads the base version. -ESTALE means reclaim dropped it under us: a
  * reopen that finds the same version goes on, anything else would mix two
@@ -535,33 +617,116 @@ static int fh_base_ensure(struct kvfs *kv, struct fh *h)
  */
 static ssize_t fh_base_pread(struct kvfs *kv, struct fh *h, char *buf, size_t len, uint64_t off)
 {
-	const struct kvt_object *o = kvt_reader_object(h->r);
-	ssize_t n = kvt_reader_pread(h->r, buf, len, off);
+	struct kvt_reader *r = fh_base_reader(h);
+	ssize_t n = kvt_reader_pread(r, buf, len, off);
 
 	if (n == -ESTALE) {
-		struct kvt_reader *r = NULL;
-		int rc = kvt_reader_open(kv->st, o->bucket, o->key, &r);
+		int rc = fh_base_reopen(kv, h, r);
 
-		if (rc == 0 && strcmp(kvt_reader_object(r)->etag, h->rtag) == 0) {
-			kvt_reader_close(h->r);
-			h->r = r;
-			n = kvt_reader_pread(h->r, buf, len, off);
-		} else {
-			kvt_reader_close(r);
-			log_err(-ESTALE, "'%s/%s' was evicted while open", o->bucket, o->key);
-			return -EIO;
-		}
+		if (rc < 0)
+			return rc;
+		r = fh_base_reader(h);
+		n = kvt_reader_pread(r, buf, len, off);
 	}
 	if (n < 0)
-		log_err((int)n, "cannot read '%s/%s' at %llu", o->bucket, o->key,
-			(unsigned long long)off);
+		log_err((int)n, "cannot read '%s/%s' at %llu", kvt_reader_object(r)->bucket,
+			kvt_reader_object(r)->key, (unsigned long long)off);
+	return n;
+}
+
+/* The window holding w, loaded or loading, or NULL. Under rlock. */
+static struct fh_win *fh_win_find(struct fh *h, uint64_t w)
+{
+	for (unsigned i = 0; i < FH_WINDOWS; i++)
+		if (h->win[i].buf && h->win[i].off == w && (h->win[i].len || h->win[i].loading))
+			return &h->win[i];
+	return NULL;
+}
+
+/*
+ * A window to load: an empty one while the budget allows it, else the one
+ * used least recently of those no thread is loading; NULL if all are
+ * loading. Under rlock.
+ */
+static struct fh_win *fh_win_victim(struct kvfs *kv, struct fh *h)
+{
+	struct fh_win *v = NULL;
+
+	for (unsigned i = 0; i < FH_WINDOWS; i++) {
+		struct fh_win *x = &h->win[i];
+
+		if (!x->buf) {
+			if (i > 0 && atomic_fetch_add(&kv->buffered, KVFS_EXTENT_PAYLOAD) +
+			    KVFS_EXTENT_PAYLOAD > KVFS_BUF_BUDGET) {
+				atomic_fetch_sub(&kv->buffered, KVFS_EXTENT_PAYLOAD);
+				continue;
+			}
+			x->buf = malloc(KVFS_EXTENT_PAYLOAD);
+			if (!x->buf) {
+				if (i > 0)
+					atomic_fetch_sub(&kv->buffered, KVFS_EXTENT_PAYLOAD);
+				continue;
+			}
+			x->len = 0;
+			return x;
+		}
+		if (!x->loading && (!v || x->used < v->used))
+			v = x;
+	}
+	return v;
+}
+
+/*
+ * Copies [off, end) of the window at w (up to its end) into buf, loading
+ * it first if no window holds it; the count copied, 0 at the end of the
+ * base, or -errno.
+ */
+static ssize_t fh_win_copy(struct kvfs *kv, struct fh *h, char *buf, uint64_t off, uint64_t end)
+{
+	uint64_t w = off / KVFS_EXTENT_PAYLOAD * KVFS_EXTENT_PAYLOAD;
+	uint64_t wend = MIN(w + KVFS_EXTENT_PAYLOAD, h->size);
+	ssize_t n = 0;
+
+	pthread_mutex_lock(&h->rlock);
+	for (;;) {
+		struct fh_win *x = fh_win_find(h, w);
+
+		if (x && x->loading) {
+			pthread_cond_wait(&h->rcond, &h->rlock);
+			continue;
+		}
+		if (x) {
+			n = off < w + x->len ? (ssize_t)(MIN(end, w + x->len) - off) : 0;
+			memcpy(buf, x->buf + (off - w), (size_t)n);
+			x->used = ++h->win_clock;
+			break;
+		}
+		x = fh_win_victim(kv, h);
+		if (!x) {
+			pthread_cond_wait(&h->rcond, &h->rlock);
+			continue;
+		}
+		x->off = w;
+		x->len = 0;
+		x->loading = 1;
+		pthread_mutex_unlock(&h->rlock);
+		n = fh_base_pread(kv, h, x->buf, (size_t)(wend - w), w);
+		pthread_mutex_lock(&h->rlock);
+		x->loading = 0;
+		x->len = n > 0 ? (size_t)n : 0;
+		pthread_cond_broadcast(&h->rcond);
+		if (n <= 0)
+			break;
+	}
+	pthread_mutex_unlock(&h->rlock);
 	return n;
 }
 
 /*
- * Reads [off, off + size) of the base through a one-extent window: the
- * engine verifies whole extents, so a 128 KiB kernel readahead must not
- * cost a 1 MiB extent read every time.
+ * Reads [off, off + size) of the base. The engine verifies whole extents,
+ * so a part of one goes through a window (a 128 KiB kernel read must not
+ * cost a 1 MiB extent read every time); a whole one straight into buf.
+ * Safe from several threads at once on a read-only handle.
  */
 static ssize_t fh_base_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, uint64_t off)
 {
@@ -570,43 +735,24 @@ static ssize_t fh_base_read(struct kvfs *kv, struct fh *h, char *buf, size_t siz
 
 	if (rc < 0)
 		return rc;
-	if (!h->r || off >= h->size)
+	if (!fh_base_reader(h) || off >= h->size)
 		return 0;
 	end = MIN(off + size, h->size);
 	while (off < end) {
 		uint64_t w = off / KVFS_EXTENT_PAYLOAD * KVFS_EXTENT_PAYLOAD;
-		uint64_t wend = MIN(w + KVFS_EXTENT_PAYLOAD, h->size);
 		ssize_t n;
 
-		if (h->win && h->win_off == w && off < w + h->win_len) {
-			size_t len = (size_t)MIN(end, w + h->win_len) - off;
-
-			memcpy(buf + done, h->win + (off - w), len);
-			done += len;
-			off += len;
-			continue;
-		}
-		if (off == w && end >= wend) {
-			/* A whole window: straight into the reply. */
-			n = fh_base_pread(kv, h, buf + done, wend - w, w);
-			if (n < 0)
-				return done ? (ssize_t)done : n;
-			if (n == 0)
-				break;
-			done += (uint64_t)n;
-			off += (uint64_t)n;
-			continue;
-		}
-		if (!h->win && !(h->win = malloc(KVFS_EXTENT_PAYLOAD)))
-			return -ENOMEM;
-		h->win_len = 0;
-		n = fh_base_pread(kv, h, h->win, wend - w, w);
+		if (off == w && end >= MIN(w + KVFS_EXTENT_PAYLOAD, h->size))
+			n = fh_base_pread(kv, h, buf + done,
+					  (size_t)(MIN(w + KVFS_EXTENT_PAYLOAD, h->size) - w), w);
+		else
+			n = fh_win_copy(kv, h, buf + done, off, end);
 		if (n < 0)
 			return done ? (ssize_t)done : n;
 		if (n == 0)
 			break;
-		h->win_off = w;
-		h->win_len = (size_t)n;
+		done += (uint64_t)n;
+		off += (uint64_t)n;
 	}
 	return (ssize_t)done;
 }
@@ -1484,6 +1630,10 @@ ssize_t fh_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, off_t off
 	ssize_t n = 0;
 	int rc = 0;
 
+	/* Read-only: the base, its size and state never change; no h->lock,
+	 * so the kernel's reads of one file run side by side. */
+	if (!h->writable)
+		return fh_base_read(kv, h, buf, size, (uint64_t)off);
 	pthread_mutex_lock(&h->lock);
 	if (h->err) {
 		rc = h->err;
