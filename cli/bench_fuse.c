@@ -25,7 +25,8 @@
  *
  * fio cells (psync, bs 1 MiB, buffered I/O as applications do, fio's
  * default invalidate=1 so that each job starts with the files out of the
- * page cache on both sides): sequential write of --files2m files of 2 MiB
+ * page cache on both sides; a read job first syncs its file system, as
+ * invalidation cannot drop the dirty pages a plain write left): sequential write of --files2m files of 2 MiB
  * and --files32m files of 32 MiB (the files are removed before each write
  * job, so every write creates its files, as a KV cache does), sequential
  * read of the same files, random 64 KiB reads over the 32 MiB files. With
@@ -221,6 +222,17 @@ static int bf_start_gateway(struct bf *b)
 
 /* ---- fio ----------------------------------------------------------------------- */
 
+/* Writes back dir's file system, so that fio can drop its files' pages. */
+static void bf_syncfs(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY);
+
+	if (fd >= 0) {
+		syncfs(fd);
+		close(fd);
+	}
+}
+
 /*
  * One fio job in dir; *mbps from fio's own bytes and runtime (field 6/9 for
  * reads, 47/50 for writes of --terse-version=3).
@@ -269,6 +281,8 @@ static int bf_fio(struct bf *b, const char *dir, const char *rw, const char *pre
 	}
 	argv[n] = NULL;
 	unlink(out);
+	if (!write)
+		bf_syncfs(dir);
 	rc = bench_run(argv, b->log, NULL);
 	if (rc != 0) {
 		fprintf(stderr, "kvtier: bench fuse: fio %s in '%s' failed (%d); see '%s'\n", rw,
