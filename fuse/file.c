@@ -68,7 +68,10 @@
  * the name, and the open answers ESTALE, on which the kernel looks the
  * path up again and finds a new inode (fh_writer_enter). A create does
  * that lookup itself (op_create). Writers and cached readers thus never
- * share an inode.
+ * share an inode. Nor do readers of two versions: a private mmap reads
+ * through the page cache even on a direct-I/O handle, so a reader that
+ * opens another version than the readers open on the node moves the name
+ * to a new inode the same way (fh_reader_mode).
  *
  * Who closes. The kernel sends FLUSH at every close(2) of a descriptor of
  * the open file, not only the writer's: a fork copies the descriptor table,
@@ -157,6 +160,7 @@ struct fh {
 	unsigned nowners;	/* FH_OWNERS_MAX + 1: more than fit, any may publish */
 	int abandoned;		/* its writer was killed: nothing is published */
 	int cached;		/* read-only, through the page cache: counted in ncache */
+	int reader;		/* read-only, counted in nreaders */
 
 	/* FH_BASE. rlock guards r, retired and the windows: a read-only
 	 * handle is read without h->lock, from several threads at once. */
@@ -1293,7 +1297,13 @@ static int fh_writer_enter(struct kvfs *kv, struct node *n, fuse_ino_t *pino, ch
 /*
  * How a read-only handle of version o reads (see "One version per inode"):
  * through the page cache when that cannot show the bytes or size of
- * another version, else with direct I/O. Counts it in n->ncache.
+ * another version, else with direct I/O. Counts it in n->ncache, and in
+ * n->nreaders either way. When a read-only handle of another version is
+ * open on n, -ESTALE instead, with the name to forget in *pino, *name: the
+ * node loses its name, and the kernel's lookup again gives this version a
+ * new inode. Direct I/O alone does not keep two versions apart: a private
+ * mmap reads through the inode's page cache whatever the handle
+ * (versions.py, case 5).
  *
  * ksize is the size last sent, not the one the kernel kept: it applies an
  * attribute reply only if no newer request's reply came first, so of two
@@ -1304,13 +1314,24 @@ static int fh_writer_enter(struct kvfs *kv, struct node *n, fuse_ino_t *pino, ch
  * way (kvfs_notify_inval_attr): a read past the size it has then asks
  * first, and gets csize.
  */
-static void fh_reader_mode(struct kvfs *kv, struct fh *h, const struct kvt_object *o,
-			   struct fuse_file_info *fi)
+static int fh_reader_mode(struct kvfs *kv, struct fh *h, const struct kvt_object *o,
+			  struct fuse_file_info *fi, fuse_ino_t *pino, char **name)
 {
 	struct node *n = h->node;
 	int cache, first = 0;
 
 	pthread_mutex_lock(&kv->lock);
+	if (n->nreaders > 0 && strcmp(n->rtag, o->etag) != 0 && n->hashed && n->parent) {
+		/* Another version is read here: the name goes to a new inode. */
+		if ((*name = strdup(n->name)))
+			*pino = n->parent->ino;
+		node_supersede_locked(kv, n);
+		pthread_mutex_unlock(&kv->lock);
+		return -ESTALE;
+	}
+	if (n->nreaders++ == 0)
+		snprintf(n->rtag, sizeof(n->rtag), "%s", o->etag);
+	h->reader = 1;
 	if (n->nwriters > 0 || n->wwait > 0 ||
 	    (n->parent && n->parent->nocache_until > kvfs_now_ns()))
 		cache = 0;	/* the kernel's size is, or is about to be, a writer's */
@@ -1327,10 +1348,14 @@ static void fh_reader_mode(struct kvfs *kv, struct fh *h, const struct kvt_objec
 		h->cached = 1;
 	} else {
 		fi->direct_io = 1;
+		/* Its mmap may bring its own pages in: a later open keeps none. */
+		if (strcmp(n->etag, o->etag) != 0)
+			n->etag[0] = '\0';
 	}
 	pthread_mutex_unlock(&kv->lock);
 	if (first)
 		kvfs_notify_inval_attr(kv, n->ino);
+	return 0;
 }
 
 int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fuse_file_info *fi)
@@ -1435,7 +1460,10 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 		} else if (by_name) {
 			fi->direct_io = 1;
 		} else {
-			fh_reader_mode(kv, h, ro, fi);
+			rc = fh_reader_mode(kv, h, ro, fi, &oldparent, &oldname);
+			name_stale = rc == -ESTALE;
+			if (rc < 0)
+				goto fail;
 		}
 	}
 	goto done;
@@ -1496,6 +1524,8 @@ fail_noent:
 	h->node->nopen--;
 	if (h->writable)
 		h->node->nwriters--;
+	if (h->reader)
+		h->node->nreaders--;
 	if (h->cached && --h->node->ncache == 0)
 		pthread_cond_broadcast(&kv->cache_cond);
 	node_put_locked(kv, h->node);
@@ -1503,7 +1533,7 @@ fail_noent:
 	fh_free(h);
 	/* The kernel still has the name that now belongs to a new inode. */
 	if (oldname) {
-		log_debug("a writer of '%s' gets a new inode: the old one is read through the page cache",
+		log_debug("'%s' gets a new inode: the old one is read as another version",
 			  oldname);
 		kvfs_notify_inval_entry(kv, oldparent, oldname);
 	}
@@ -1570,6 +1600,8 @@ void fh_release(struct kvfs *kv, struct fh *h)
 	n->nopen--;
 	if (h->writable)
 		n->nwriters--;
+	if (h->reader)
+		n->nreaders--;
 	if (h->cached && --n->ncache == 0)
 		pthread_cond_broadcast(&kv->cache_cond);	/* a writer may wait */
 	if (n->nwriters == 0) {

@@ -96,9 +96,13 @@ struct node {
 	 * last told the size is (-1: unknown, a writer moves it); writers
 	 * waiting for those handles to close; and, for a directory, until when
 	 * opens of its files stay off the page cache (a name just given a new
-	 * inode for a writer).
+	 * inode for a writer). All read-only handles, cached or not, read
+	 * version rtag: a private mmap goes through the page cache even on a
+	 * direct-I/O handle.
 	 */
 	unsigned ncache;
+	unsigned nreaders;
+	char rtag[KVT_ETAG_MAX];
 	uint64_t csize;
 	int64_t ksize;
 	unsigned wwait;

@@ -17,13 +17,17 @@ size per inode, so each case is one the daemon once got wrong
   3. a reader of the old version, when a newer, larger one was opened by
      another reader, read past its end: zeros up to the new size;
   4. a reader that opened a new, smaller version while the kernel still
-     had the older size read it padded with zeros.
+     had the older size read it padded with zeros;
+  5. a private mmap of a new version, opened while a reader of the old
+     one was open through the page cache, showed the old version's pages
+     (the inode's cache held them), and the reverse.
 
 Each reader first waits out the attribute timeout and stats the file, so
 that it opens through the page cache (the daemon knows the size the kernel
 has). Exits 0 when every read was whole, 1 listing what was not.
 """
 
+import mmap
 import os
 import subprocess
 import sys
@@ -121,6 +125,25 @@ put("shrunk", new)
 fd = os.open(p, os.O_RDONLY)      # within the attribute timeout, no stat
 expect("4. the new version, opened without a stat", read_rest(fd, b""), new)
 os.close(fd)
+
+# 5. private mmaps of two versions open at once
+p = os.path.join(d, "mapped")
+old, new = data(b"old", 300000), data(b"new", 300000)
+write(p, old)
+settle(p)
+r = os.open(p, os.O_RDONLY)
+first = os.read(r, 4096)
+put("mapped", new)
+settle(p)
+fd = os.open(p, os.O_RDONLY)
+with mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ) as m:
+    expect("5. mmap of the new version beside the old one's reader", m[:], new)
+    expect("5. reader of the old version beside the new one's mmap", read_rest(r, first), old)
+    with mmap.mmap(r, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ) as m2:
+        expect("5. mmap of the old version beside the new one's", m2[:], old)
+        expect("5. mmap of the new version beside the old one's", m[:], new)
+os.close(fd)
+os.close(r)
 
 print("versions: %d reads were not their version whole" % len(bad))
 for b in bad:
