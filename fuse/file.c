@@ -1301,7 +1301,8 @@ static int fh_writer_enter(struct kvfs *kv, struct node *n, fuse_ino_t *pino, ch
  * n->nreaders either way. When a read-only handle of another version is
  * open on n, -ESTALE instead, with the name to forget in *pino, *name: the
  * node loses its name, and the kernel's lookup again gives this version a
- * new inode. Direct I/O alone does not keep two versions apart: a private
+ * new inode. by_name: o is what n's old name holds now (fh_open), read
+ * with direct I/O. Direct I/O alone does not keep two versions apart: a private
  * mmap reads through the inode's page cache whatever the handle
  * (versions.py, case 5).
  *
@@ -1315,25 +1316,30 @@ static int fh_writer_enter(struct kvfs *kv, struct node *n, fuse_ino_t *pino, ch
  * first, and gets csize.
  */
 static int fh_reader_mode(struct kvfs *kv, struct fh *h, const struct kvt_object *o,
-			  struct fuse_file_info *fi, fuse_ino_t *pino, char **name)
+			  int by_name, struct fuse_file_info *fi, fuse_ino_t *pino, char **name)
 {
 	struct node *n = h->node;
 	int cache, first = 0;
 
 	pthread_mutex_lock(&kv->lock);
-	if (n->nreaders > 0 && strcmp(n->rtag, o->etag) != 0 && n->hashed && n->parent) {
-		/* Another version is read here: the name goes to a new inode. */
-		if ((*name = strdup(n->name)))
-			*pino = n->parent->ino;
-		node_supersede_locked(kv, n);
+	if (n->nreaders > 0 && strcmp(n->rtag, o->etag) != 0) {
+		/* Another version is read here: the name goes to a new inode
+		 * (by_name: it has one already). */
+		if (n->hashed && n->parent) {
+			if ((*name = strdup(n->name)))
+				*pino = n->parent->ino;
+			node_supersede_locked(kv, n);
+		}
 		pthread_mutex_unlock(&kv->lock);
 		return -ESTALE;
 	}
 	if (n->nreaders++ == 0)
 		snprintf(n->rtag, sizeof(n->rtag), "%s", o->etag);
 	h->reader = 1;
-	if (n->nwriters > 0 || n->wwait > 0 ||
-	    (n->parent && n->parent->nocache_until > kvfs_now_ns()))
+	if (by_name)
+		cache = 0;	/* not the inode's version: past the cache */
+	else if (n->nwriters > 0 || n->wwait > 0 ||
+		 (n->parent && n->parent->nocache_until > kvfs_now_ns()))
 		cache = 0;	/* the kernel's size is, or is about to be, a writer's */
 	else if (n->ncache > 0)
 		cache = strcmp(n->etag, o->etag) == 0;	/* the cache holds one version */
@@ -1457,10 +1463,8 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 			rc = fh_copy_base_info(h, ro);
 			if (rc < 0)
 				goto fail;
-		} else if (by_name) {
-			fi->direct_io = 1;
 		} else {
-			rc = fh_reader_mode(kv, h, ro, fi, &oldparent, &oldname);
+			rc = fh_reader_mode(kv, h, ro, by_name, fi, &oldparent, &oldname);
 			name_stale = rc == -ESTALE;
 			if (rc < 0)
 				goto fail;
