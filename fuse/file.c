@@ -138,6 +138,7 @@ struct fh_win {
 	uint64_t off;		/* of the object, a multiple of KVFS_EXTENT_PAYLOAD */
 	size_t len;		/* bytes held; 0: empty */
 	int loading;		/* one thread reads it, others wait on rcond */
+	unsigned users;		/* replies sent straight from it (fh_read_windows) */
 	uint64_t used;		/* win_clock at the last use */
 };
 
@@ -649,8 +650,8 @@ static struct fh_win *fh_win_find(struct fh *h, uint64_t w)
 
 /*
  * A window to load: an empty one while the budget allows it, else the one
- * used least recently of those no thread is loading; NULL if all are
- * loading. Under rlock.
+ * used least recently of those no thread is loading or replying from;
+ * NULL if there is none. Under rlock.
  */
 static struct fh_win *fh_win_victim(struct kvfs *kv, struct fh *h)
 {
@@ -674,39 +675,39 @@ static struct fh_win *fh_win_victim(struct kvfs *kv, struct fh *h)
 			x->len = 0;
 			return x;
 		}
-		if (!x->loading && (!v || x->used < v->used))
+		if (!x->loading && !x->users && (!v || x->used < v->used))
 			v = x;
 	}
 	return v;
 }
 
 /*
- * Copies [off, end) of the window at w (up to its end) into buf, loading
- * it first if no window holds it; the count copied, 0 at the end of the
- * base, or -errno.
+ * The window holding the extent at w, loaded first if no window holds it,
+ * with rlock held; NULL and *n = 0 at the end of the base or -errno. With
+ * nowait, -EAGAIN rather than wait: a thread that holds windows for a
+ * reply (users) never waits for others, so holders always finish.
  */
-static ssize_t fh_win_copy(struct kvfs *kv, struct fh *h, char *buf, uint64_t off, uint64_t end)
+static struct fh_win *fh_win_get(struct kvfs *kv, struct fh *h, uint64_t w, int nowait,
+				 ssize_t *n)
 {
-	uint64_t w = off / KVFS_EXTENT_PAYLOAD * KVFS_EXTENT_PAYLOAD;
 	uint64_t wend = MIN(w + KVFS_EXTENT_PAYLOAD, h->size);
-	ssize_t n = 0;
 
-	pthread_mutex_lock(&h->rlock);
 	for (;;) {
 		struct fh_win *x = fh_win_find(h, w);
 
-		if (x && x->loading) {
-			pthread_cond_wait(&h->rcond, &h->rlock);
-			continue;
-		}
-		if (x) {
-			n = off < w + x->len ? (ssize_t)(MIN(end, w + x->len) - off) : 0;
-			memcpy(buf, x->buf + (off - w), (size_t)n);
+		if (x && !x->loading) {
 			x->used = ++h->win_clock;
-			break;
+			return x;
 		}
-		x = fh_win_victim(kv, h);
+		if (!x)
+			x = fh_win_victim(kv, h);
+		else
+			x = NULL;	/* another thread loads it */
 		if (!x) {
+			if (nowait) {
+				*n = -EAGAIN;
+				return NULL;
+			}
 			pthread_cond_wait(&h->rcond, &h->rlock);
 			continue;
 		}
@@ -714,13 +715,31 @@ static ssize_t fh_win_copy(struct kvfs *kv, struct fh *h, char *buf, uint64_t of
 		x->len = 0;
 		x->loading = 1;
 		pthread_mutex_unlock(&h->rlock);
-		n = fh_base_pread(kv, h, x->buf, (size_t)(wend - w), w);
+		*n = fh_base_pread(kv, h, x->buf, (size_t)(wend - w), w);
 		pthread_mutex_lock(&h->rlock);
 		x->loading = 0;
-		x->len = n > 0 ? (size_t)n : 0;
+		x->len = *n > 0 ? (size_t)*n : 0;
 		pthread_cond_broadcast(&h->rcond);
-		if (n <= 0)
-			break;
+		if (*n <= 0)
+			return NULL;
+	}
+}
+
+/*
+ * Copies [off, end) of the extent window holding off (up to its end) into
+ * buf; the count copied, 0 at the end of the base, or -errno.
+ */
+static ssize_t fh_win_copy(struct kvfs *kv, struct fh *h, char *buf, uint64_t off, uint64_t end)
+{
+	uint64_t w = off / KVFS_EXTENT_PAYLOAD * KVFS_EXTENT_PAYLOAD;
+	struct fh_win *x;
+	ssize_t n = 0;
+
+	pthread_mutex_lock(&h->rlock);
+	x = fh_win_get(kv, h, w, 0, &n);
+	if (x) {
+		n = off < w + x->len ? (ssize_t)(MIN(end, w + x->len) - off) : 0;
+		memcpy(buf, x->buf + (off - w), (size_t)n);
 	}
 	pthread_mutex_unlock(&h->rlock);
 	return n;
@@ -1660,6 +1679,57 @@ void fh_release_orphans(struct kvfs *kv)
 }
 
 /* ---- read, write, truncate, flush ------------------------------------------ */
+
+ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
+			struct fh_reply *rp)
+{
+	uint64_t o = (uint64_t)off, end;
+	ssize_t n = 0;
+
+	rp->n = 0;
+	if (h->writable || !fh_base_reader(h))
+		return -EAGAIN;
+	if (o >= h->size)
+		return 0;
+	end = MIN(o + size, h->size);
+	pthread_mutex_lock(&h->rlock);
+	while (o < end) {
+		uint64_t w = o / KVFS_EXTENT_PAYLOAD * KVFS_EXTENT_PAYLOAD;
+		struct fh_win *x;
+		size_t len;
+
+		if (rp->n == FH_REPLY_MAX || (o == w && end >= MIN(w + KVFS_EXTENT_PAYLOAD, h->size))) {
+			n = -EAGAIN;	/* a whole extent goes straight into a buffer */
+			break;
+		}
+		x = fh_win_get(kv, h, w, rp->n > 0, &n);
+		if (!x || o >= w + x->len)
+			break;
+		len = (size_t)(MIN(end, w + x->len) - o);
+		x->users++;
+		rp->iov[rp->n] = (struct iovec){ .iov_base = x->buf + (o - w), .iov_len = len };
+		rp->win[rp->n++] = x;
+		o += len;
+	}
+	pthread_mutex_unlock(&h->rlock);
+	if (n < 0) {
+		fh_reply_done(h, rp);
+		return n;
+	}
+	return (ssize_t)(o - (uint64_t)off);
+}
+
+void fh_reply_done(struct fh *h, struct fh_reply *rp)
+{
+	if (rp->n == 0)
+		return;
+	pthread_mutex_lock(&h->rlock);
+	for (unsigned i = 0; i < rp->n; i++)
+		rp->win[i]->users--;
+	pthread_cond_broadcast(&h->rcond);
+	pthread_mutex_unlock(&h->rlock);
+	rp->n = 0;
+}
 
 ssize_t fh_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, off_t off)
 {

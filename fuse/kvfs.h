@@ -259,6 +259,7 @@ int kvfs_errno(int rc);
 /* ---- file.c --------------------------------------------------------------- */
 
 struct fh;
+struct fh_win;
 
 /* opener: the thread that asked (fuse_req_ctx()->pid), 0 if unknown.
  * fh_open's -ESTALE: the kernel's name is out of date; reply ESTALE as is
@@ -266,6 +267,23 @@ struct fh;
 int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fuse_file_info *fi);
 int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
 	      const struct kvt_posix *posix, struct fuse_file_info *fi);
+/*
+ * A read of a read-only handle in which every extent is read in part (the
+ * kernel's 1 MiB reads at 1 MiB offsets: the tail of one extent and the
+ * head of the next) as iovecs into the handle's extent windows, which stay
+ * held until fh_reply_done(): the reply needs no copy of its own. The byte
+ * count, or -EAGAIN where fh_read() is to copy instead (a whole extent, a
+ * writable handle, a window not to be had without waiting).
+ */
+#define FH_REPLY_MAX 3	/* extents a read of max_read (1 MiB) can touch */
+struct fh_reply {
+	struct iovec iov[FH_REPLY_MAX];
+	struct fh_win *win[FH_REPLY_MAX];
+	unsigned n;
+};
+ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
+			struct fh_reply *rp);
+void fh_reply_done(struct fh *h, struct fh_reply *rp);
 ssize_t fh_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, off_t off);
 /* owner: the lock owner (descriptor table) of the writer, 0 if unknown. */
 ssize_t fh_write(struct kvfs *kv, struct fh *h, const char *buf, size_t size, off_t off,
