@@ -649,36 +649,45 @@ static struct fh_win *fh_win_find(struct fh *h, uint64_t w)
 }
 
 /*
- * A window to load: an empty one while the budget allows it, else the one
- * used least recently of those no thread is loading or replying from;
+ * A window to load: the one used least recently of those no thread is
+ * loading or replying from, else a new one while the budget allows it;
  * NULL if there is none. Under rlock.
  */
 static struct fh_win *fh_win_victim(struct kvfs *kv, struct fh *h)
 {
 	struct fh_win *v = NULL;
+	unsigned i;
 
-	for (unsigned i = 0; i < FH_WINDOWS; i++) {
+	for (i = 0; i < FH_WINDOWS && h->win[i].buf; i++) {
 		struct fh_win *x = &h->win[i];
 
-		if (!x->buf) {
-			if (i > 0 && atomic_fetch_add(&kv->buffered, KVFS_EXTENT_PAYLOAD) +
-			    KVFS_EXTENT_PAYLOAD > KVFS_BUF_BUDGET) {
-				atomic_fetch_sub(&kv->buffered, KVFS_EXTENT_PAYLOAD);
-				continue;
-			}
-			x->buf = malloc(KVFS_EXTENT_PAYLOAD);
-			if (!x->buf) {
-				if (i > 0)
-					atomic_fetch_sub(&kv->buffered, KVFS_EXTENT_PAYLOAD);
-				continue;
-			}
-			x->len = 0;
-			return x;
-		}
 		if (!x->loading && !x->users && (!v || x->used < v->used))
 			v = x;
 	}
-	return v;
+	if (v || i == FH_WINDOWS)
+		return v;
+	if (i > 0 && atomic_fetch_add(&kv->buffered, KVFS_EXTENT_PAYLOAD) + KVFS_EXTENT_PAYLOAD >
+	    KVFS_BUF_BUDGET) {
+		atomic_fetch_sub(&kv->buffered, KVFS_EXTENT_PAYLOAD);
+		return NULL;
+	}
+	h->win[i].buf = malloc(KVFS_EXTENT_PAYLOAD);
+	if (!h->win[i].buf) {
+		if (i > 0)
+			atomic_fetch_sub(&kv->buffered, KVFS_EXTENT_PAYLOAD);
+		return NULL;
+	}
+	h->win[i].len = 0;
+	return &h->win[i];
+}
+
+/* Some window is being loaded or replied from: waiting frees one. */
+static int fh_win_busy(const struct fh *h)
+{
+	for (unsigned i = 0; i < FH_WINDOWS; i++)
+		if (h->win[i].loading || h->win[i].users)
+			return 1;
+	return 0;
 }
 
 /*
@@ -704,8 +713,8 @@ static struct fh_win *fh_win_get(struct kvfs *kv, struct fh *h, uint64_t w, int 
 		else
 			x = NULL;	/* another thread loads it */
 		if (!x) {
-			if (nowait) {
-				*n = -EAGAIN;
+			if (nowait || !fh_win_busy(h)) {
+				*n = nowait ? -EAGAIN : -ENOMEM;	/* no memory for one */
 				return NULL;
 			}
 			pthread_cond_wait(&h->rcond, &h->rlock);
