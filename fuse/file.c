@@ -128,8 +128,8 @@ enum fh_state { FH_BASE, FH_BUF, FH_STREAM, FH_STAGE };
  * Extent-sized windows of a handle's base (fh_base_read). A kernel read of
  * 1 MiB spans two extents, each shared with a neighbouring read, and the
  * kernel sends the reads of one file from several threads at once: one
- * window per read in flight, each extent read from disk once. The first
- * window of a handle is always there; the others count in kvfs.buffered.
+ * window per read in flight, each extent read from disk once. A handle's
+ * first window is not counted; the others count in kvfs.buffered.
  */
 #define FH_WINDOWS 4
 
