@@ -465,6 +465,30 @@ os.close(fd)
 assert open(p, "rb").read() == b"".join(data), "threaded writes read back wrong"
 EOF2
 
+step "threads reading one open file at once: through the page cache and with O_DIRECT"
+python3 - "$B" <<'EOF2'
+import os, random, sys, threading
+p = os.path.join(sys.argv[1], "threaded")     # written above: 24 MiB, 25 extents
+want = open(p, "rb").read()
+for flags in (0, os.O_DIRECT):
+    fd = os.open(p, os.O_RDONLY | flags)
+    bad = []
+    def work(seed):
+        r = random.Random(seed)
+        for _ in range(150):
+            off = r.randrange(len(want))
+            n = r.choice([1, 4096, 65536, 1 << 20, 3 << 19])
+            if os.pread(fd, n, off) != want[off:off + n]:
+                bad.append((off, n))
+    ts = [threading.Thread(target=work, args=(seed,)) for seed in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    os.close(fd)
+    assert not bad, "flags %#x: wrong bytes at (offset, length) %s" % (flags, bad[:5])
+EOF2
+
 step "random operations against a model (fsx)"
 mkdir "$B/fsx"
 python3 "$FSX" "$B/fsx" --ops "${KVT_FSX_OPS:-3000}" --seconds "${KVT_FSX_SECONDS:-240}" \
