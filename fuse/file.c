@@ -174,6 +174,7 @@ struct fh {
 	unsigned nretired;
 	struct fh_win win[FH_WINDOWS];
 	uint64_t win_clock;	/* ticks of window use, for the least recent */
+	unsigned nreads;	/* reads without h->lock running; release waits */
 
 	/* FH_BUF */
 	char *mem;
@@ -752,6 +753,32 @@ static ssize_t fh_win_copy(struct kvfs *kv, struct fh *h, char *buf, uint64_t of
 	}
 	pthread_mutex_unlock(&h->rlock);
 	return n;
+}
+
+/*
+ * A read of a read-only handle runs without h->lock, so release cannot
+ * count on that lock to wait for it: the kernel sends RELEASE as soon as a
+ * reader it gave up on (killed) closes, while the daemon still reads.
+ */
+static void fh_reads_enter(struct fh *h)
+{
+	pthread_mutex_lock(&h->rlock);
+	h->nreads++;
+	pthread_mutex_unlock(&h->rlock);
+}
+
+static void fh_reads_leave_locked(struct fh *h)
+{
+	if (--h->nreads == 0)
+		pthread_cond_broadcast(&h->rcond);
+}
+
+static void fh_reads_wait(struct fh *h)
+{
+	pthread_mutex_lock(&h->rlock);
+	while (h->nreads > 0)
+		pthread_cond_wait(&h->rcond, &h->rlock);
+	pthread_mutex_unlock(&h->rlock);
 }
 
 /*
@@ -1618,6 +1645,7 @@ void fh_release(struct kvfs *kv, struct fh *h)
 	char *name = NULL;
 	int rc;
 
+	fh_reads_wait(h);
 	pthread_mutex_lock(&h->lock);
 	rc = fh_publish(kv, h);
 	if (rc < 0 && rc != h->err)
@@ -1692,17 +1720,21 @@ void fh_release_orphans(struct kvfs *kv)
 ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 			struct fh_reply *rp)
 {
-	uint64_t o = (uint64_t)off, end;
+	uint64_t o = (uint64_t)off, end = 0;
 	ssize_t n = 0;
 
 	rp->n = 0;
-	if (h->writable || !fh_base_reader(h))
+	rp->held = 0;
+	if (h->writable)
 		return -EAGAIN;
-	if (o >= h->size)
-		return 0;
-	end = MIN(o + size, h->size);
 	pthread_mutex_lock(&h->rlock);
-	while (o < end) {
+	h->nreads++;
+	rp->held = 1;
+	if (!h->r)
+		n = -EAGAIN;
+	else if (o < h->size)
+		end = MIN(o + size, h->size);
+	while (n >= 0 && o < end) {
 		uint64_t w = o / KVFS_EXTENT_PAYLOAD * KVFS_EXTENT_PAYLOAD;
 		struct fh_win *x;
 		size_t len;
@@ -1711,6 +1743,7 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 			n = -EAGAIN;	/* a whole extent goes straight into a buffer */
 			break;
 		}
+		n = 0;	/* fh_win_get's count of a load is not ours */
 		x = fh_win_get(kv, h, w, rp->n > 0, &n);
 		if (!x || o >= w + x->len)
 			break;
@@ -1730,14 +1763,16 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 
 void fh_reply_done(struct fh *h, struct fh_reply *rp)
 {
-	if (rp->n == 0)
+	if (!rp->held)
 		return;
 	pthread_mutex_lock(&h->rlock);
 	for (unsigned i = 0; i < rp->n; i++)
 		rp->win[i]->users--;
 	pthread_cond_broadcast(&h->rcond);
+	fh_reads_leave_locked(h);
 	pthread_mutex_unlock(&h->rlock);
 	rp->n = 0;
+	rp->held = 0;
 }
 
 ssize_t fh_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, off_t off)
@@ -1747,8 +1782,14 @@ ssize_t fh_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, off_t off
 
 	/* Read-only: the base, its size and state never change; no h->lock,
 	 * so the kernel's reads of one file run side by side. */
-	if (!h->writable)
-		return fh_base_read(kv, h, buf, size, (uint64_t)off);
+	if (!h->writable) {
+		fh_reads_enter(h);
+		n = fh_base_read(kv, h, buf, size, (uint64_t)off);
+		pthread_mutex_lock(&h->rlock);
+		fh_reads_leave_locked(h);
+		pthread_mutex_unlock(&h->rlock);
+		return n;
+	}
 	pthread_mutex_lock(&h->lock);
 	if (h->err) {
 		rc = h->err;

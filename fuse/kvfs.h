@@ -271,15 +271,17 @@ int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
  * A read of a read-only handle in which every extent is read in part (the
  * kernel's 1 MiB reads at 1 MiB offsets: the tail of one extent and the
  * head of the next) as iovecs into the handle's extent windows, which stay
- * held until fh_reply_done(): the reply needs no copy of its own. The byte
- * count, or -EAGAIN where fh_read() is to copy instead (a whole extent, a
- * writable handle, a window not to be had without waiting).
+ * held until fh_reply_done(), and so is the handle (its release waits):
+ * the reply needs no copy of its own. The byte count, or -EAGAIN where
+ * fh_read() is to copy instead (a whole extent, a writable handle, a
+ * window not to be had without waiting); with -errno nothing is held.
  */
 #define FH_REPLY_MAX 3	/* extents a read of max_read (1 MiB) can touch */
 struct fh_reply {
 	struct iovec iov[FH_REPLY_MAX];
 	struct fh_win *win[FH_REPLY_MAX];
 	unsigned n;
+	int held;	/* the handle stays open until fh_reply_done() */
 };
 ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 			struct fh_reply *rp);
