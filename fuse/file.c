@@ -1753,12 +1753,14 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 		rp->win[rp->n++] = x;
 		o += len;
 	}
-	pthread_mutex_unlock(&h->rlock);
 	if (n < 0) {
-		fh_reply_done(h, rp);
-		return n;
+		for (unsigned i = 0; i < rp->n; i++)
+			rp->win[i]->users--;
+		rp->n = 0;
+		pthread_cond_broadcast(&h->rcond);
 	}
-	return (ssize_t)(o - (uint64_t)off);
+	pthread_mutex_unlock(&h->rlock);
+	return n < 0 ? n : (ssize_t)(o - (uint64_t)off);
 }
 
 void fh_reply_done(struct fh *h, struct fh_reply *rp)

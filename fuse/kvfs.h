@@ -274,7 +274,8 @@ int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
  * held until fh_reply_done(), and so is the handle (its release waits):
  * the reply needs no copy of its own. The byte count, or -EAGAIN where
  * fh_read() is to copy instead (a whole extent, a writable handle, a
- * window not to be had without waiting); with -errno nothing is held.
+ * window not to be had without waiting); with -errno no window is held,
+ * but the handle is: call fh_reply_done() once the reply is sent, always.
  */
 #define FH_REPLY_MAX 3	/* extents a read of max_read (1 MiB) can touch */
 struct fh_reply {

@@ -984,31 +984,24 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct kvfs *kv = req_kv(req);
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
 	struct fh_reply rp;
-	char *buf;
+	char *buf = NULL;
 	ssize_t n;
 
 	(void)ino;
 	n = fh_read_windows(kv, h, size, off, &rp);
-	if (n != -EAGAIN) {
-		if (n < 0)
-			reply_err(req, (int)n);
-		else if (rp.n == 0)
-			fuse_reply_buf(req, NULL, 0);
-		else
-			fuse_reply_iov(req, rp.iov, (int)rp.n);
-		fh_reply_done(h, &rp);
-		return;
+	if (n == -EAGAIN) {
+		buf = malloc(size ? size : 1);
+		n = buf ? fh_read(kv, h, buf, size, off) : -ENOMEM;
 	}
-	buf = malloc(size ? size : 1);
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	n = fh_read(kv, h, buf, size, off);
 	if (n < 0)
 		reply_err(req, (int)n);
-	else
+	else if (buf)
 		fuse_reply_buf(req, buf, (size_t)n);
+	else if (rp.n)
+		fuse_reply_iov(req, rp.iov, (int)rp.n);
+	else
+		fuse_reply_buf(req, NULL, 0);
+	fh_reply_done(h, &rp);
 	free(buf);
 }
 
