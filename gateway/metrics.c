@@ -20,7 +20,7 @@ static const unsigned metrics_statuses[] = {
 
 /* Upper bounds in seconds; the last bucket is +Inf. */
 static const double metrics_bounds[] = {
-	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 };
 #define METRICS_NBUCKETS (GW_ARRAY_SIZE(metrics_bounds) + 1)
 
