@@ -11,7 +11,8 @@
 #     whole, while a writer on this mount rewrites the file or a newer
 #     version, smaller or larger, is put and opened by another reader; a
 #     smaller version opened while the kernel had the older size is not
-#     zero-padded.
+#     zero-padded; private mmaps of two versions, and of a file open for
+#     writing beside a reader's, each show their own bytes.
 #  3. tests/fuse/namerace.py: create, stat, read, rename and unlink of the
 #     same names from four processes, plus S3 PUT and DELETE of the same keys
 #     through the gateway (with boto3), for KVT_RACE_SECONDS (15 s):

@@ -20,7 +20,10 @@ size per inode, so each case is one the daemon once got wrong
      had the older size read it padded with zeros;
   5. a private mmap of a new version, opened while a reader of the old
      one was open through the page cache, showed the old version's pages
-     (the inode's cache held them), and the reverse.
+     (the inode's cache held them), and the reverse;
+  6. a file open for writing (O_RDWR, not truncated) and changed in
+     place: the writer's private mmap shows its own bytes, a reader's the
+     version it opened, and the change is published at the writer's close.
 
 Each reader first waits out the attribute timeout and stats the file, so
 that it opens through the page cache (the daemon knows the size the kernel
@@ -144,6 +147,27 @@ with mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ) as m:
         expect("5. mmap of the new version beside the old one's", m[:], new)
 os.close(fd)
 os.close(r)
+
+# 6. a private mmap of a file open for writing, beside a reader's
+p = os.path.join(d, "inplace")
+old = data(b"old", 300000)
+patch = b"patched in place" * 4096
+new = old[:100000] + patch + old[100000 + len(patch):]
+write(p, old)
+settle(p)
+r = os.open(p, os.O_RDONLY)
+first = os.read(r, 4096)
+w = os.open(p, os.O_RDWR)
+os.pwrite(w, patch, 100000)
+with mmap.mmap(w, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ) as m:
+    expect("6. the writer's mmap of its own bytes", m[:], new)
+    with mmap.mmap(r, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ) as m2:
+        expect("6. a reader's mmap beside the writer's", m2[:], old)
+    expect("6. the reader beside the writer's mmap", read_rest(r, first), old)
+os.close(w)
+os.close(r)
+with open(p, "rb") as f:
+    expect("6. a new open after the writer's close", f.read(), new)
 
 print("versions: %d reads were not their version whole" % len(bad))
 for b in bad:
