@@ -459,6 +459,18 @@ int main(int argc, char **argv)
 		log_err(-errno, "cannot detach");
 		goto out;
 	}
+	/*
+	 * Blocked before any thread starts, so every thread inherits the mask: a
+	 * SIGTERM that reached a thread with it unblocked would kill the process
+	 * (the default action) instead of ending in the sigtimedwait() below.
+	 */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
 	rc = kvt_store_open(&srv.cfg, KVT_OPEN_CREATE, &srv.st);
 	if (rc < 0) {
 		log_err(rc, "cannot open the store in '%s'", srv.cfg.store.dir);
@@ -478,13 +490,6 @@ int main(int argc, char **argv)
 	if (RAND_bytes((unsigned char *)&srv.reqid_base, sizeof(srv.reqid_base)) != 1)
 		srv.reqid_base = (uint64_t)getpid() << 32;
 	xml_global_init();
-
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGTERM);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	signal(SIGPIPE, SIG_IGN);
 
 	/*
 	 * Blocking engine calls run on the worker lanes while their connection

@@ -798,7 +798,7 @@ static int s3_put_multipart(struct cold_s3 *s, const char *pkey, uint64_t size,
 			  pkey, m.nparts, m.part_size, want_threads);
 
 		while (nthreads + 1 < want_threads &&
-		       pthread_create(&th[nthreads], NULL, s3_mpu_worker, &m) == 0)
+		       util_thread_start(&th[nthreads], NULL, s3_mpu_worker, &m) == 0)
 			nthreads++;
 		s3_mpu_worker(&m);
 		for (unsigned i = 0; i < nthreads; i++)

@@ -127,7 +127,7 @@ int demoter_start(struct kvt_store *st)
 {
 	int rc;
 
-	rc = -pthread_create(&st->demoter, NULL, demoter_main, st);
+	rc = util_thread_start(&st->demoter, NULL, demoter_main, st);
 	if (rc < 0) {
 		log_warn(rc, "cannot start the background demoter of '%s'; writers demote"
 			 " themselves", st->dir);

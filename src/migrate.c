@@ -282,7 +282,7 @@ static void g4_parallel(unsigned jobs, size_t n, void (*fn)(void *arg, size_t i)
 	pthread_mutex_init(&pool.lock, NULL);
 	jobs = MIN(MAX(jobs, 1u), 64u);
 	while (started + 1 < jobs && started + 1 < n &&
-	       pthread_create(&th[started], NULL, g4_pool_worker, &pool) == 0)
+	       util_thread_start(&th[started], NULL, g4_pool_worker, &pool) == 0)
 		started++;
 	g4_pool_worker(&pool);
 	for (unsigned i = 0; i < started; i++)

@@ -977,7 +977,7 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	rc = reclaim_recover(st);
 	if (rc < 0)
 		goto fail;
-	if (pthread_create(&st->flusher, NULL, store_flusher, st) == 0)
+	if (util_thread_start(&st->flusher, NULL, store_flusher, st) == 0)
 		st->flusher_running = 1;
 	if (!store_g4_none(st))
 		demoter_start(st);	/* without it, writers demote themselves */

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <isa-l/crc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,4 +201,22 @@ void util_big_free(void *p, size_t size)
 {
 	if (p)
 		munmap(p, size);
+}
+
+int util_thread_start(pthread_t *tid, const pthread_attr_t *attr, void *(*fn)(void *),
+		      void *arg)
+{
+	sigset_t all, old;
+	int rc;
+
+	/* Faults stay deliverable: they are raised by the thread itself. */
+	sigfillset(&all);
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(tid, attr, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return -rc;
 }

@@ -5,6 +5,7 @@
 #ifndef KVT_UTIL_H
 #define KVT_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,5 +42,14 @@ void *util_aligned_alloc(size_t align, size_t size);
  */
 void *util_big_alloc(size_t size);
 void util_big_free(void *p, size_t size);
+
+/*
+ * pthread_create() for the engine's own threads: they start with every
+ * asynchronous signal blocked, so a SIGTERM meant for the program (its
+ * sigwait() or its handler) never lands in a library thread, where the
+ * default action would kill the process. Returns 0 or -errno.
+ */
+int util_thread_start(pthread_t *tid, const pthread_attr_t *attr, void *(*fn)(void *),
+		      void *arg);
 
 #endif /* KVT_UTIL_H */

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -330,6 +331,32 @@ static void test_aligned_alloc(void **state)
 	free(p);
 }
 
+static void *thread_mask(void *arg)
+{
+	pthread_sigmask(SIG_BLOCK, NULL, arg);
+	return NULL;
+}
+
+/* The engine's threads leave the program's signals to the program. */
+static void test_thread_start_blocks_signals(void **state)
+{
+	sigset_t caller, seen;
+	pthread_t tid;
+
+	(void)state;
+	pthread_sigmask(SIG_BLOCK, NULL, &caller);
+	assert_int_equal(util_thread_start(&tid, NULL, thread_mask, &seen), 0);
+	assert_int_equal(pthread_join(tid, NULL), 0);
+	assert_true(sigismember(&seen, SIGTERM));
+	assert_true(sigismember(&seen, SIGINT));
+	assert_true(sigismember(&seen, SIGHUP));
+	assert_false(sigismember(&seen, SIGSEGV));
+	assert_false(sigismember(&seen, SIGBUS));
+	/* and the caller's own mask is as it was */
+	pthread_sigmask(SIG_BLOCK, NULL, &seen);
+	assert_int_equal(sigismember(&seen, SIGTERM), sigismember(&caller, SIGTERM));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -344,6 +371,7 @@ int main(void)
 		cmocka_unit_test(test_clocks),
 		cmocka_unit_test(test_random_and_boot_id),
 		cmocka_unit_test(test_aligned_alloc),
+		cmocka_unit_test(test_thread_start_blocks_signals),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -75,9 +75,28 @@ gw_start()
 	GW_ENDPOINT=http://127.0.0.1:$GW_PORT
 }
 
+# gw_check_sigterm_blocked PID: every thread of the gateway but the main one
+# blocks SIGTERM, so the main thread's sigtimedwait() takes it (while it waits,
+# the kernel shows it unblocked there). A thread that did not (a CI run saw
+# it: the store's flusher) dies of it instead, with the whole process,
+# whenever the main thread is not waiting at that moment.
+gw_check_sigterm_blocked()
+{
+	for gw_task in /proc/"$1"/task/*; do
+		[ "${gw_task##*/}" != "$1" ] || continue
+		gw_blk=$(sed -n 's/^SigBlk:[[:space:]]*//p' "$gw_task/status" 2>/dev/null) || continue
+		[ -n "$gw_blk" ] || continue	# the thread ended meanwhile
+		# SIGTERM is signal 15: bit 14, the 0x4 in the last four hex digits.
+		gw_low=$(printf '%d' "0x${gw_blk#"${gw_blk%????}"}")
+		[ $((gw_low & 16384)) -ne 0 ] ||
+			fail "gateway $1: thread $(cat "$gw_task/comm") has SIGTERM unblocked (SigBlk $gw_blk)"
+	done
+}
+
 # gw_stop PID: SIGTERM, and the gateway must exit 0 within 20 s.
 gw_stop()
 {
+	gw_check_sigterm_blocked "$1"
 	kill -TERM "$1"
 	gw_i=0
 	while kill -0 "$1" 2>/dev/null; do
