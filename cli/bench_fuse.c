@@ -30,7 +30,9 @@
  * and --files32m files of 32 MiB (the files are removed before each write
  * job, so every write creates its files, as a KV cache does), sequential
  * read of the same files, random 64 KiB reads over the 32 MiB files. With
- * --fsync every file is fsynced on close on both sides.
+ * --fsync every file is fsynced on close on both sides; with --direct every
+ * job uses O_DIRECT on both sides (fio's direct=1), as GPU-direct and
+ * NIXL-style clients do: no page cache on either side.
  *
  * cp/ls cells, each run on fresh mounts (cold caches on both sides): cp -r
  * of a directory of --blocks 2 MiB files out of the mount to the local disk
@@ -84,6 +86,7 @@ struct bf_opts {
 	unsigned files2m, files32m, blocks, list;
 	uint64_t capacity;
 	int fsync;
+	int direct;
 	int no_s3fs;
 	int keep;
 };
@@ -271,6 +274,8 @@ static int bf_fio(struct bf *b, const char *dir, const char *rw, const char *pre
 	argv[n++] = (char *)"--fallocate=none";
 	if (b->o.fsync && write)
 		argv[n++] = (char *)"--fsync_on_close=1";
+	if (b->o.direct)
+		argv[n++] = (char *)"--direct=1";
 	argv[n++] = (char *)"--output-format=terse";
 	argv[n++] = (char *)"--terse-version=3";
 	{
@@ -465,7 +470,7 @@ static void bf_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: kvtier bench fuse [--dir DIR] [--runs N] [--files2m N] [--files32m N]\n"
-		"                         [--blocks N] [--list N] [--fsync] [--no-s3fs]\n"
+		"                         [--blocks N] [--list N] [--fsync] [--direct] [--no-s3fs]\n"
 		"                         [--capacity SIZE] [--keep]\n"
 		"\n"
 		"kvtier-fuse against a plain file in the same directory (fio: sequential\n"
@@ -481,6 +486,7 @@ static void bf_usage(FILE *f)
 		"  --blocks N       2 MiB files cp copies (default 64)\n"
 		"  --list N         files ls -l lists (default 10000)\n"
 		"  --fsync          fio fsyncs each file it wrote on close, on both sides\n"
+		"  --direct         fio uses O_DIRECT on both sides (no page cache)\n"
 		"  --no-s3fs        fio cells only\n"
 		"  --capacity SIZE  the scratch store's capacity (default 8G)\n"
 		"  --keep           leave the scratch directory\n");
@@ -519,6 +525,8 @@ static int bf_parse_args(const struct kvt_config *cfg, int argc, char **argv, st
 			rc = m < 0 ? -EINVAL : kvt_parse_size(v, &o->capacity);
 		} else if (OPT("--fsync", 0)) {
 			o->fsync = 1;
+		} else if (OPT("--direct", 0)) {
+			o->direct = 1;
 		} else if (OPT("--no-s3fs", 0)) {
 			o->no_s3fs = 1;
 		} else if (OPT("--keep", 0)) {
@@ -732,8 +740,9 @@ int bench_fuse_main(const struct kvt_config *cfg, int argc, char **argv)
 	printf("tools: %s; %s; %s\n", b.fuse_path, b.fio_version,
 	       b.o.no_s3fs ? "no s3fs" : b.s3fs_version);
 	printf("scratch: %s\n", b.scratch);
-	printf("fio: %u x 2 MiB, %u x 32 MiB files, bs 1M (randread 64k), psync, buffered%s\n",
-	       b.o.files2m, b.o.files32m, b.o.fsync ? ", fsync on close" : "");
+	printf("fio: %u x 2 MiB, %u x 32 MiB files, bs 1M (randread 64k), psync, %s%s\n",
+	       b.o.files2m, b.o.files32m, b.o.direct ? "O_DIRECT" : "buffered",
+	       b.o.fsync ? ", fsync on close" : "");
 	fflush(stdout);
 
 	if ((rc = bf_mount_kvtier(&b)) < 0)
