@@ -130,6 +130,11 @@ enum fh_state { FH_BASE, FH_BUF, FH_STREAM, FH_STAGE };
  * kernel sends the reads of one file from several threads at once: one
  * window per read in flight, each extent read from disk once. A handle's
  * first window is not counted; the others count in kvfs.buffered.
+ *
+ * A small read that does not continue the handle's last one, of an extent
+ * no window holds, skips the windows (fh_read_random): the engine reads and
+ * verifies only the chunks it touches (segment.h), 64 KiB where a window
+ * would have cost the whole 1 MiB extent.
  */
 #define FH_WINDOWS 4
 
@@ -174,6 +179,7 @@ struct fh {
 	unsigned nretired;
 	struct fh_win win[FH_WINDOWS];
 	uint64_t win_clock;	/* ticks of window use, for the least recent */
+	atomic_uint_fast64_t read_next;	/* where the last read ended */
 	unsigned nreads;	/* reads without h->lock running; release waits */
 
 	/* FH_BUF */
@@ -682,6 +688,17 @@ static struct fh_win *fh_win_victim(struct kvfs *kv, struct fh *h)
 	return &h->win[i];
 }
 
+/*
+ * [off, end) of the extent at w is read without a window: no window holds
+ * or loads that extent, the read does not continue the last one, and it
+ * is small. Under rlock.
+ */
+static int fh_read_random(struct fh *h, uint64_t w, uint64_t off, uint64_t end)
+{
+	return end - off < KVFS_EXTENT_PAYLOAD / 4 && off != atomic_load(&h->read_next) &&
+	       !fh_win_find(h, w);
+}
+
 /* Some window is being loaded or replied from: waiting frees one. */
 static int fh_win_busy(const struct fh *h)
 {
@@ -746,6 +763,11 @@ static ssize_t fh_win_copy(struct kvfs *kv, struct fh *h, char *buf, uint64_t of
 	ssize_t n = 0;
 
 	pthread_mutex_lock(&h->rlock);
+	if (fh_read_random(h, w, off, end)) {
+		pthread_mutex_unlock(&h->rlock);
+		return fh_base_pread(kv, h, buf, (size_t)(MIN(end, w + KVFS_EXTENT_PAYLOAD) - off),
+				     off);
+	}
 	x = fh_win_get(kv, h, w, 0, &n);
 	if (x) {
 		n = off < w + x->len ? (ssize_t)(MIN(end, w + x->len) - off) : 0;
@@ -813,6 +835,7 @@ static ssize_t fh_base_read(struct kvfs *kv, struct fh *h, char *buf, size_t siz
 		done += (uint64_t)n;
 		off += (uint64_t)n;
 	}
+	atomic_store(&h->read_next, off);
 	return (ssize_t)done;
 }
 
@@ -1743,6 +1766,10 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 			n = -EAGAIN;	/* a whole extent goes straight into a buffer */
 			break;
 		}
+		if (fh_read_random(h, w, o, end)) {
+			n = -EAGAIN;	/* read alone by fh_base_read */
+			break;
+		}
 		n = 0;	/* fh_win_get's count of a load is not ours */
 		x = fh_win_get(kv, h, w, rp->n > 0, &n);
 		if (!x || o >= w + x->len)
@@ -1758,6 +1785,8 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 			rp->win[i]->users--;
 		rp->n = 0;
 		pthread_cond_broadcast(&h->rcond);
+	} else {
+		atomic_store(&h->read_next, o);
 	}
 	pthread_mutex_unlock(&h->rlock);
 	return n < 0 ? n : (ssize_t)(o - (uint64_t)off);

@@ -121,6 +121,10 @@ static const char *const migrations[] = {
 	 * without an index that scanned the bucket, and with 40,000 objects
 	 * it was two thirds of a trace replay's demotion time. */
 	"CREATE INDEX objects_g4_key ON objects(bucket, g4_key) WHERE g4_key IS NOT NULL;",
+	/* 7: CRC32C of each SEG_CHUNK of an extent's payload, little-endian
+	 * 32-bit words (cat_extent.chunk_crc); NULL for extents written
+	 * before, which are read and verified whole. */
+	"ALTER TABLE extents ADD COLUMN crcs BLOB;",
 };
 
 /* The columns cat_object_from_row() reads, in its order; extents follow. */
@@ -169,15 +173,16 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_BUCKET_LIST] = "SELECT name, ctime FROM buckets ORDER BY name",
 	[S_OBJ_LOOKUP] = "SELECT id, vid, etag, pinned FROM objects WHERE bucket = ?1 AND key = ?2",
 	[S_OBJ_GET] = "SELECT " OBJ_COLS " FROM objects o WHERE o.bucket = ?1 AND o.key = ?2",
-	[S_OBJ_EXTENTS] = "SELECT seq, segment, gen, offset, length, crc, obj_off, hvid, hseq"
-			  " FROM extents WHERE object = ?1 ORDER BY seq",
+	[S_OBJ_EXTENTS] = "SELECT seq, segment, gen, offset, length, crc, obj_off, hvid, hseq,"
+			  " crcs FROM extents WHERE object = ?1 ORDER BY seq",
 	[S_OBJ_INSERT] = "INSERT INTO objects(bucket, key, vid, size, etag, crc32c,"
 			 " content_type, meta, mtime, session, tier, pinned, mode, uid, gid,"
 			 " atime, ctime, kind) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0,"
 			 " ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
 	[S_OBJ_DELETE_ID] = "DELETE FROM objects WHERE id = ?1",
 	[S_EXT_INSERT] = "INSERT INTO extents(object, seq, segment, gen, offset, length,"
-			 " crc, obj_off, hvid, hseq) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+			 " crc, obj_off, hvid, hseq, crcs)"
+			 " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
 	[S_EXT_SPACE_BY_SEG] = "SELECT segment, sum((?2 + length + ?3 - 1) / ?3 * ?3)"
 			       " FROM extents WHERE object = ?1 GROUP BY segment",
 	[S_SEG_LIVE_SUB] = "UPDATE segments SET live = max(live - ?2, 0) WHERE id = ?1",
@@ -203,7 +208,7 @@ static const char *const stmt_sql[S_COUNT] = {
 	 * transaction, so they always belong together. */
 	[S_OBJ_LOOKUP_FULL] = "SELECT " OBJ_COLS ","
 			      " e.seq, e.segment, e.gen, e.offset, e.length, e.crc, e.obj_off,"
-			      " e.hvid, e.hseq"
+			      " e.hvid, e.hseq, e.crcs"
 			      " FROM buckets b JOIN objects o ON o.bucket = b.id"
 			      " LEFT JOIN extents e ON e.object = o.id"
 			      " WHERE b.name = ?1 AND o.key = ?2 ORDER BY e.seq",
@@ -918,6 +923,16 @@ static int cat_insert_extents(struct cat *c, int64_t id, const struct cat_extent
 		sqlite3_bind_int64(s, 8, (int64_t)e->obj_off);
 		sqlite3_bind_int64(s, 9, (int64_t)e->hvid);
 		sqlite3_bind_int64(s, 10, e->hseq);
+		if (e->nchunks > 0 && e->nchunks == seg_chunks(e->length)) {
+			uint8_t crcs[4 * SEG_CHUNKS_MAX];
+
+			for (uint32_t k = 0; k < e->nchunks; k++)
+				for (int b = 0; b < 4; b++)
+					crcs[4 * k + b] = (uint8_t)(e->chunk_crc[k] >> (8 * b));
+			sqlite3_bind_blob(s, 11, crcs, (int)(4 * e->nchunks), SQLITE_TRANSIENT);
+		} else {
+			sqlite3_bind_null(s, 11);
+		}
 		rc = cat_exec_stmt(c, s, "extent insert");
 		if (rc < 0)
 			return rc;
@@ -1204,10 +1219,13 @@ static int cat_extent_push(struct cat_object *co, size_t *cap, const struct cat_
 	return 0;
 }
 
-/* The extent in columns col..col+8 (seq, segment, gen, offset, length, crc,
- * obj_off, hvid, hseq). */
+/* The extent in columns col..col+9 (seq, segment, gen, offset, length, crc,
+ * obj_off, hvid, hseq, crcs). */
 static void cat_extent_from_row(sqlite3_stmt *s, int col, struct cat_extent *e)
 {
+	const uint8_t *crcs;
+	int nbytes;
+
 	e->seq = (uint32_t)sqlite3_column_int64(s, col);
 	e->segment = (uint32_t)sqlite3_column_int64(s, col + 1);
 	e->gen = (uint64_t)sqlite3_column_int64(s, col + 2);
@@ -1217,6 +1235,19 @@ static void cat_extent_from_row(sqlite3_stmt *s, int col, struct cat_extent *e)
 	e->obj_off = (uint64_t)sqlite3_column_int64(s, col + 6);
 	e->hvid = (uint64_t)sqlite3_column_int64(s, col + 7);
 	e->hseq = (uint32_t)sqlite3_column_int64(s, col + 8);
+	/* Chunk checksums of another count than the length's are not used:
+	 * the extent is verified whole, as one written before they existed. */
+	crcs = sqlite3_column_blob(s, col + 9);
+	nbytes = sqlite3_column_bytes(s, col + 9);
+	e->nchunks = 0;
+	if (crcs && nbytes > 0 && (uint32_t)nbytes == 4 * seg_chunks(e->length) &&
+	    nbytes <= (int)sizeof(e->chunk_crc)) {
+		e->nchunks = (uint32_t)nbytes / 4;
+		for (uint32_t k = 0; k < e->nchunks; k++)
+			e->chunk_crc[k] = (uint32_t)crcs[4 * k] | (uint32_t)crcs[4 * k + 1] << 8 |
+					  (uint32_t)crcs[4 * k + 2] << 16 |
+					  (uint32_t)crcs[4 * k + 3] << 24;
+	}
 }
 
 static int cat_extents_load(struct cat *c, struct cat_object *co)

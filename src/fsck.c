@@ -193,6 +193,7 @@ static int fsck_object_bytes(struct fsck_state *fs, const struct cat_object *co)
 	for (size_t i = 0; i < co->nextents; i++) {
 		const struct cat_extent *e = &co->extents[i];
 		int rc = store_read_extent_raw(fs->st, fs->io, 0, buf, co->vid, e);
+		uint32_t ecrc, chunk_crc[SEG_CHUNKS_MAX];
 
 		if (rc == -ESTALE)
 			return FSCK_STALE;	/* reclaimed since: not ours to judge */
@@ -204,14 +205,17 @@ static int fsck_object_bytes(struct fsck_state *fs, const struct cat_object *co)
 		}
 		if (seg_header_check(buf, e->hvid, e->hseq, e->gen, e->segment, e->length) < 0)
 			return FSCK_HEADER;
-		if (kvt_crc32c(0, (char *)buf + SEG_HEADER_SIZE, e->length) != e->crc) {
+		/* The chunks' checksums too: partial reads trust them alone. */
+		ecrc = seg_payload_crc((char *)buf + SEG_HEADER_SIZE, e->length, chunk_crc);
+		if (ecrc != e->crc ||
+		    (e->nchunks && memcmp(chunk_crc, e->chunk_crc, 4 * e->nchunks) != 0)) {
 			if (fs->loud)
 				log_err(0, "'%s/%s': checksum mismatch in extent %zu (segment %u"
 					" offset %llu)", o->bucket, o->key, i, e->segment,
 					(unsigned long long)e->offset);
 			return FSCK_CHECKSUM;
 		}
-		crc = kvt_crc32c(crc, (char *)buf + SEG_HEADER_SIZE, e->length);
+		crc = kvt_crc32c_combine(crc, ecrc, e->length);
 	}
 	if (crc != o->crc32c) {
 		if (fs->loud)

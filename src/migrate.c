@@ -1564,8 +1564,6 @@ static int recall_flush(struct recall_sink *rs)
 	rc = store_alloc(rs->st, space, &a);
 	if (rc < 0)
 		return rc;
-	crc = kvt_crc32c(0, rs->buf + SEG_HEADER_SIZE, len);
-	rs->crc = kvt_crc32c_combine(rs->crc, crc, len);
 	e = &rs->ext[rs->n];
 	*e = (struct cat_extent){
 		.seq = (uint32_t)rs->n,
@@ -1573,11 +1571,12 @@ static int recall_flush(struct recall_sink *rs)
 		.gen = a.gen,
 		.offset = a.offset,
 		.length = len,
-		.crc = crc,
 		.obj_off = rs->size - len,
 		.hvid = rs->vid,
 		.hseq = (uint32_t)rs->n,
 	};
+	crc = store_extent_checksum(e, rs->buf + SEG_HEADER_SIZE, len);
+	rs->crc = kvt_crc32c_combine(rs->crc, crc, len);
 	seg_header_fill((struct seg_header *)rs->buf, rs->vid, e->seq, e->obj_off, e->gen,
 			e->segment, len, crc);
 	seg_extent_pad(rs->buf, len);

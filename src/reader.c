@@ -158,10 +158,51 @@ int store_extent_verify(struct kvt_store *st, const void *buf, uint64_t vid,
 	return rc;
 }
 
+int store_extent_part(const struct cat_extent *e, uint64_t from, uint64_t to, unsigned *c0,
+		      unsigned *c1, uint64_t *a0, uint64_t *a1)
+{
+	uint64_t p1;
+
+	if (e->nchunks == 0 || from >= to)
+		return 0;
+	*c0 = (unsigned)(from / SEG_CHUNK);
+	*c1 = (unsigned)((to + SEG_CHUNK - 1) / SEG_CHUNK);
+	p1 = MIN((uint64_t)*c1 * SEG_CHUNK, e->length);
+	*a0 = (SEG_HEADER_SIZE + (uint64_t)*c0 * SEG_CHUNK) / SEG_ALIGN * SEG_ALIGN;
+	*a1 = ALIGN_UP(SEG_HEADER_SIZE + p1, SEG_ALIGN);
+	return *a1 - *a0 < seg_extent_space(e->length);
+}
+
+int store_extent_verify_part(struct kvt_store *st, const void *buf, uint64_t a0, uint64_t vid,
+			     const struct cat_extent *e, unsigned c0, unsigned c1)
+{
+	/* The header, when it was read with the first chunk, is checked too. */
+	if (a0 == 0 && seg_header_check(buf, e->hvid, e->hseq, e->gen, e->segment, e->length) < 0) {
+		store_checksum_failure(st);
+		return -EIO;
+	}
+	for (unsigned c = c0; c < c1; c++) {
+		uint64_t p = (uint64_t)c * SEG_CHUNK;
+		const char *chunk = (const char *)buf + (SEG_HEADER_SIZE + p - a0);
+
+		if (kvt_crc32c(0, chunk, MIN(SEG_CHUNK, e->length - p)) != e->chunk_crc[c]) {
+			log_err(0, "checksum mismatch in chunk %u of extent %u of version %016llx"
+				" (segment %u offset %llu)", c, e->seq, (unsigned long long)vid,
+				e->segment, (unsigned long long)e->offset);
+			store_checksum_failure(st);
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
 struct rslot {
 	struct io_req req;
 	const struct cat_extent *e;
 	int busy;
+	int part;		/* only chunks [c0, c1) were read, from extent offset a0 */
+	unsigned c0, c1;
+	uint64_t a0;
 };
 
 /* The generation of e's segment is still the one e was written in. */
@@ -202,10 +243,19 @@ static int reader_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t e
 		while (rc == 0 && inflight < nslots && next < co->nextents &&
 		       co->extents[next].obj_off < end) {
 			const struct cat_extent *e = &co->extents[next];
-			unsigned i;
+			uint64_t a0 = 0, a1 = seg_extent_space(e->length);
+			unsigned i, c0 = 0, c1 = 0;
+			int part;
 
 			for (i = 0; slots[i].busy; i++)
 				;
+			part = store_extent_part(e, MAX(off, e->obj_off) - e->obj_off,
+						 MIN(end, e->obj_off + e->length) - e->obj_off, &c0,
+						 &c1, &a0, &a1);
+			if (!part) {
+				a0 = 0;
+				a1 = seg_extent_space(e->length);
+			}
 			rc = store_extent_check_place(st, co->vid, e);
 			if (rc == 0 && !reader_gen_ok(st, e))
 				rc = -ESTALE;
@@ -213,6 +263,10 @@ static int reader_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t e
 				break;
 			s = &slots[i];
 			s->e = e;
+			s->part = part;
+			s->c0 = c0;
+			s->c1 = c1;
+			s->a0 = a0;
 			s->req = (struct io_req){
 				.op = IO_READ,
 				.fd = e->length <= st->cached_read_max ?
@@ -220,8 +274,8 @@ static int reader_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t e
 					seg_fd(st->sf, e->segment),
 				.buf = io_buf(io, i),
 				.buf_index = (int)i,
-				.len = seg_extent_space(e->length),
-				.off = e->offset,
+				.len = a1 - a0,
+				.off = e->offset + a0,
 				.data = s,
 			};
 			rc = io_submit(io, &s->req);
@@ -250,13 +304,15 @@ static int reader_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t e
 				(unsigned long long)s->e->offset);
 			continue;
 		}
-		rc = store_extent_verify(st, done->buf, co->vid, s->e);
+		rc = s->part ? store_extent_verify_part(st, done->buf, s->a0, co->vid, s->e, s->c0,
+							s->c1) :
+			       store_extent_verify(st, done->buf, co->vid, s->e);
 		if (rc == 0) {
 			uint64_t from = MAX(off, s->e->obj_off);
 			uint64_t to = MIN(end, s->e->obj_off + s->e->length);
 
-			memcpy(out + (from - off),
-			       (char *)done->buf + SEG_HEADER_SIZE + (from - s->e->obj_off), to - from);
+			memcpy(out + (from - off), (char *)done->buf + SEG_HEADER_SIZE +
+			       (from - s->e->obj_off) - s->a0, to - from);
 		}
 	}
 	return rc;
@@ -392,6 +448,8 @@ static int reader_map_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64
 		const struct cat_extent *e = &co->extents[i];
 		uint64_t from = MAX(off, e->obj_off), to = MIN(end, e->obj_off + e->length);
 		const char *base;
+		uint64_t a0, a1;
+		unsigned c0, c1;
 
 		rc = store_extent_check_place(st, co->vid, e);
 		if (rc < 0)
@@ -413,7 +471,11 @@ static int reader_map_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64
 			goto fail;
 		}
 		base += e->offset;
-		rc = store_extent_verify(st, base, co->vid, e);
+		/* Only the chunks sent are checked (and faulted in). */
+		if (store_extent_part(e, from - e->obj_off, to - e->obj_off, &c0, &c1, &a0, &a1))
+			rc = store_extent_verify_part(st, base + a0, a0, co->vid, e, c0, c1);
+		else
+			rc = store_extent_verify(st, base, co->vid, e);
 		if (rc < 0)
 			goto fail;
 		m->iov[m->niov++] = (struct iovec){

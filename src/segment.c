@@ -71,6 +71,30 @@ void seg_header_fill(struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t 
 	h->hcrc = kvt_crc32c(0, h, offsetof(struct seg_header, hcrc));
 }
 
+static uint32_t chunk_shift[32];	/* shifts a CRC by SEG_CHUNK bytes */
+static pthread_once_t chunk_shift_once = PTHREAD_ONCE_INIT;
+
+static void chunk_shift_make(void)
+{
+	util_crc32c_shifter(SEG_CHUNK, chunk_shift);
+}
+
+uint32_t seg_payload_crc(const void *payload, uint32_t length, uint32_t *chunk_crc)
+{
+	const char *p = payload;
+	uint32_t crc = 0, off = 0;
+
+	pthread_once(&chunk_shift_once, chunk_shift_make);
+	for (unsigned i = 0; off < length; i++, off += SEG_CHUNK) {
+		uint32_t n = MIN(SEG_CHUNK, length - off);
+
+		chunk_crc[i] = kvt_crc32c(0, p + off, n);
+		crc = n == SEG_CHUNK ? util_crc32c_shift(chunk_shift, crc) ^ chunk_crc[i] :
+				       kvt_crc32c_combine(crc, chunk_crc[i], n);
+	}
+	return crc;
+}
+
 int seg_header_check(const struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t gen,
 		     uint32_t segment, uint32_t length)
 {

@@ -234,6 +234,25 @@ int store_read_extent_raw(struct kvt_store *st, struct io_ctx *io, int buf_index
 int store_extent_verify(struct kvt_store *st, const void *buf, uint64_t vid,
 			const struct cat_extent *e);
 
+/*
+ * The chunks of e's payload that [from, to) (payload offsets) touches:
+ * [*c0, *c1), and where they lie relative to the extent's start, widened to
+ * SEG_ALIGN: [*a0, *a1). 0 if e has no chunk checksums or the chunks
+ * would take the whole extent anyway: then it is read and verified whole.
+ */
+int store_extent_part(const struct cat_extent *e, uint64_t from, uint64_t to, unsigned *c0,
+		       unsigned *c1, uint64_t *a0, uint64_t *a1);
+
+/* Checks chunks [c0, c1) of e, read from extent offset a0 into buf (and
+ * the header, if a0 is 0). 0 or -EIO (logged and counted). Defined in
+ * reader.c. */
+int store_extent_verify_part(struct kvt_store *st, const void *buf, uint64_t a0, uint64_t vid,
+			     const struct cat_extent *e, unsigned c0, unsigned c1);
+
+/* Fills e's chunk checksums from its payload (seg_payload_crc) and returns
+ * the payload's CRC32C. Defined in writer.c. */
+uint32_t store_extent_checksum(struct cat_extent *e, const void *payload, uint32_t length);
+
 /* 0 if e lies inside its segment, else -EIO (logged). */
 int store_extent_check_place(struct kvt_store *st, uint64_t vid, const struct cat_extent *e);
 

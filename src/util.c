@@ -88,6 +88,18 @@ uint32_t kvt_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
 	return crc1 ^ crc2;
 }
 
+void util_crc32c_shifter(uint64_t len, uint32_t op[32])
+{
+	/* Shifting is linear over GF(2): column n is the shift of bit n. */
+	for (int n = 0; n < 32; n++)
+		op[n] = kvt_crc32c_combine(1u << n, 0, len);
+}
+
+uint32_t util_crc32c_shift(const uint32_t op[32], uint32_t crc)
+{
+	return gf2_times(op, crc);
+}
+
 int64_t util_now_ns(void)
 {
 	struct timespec ts;

@@ -217,6 +217,14 @@ static int writer_take_buffer(struct kvt_writer *w)
 	}
 }
 
+uint32_t store_extent_checksum(struct cat_extent *e, const void *payload, uint32_t length)
+{
+	e->crc = seg_payload_crc(payload, length, e->chunk_crc);
+	/* One chunk: the extent's own checksum says it all. */
+	e->nchunks = seg_chunks(length) > 1 ? seg_chunks(length) : 0;
+	return e->crc;
+}
+
 /* Sends the buffer being filled to the device as one extent. */
 static int writer_flush(struct kvt_writer *w)
 {
@@ -239,10 +247,10 @@ static int writer_flush(struct kvt_writer *w)
 	rc = store_alloc(w->st, space, &b->alloc);
 	if (rc < 0)
 		return rc;
-	crc = kvt_crc32c(0, buf + SEG_HEADER_SIZE, len);
-	/* One pass over the bytes gives both checksums. */
-	w->crc = kvt_crc32c_combine(w->crc, crc, len);
 	e = &w->ext[w->next++];
+	/* One pass over the bytes gives the chunks', the extent's and the object's checksums. */
+	crc = store_extent_checksum(e, buf + SEG_HEADER_SIZE, len);
+	w->crc = kvt_crc32c_combine(w->crc, crc, len);
 	e->seq = (uint32_t)(w->next - 1);
 	e->segment = b->alloc.segment;
 	e->gen = b->alloc.gen;

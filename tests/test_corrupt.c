@@ -2,11 +2,13 @@
  * test_corrupt.c - bytes damaged on the device, behind the store's back.
  *
  * One byte of a segment file is flipped with a plain pwrite (then fsync, so
- * that O_DIRECT reads see it): in an extent's payload or header every read
- * that touches the extent fails with -EIO, even a range that does not cover
- * the flipped byte (the whole extent is verified), no damaged byte reaches
- * the caller, the failure is counted, and fsck reports it; repair removes
- * the object and leaves a clean store. A flip in the padding after the
+ * that O_DIRECT reads see it): in an extent's payload every read that
+ * touches its chunk (SEG_CHUNK bytes, each with its own checksum) fails with
+ * -EIO, even a range that does not cover the flipped byte, and so does every
+ * read of the extent's first chunk after a flip in its header; reads of the
+ * extent's other chunks still succeed (test_chunk_flip). No damaged byte
+ * reaches the caller, the failure is counted, and fsck reports it; repair
+ * removes the object and leaves a clean store. A flip in the padding after the
  * payload damages nothing the object owns and must not fail a read. Other
  * objects are never affected, and flipping the byte back heals the object
  * (nothing is cached as failed).
@@ -413,6 +415,69 @@ static void multi_case(struct fixture *f, uint32_t bad, uint64_t at)
 	assert_int_equal(test_check(f->st, BUCKET, "multi", MULTI_LEN, MULTI_SEED), 0);
 }
 
+/*
+ * Damage in one chunk of a 1 MiB extent fails the reads that touch that
+ * chunk, and only those: the chunks around it are read and verified alone.
+ * An extent without chunk checksums in the catalog (written before they
+ * were kept) is verified whole, as before: then every read of it fails.
+ */
+static void test_chunk_flip(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t len = 2 * SEG_PAYLOAD_MAX, bad = 5 * SEG_CHUNK + 100;
+	const uint64_t before = checksum_failures(f->st);
+	struct kvt_fsck_report rep;
+	struct cat_extent e;
+	char sql[200];
+
+	assert_int_equal(test_put(f->st, BUCKET, "chunky", len, 51), 0);
+	e = locate(f->st, "chunky", 0);
+	assert_int_equal(e.nchunks, seg_chunks(SEG_PAYLOAD_MAX));
+	flip(f, &e, SEG_HEADER_SIZE + bad);
+	/* Other chunks of the damaged extent, and the next extent: served. */
+	assert_int_equal(read_range(f->st, "chunky", 0, 100, 51, 0), 100);
+	assert_int_equal(read_range(f->st, "chunky", 2 * SEG_CHUNK + 7, 4096, 51, 0), 4096);
+	assert_int_equal(read_range(f->st, "chunky", 4 * SEG_CHUNK, SEG_CHUNK, 51, 0),
+			 SEG_CHUNK);
+	assert_int_equal(read_range(f->st, "chunky", 6 * SEG_CHUNK, 3 * SEG_CHUNK, 51, 0),
+			 3 * SEG_CHUNK);
+	assert_int_equal(read_range(f->st, "chunky", SEG_PAYLOAD_MAX + 10, 70000, 51, 0), 70000);
+	assert_int_equal(checksum_failures(f->st), before);
+	/* The damaged chunk, whether or not the range holds the flipped byte. */
+	assert_int_equal(read_range(f->st, "chunky", bad, 1, 51, 1), -EIO);
+	assert_int_equal(read_range(f->st, "chunky", 5 * SEG_CHUNK, 10, 51, 1), -EIO);
+	assert_int_equal(read_range(f->st, "chunky", 6 * SEG_CHUNK - 1, 1, 51, 1), -EIO);
+	assert_int_equal(read_range(f->st, "chunky", 4 * SEG_CHUNK + 5, SEG_CHUNK, 51, 1), -EIO);
+	assert_int_equal(read_range(f->st, "chunky", 0, len, 51, 1), -EIO);
+	assert_int_equal(test_check(f->st, BUCKET, "chunky", len, 51), -EIO);
+	assert_true(checksum_failures(f->st) >= before + 6);
+	assert_int_equal(kvt_store_fsck(f->st, 0, &rep), 1);
+	assert_true(rep.checksum_errors >= 1);
+
+	/* The same extent as an older catalog has it: verified whole. */
+	snprintf(sql, sizeof(sql), "UPDATE extents SET crcs = NULL WHERE segment = %u AND"
+		 " offset = %llu", e.segment, (unsigned long long)e.offset);
+	test_catalog_exec(&f->env, sql);
+	assert_int_equal(locate(f->st, "chunky", 0).nchunks, 0);
+	assert_int_equal(read_range(f->st, "chunky", 0, 100, 51, 1), -EIO);
+	assert_int_equal(read_range(f->st, "chunky", 2 * SEG_CHUNK + 7, 4096, 51, 1), -EIO);
+	assert_int_equal(read_range(f->st, "chunky", SEG_PAYLOAD_MAX + 10, 70000, 51, 0), 70000);
+	flip(f, &e, SEG_HEADER_SIZE + bad);
+	assert_int_equal(read_range(f->st, "chunky", 2 * SEG_CHUNK + 7, 4096, 51, 0), 4096);
+	assert_int_equal(test_check(f->st, BUCKET, "chunky", len, 51), 0);
+	test_fsck_clean(f->st);
+
+	/* Chunk checksums the bytes do not match (a damaged catalog): partial
+	 * reads fail rather than trust either, and fsck says so. */
+	snprintf(sql, sizeof(sql), "UPDATE extents SET crcs = zeroblob(%u) WHERE segment = %u AND"
+		 " offset = %llu", 4 * seg_chunks(SEG_PAYLOAD_MAX), e.segment,
+		 (unsigned long long)e.offset);
+	test_catalog_exec(&f->env, sql);
+	assert_int_equal(read_range(f->st, "chunky", 2 * SEG_CHUNK + 7, 4096, 51, 1), -EIO);
+	assert_int_equal(kvt_store_fsck(f->st, 0, &rep), 1);
+	assert_true(rep.checksum_errors >= 1);
+}
+
 static void test_multi_extent(void **state)
 {
 	struct fixture *f = *state;
@@ -487,6 +552,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_flip_survives_reopen, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fsck_payload, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fsck_header, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_chunk_flip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_multi_extent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fsck_multi_repair, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fsck_several, setup, teardown),

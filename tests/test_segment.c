@@ -677,10 +677,38 @@ static void test_append_lock_process_death(void **state)
 	seg_files_close(sf);
 }
 
+/* seg_payload_crc: each chunk's CRC, and the whole payload's, as computed
+ * directly, for lengths around the chunk size and up to a full extent. */
+static void test_payload_crc(void **state)
+{
+	static const uint32_t lens[] = {
+		1, 4095, SEG_CHUNK - 1, SEG_CHUNK, SEG_CHUNK + 1, 3 * SEG_CHUNK + 77,
+		SEG_PAYLOAD_MAX - 1, SEG_PAYLOAD_MAX,
+	};
+	char *buf = malloc(SEG_PAYLOAD_MAX);
+	uint32_t chunk_crc[SEG_CHUNKS_MAX];
+
+	(void)state;
+	assert_non_null(buf);
+	test_fill(buf, SEG_PAYLOAD_MAX, 5, 0);
+	assert_int_equal(SEG_CHUNKS_MAX, seg_chunks(SEG_PAYLOAD_MAX));
+	for (size_t i = 0; i < ARRAY_SIZE(lens); i++) {
+		uint32_t len = lens[i];
+
+		assert_int_equal(seg_payload_crc(buf, len, chunk_crc), kvt_crc32c(0, buf, len));
+		for (unsigned c = 0; c < seg_chunks(len); c++)
+			assert_int_equal(chunk_crc[c],
+					 kvt_crc32c(0, buf + (size_t)c * SEG_CHUNK,
+						    MIN(SEG_CHUNK, len - c * SEG_CHUNK)));
+	}
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_header_fill_check),
+		cmocka_unit_test(test_payload_crc),
 		cmocka_unit_test_setup_teardown(test_files_created, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_files_missing_dir, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_map_shared, setup, teardown),

@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,4 +162,16 @@ void test_fsck_clean(struct kvt_store *st)
 	assert_int_equal(rep.checksum_errors, 0);
 	assert_int_equal(rep.header_errors, 0);
 	assert_int_equal(rep.catalog_errors, 0);
+}
+
+void test_catalog_exec(const struct test_env *env, const char *sql)
+{
+	char path[600];
+	sqlite3 *db = NULL;
+
+	snprintf(path, sizeof(path), "%s/catalog.db", env->cfg.store.dir);
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	sqlite3_busy_timeout(db, 5000);
+	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
 }

@@ -47,4 +47,8 @@ int test_check(struct kvt_store *st, const char *bucket, const char *key,
  * catalog row of the store sound. */
 void test_fsck_clean(struct kvt_store *st);
 
+/* Runs SQL on env's catalog through a connection of its own (what another
+ * process, or an older version of kvtier, would leave there). */
+void test_catalog_exec(const struct test_env *env, const char *sql);
+
 #endif /* KVT_TESTLIB_H */
