@@ -121,8 +121,9 @@ static const char *const migrations[] = {
 	 * without an index that scanned the bucket, and with 40,000 objects
 	 * it was two thirds of a trace replay's demotion time. */
 	"CREATE INDEX objects_g4_key ON objects(bucket, g4_key) WHERE g4_key IS NOT NULL;",
-	/* 7: CRC32C of each SEG_CHUNK of an extent's payload, little-endian
-	 * 32-bit words (cat_extent.chunk_crc); NULL for extents written
+	/* 7: the chunk checksums of an extent's payload (segment.h), as
+	 * little-endian 32-bit words: the first chunk's length, then CRC32C of
+	 * each chunk (cat_extent.chunk0, chunk_crc); NULL for extents written
 	 * before, which are read and verified whole. */
 	"ALTER TABLE extents ADD COLUMN crcs BLOB;",
 };
@@ -923,13 +924,15 @@ static int cat_insert_extents(struct cat *c, int64_t id, const struct cat_extent
 		sqlite3_bind_int64(s, 8, (int64_t)e->obj_off);
 		sqlite3_bind_int64(s, 9, (int64_t)e->hvid);
 		sqlite3_bind_int64(s, 10, e->hseq);
-		if (e->nchunks > 0 && e->nchunks == seg_chunks(e->length)) {
-			uint8_t crcs[4 * SEG_CHUNKS_MAX];
+		if (e->nchunks > 0 && e->nchunks == seg_chunks(e->length, e->chunk0)) {
+			uint8_t crcs[4 * (1 + SEG_CHUNKS_MAX)];
 
+			for (int b = 0; b < 4; b++)
+				crcs[b] = (uint8_t)(e->chunk0 >> (8 * b));
 			for (uint32_t k = 0; k < e->nchunks; k++)
 				for (int b = 0; b < 4; b++)
-					crcs[4 * k + b] = (uint8_t)(e->chunk_crc[k] >> (8 * b));
-			sqlite3_bind_blob(s, 11, crcs, (int)(4 * e->nchunks), SQLITE_TRANSIENT);
+					crcs[4 * (k + 1) + b] = (uint8_t)(e->chunk_crc[k] >> (8 * b));
+			sqlite3_bind_blob(s, 11, crcs, (int)(4 * (1 + e->nchunks)), SQLITE_TRANSIENT);
 		} else {
 			sqlite3_bind_null(s, 11);
 		}
@@ -1235,18 +1238,24 @@ static void cat_extent_from_row(sqlite3_stmt *s, int col, struct cat_extent *e)
 	e->obj_off = (uint64_t)sqlite3_column_int64(s, col + 6);
 	e->hvid = (uint64_t)sqlite3_column_int64(s, col + 7);
 	e->hseq = (uint32_t)sqlite3_column_int64(s, col + 8);
-	/* Chunk checksums of another count than the length's are not used:
-	 * the extent is verified whole, as one written before they existed. */
+	/* Chunk checksums that do not fit the length are not used: the
+	 * extent is verified whole, as one written before they existed. */
 	crcs = sqlite3_column_blob(s, col + 9);
 	nbytes = sqlite3_column_bytes(s, col + 9);
 	e->nchunks = 0;
-	if (crcs && nbytes > 0 && (uint32_t)nbytes == 4 * seg_chunks(e->length) &&
-	    nbytes <= (int)sizeof(e->chunk_crc)) {
-		e->nchunks = (uint32_t)nbytes / 4;
-		for (uint32_t k = 0; k < e->nchunks; k++)
-			e->chunk_crc[k] = (uint32_t)crcs[4 * k] | (uint32_t)crcs[4 * k + 1] << 8 |
-					  (uint32_t)crcs[4 * k + 2] << 16 |
-					  (uint32_t)crcs[4 * k + 3] << 24;
+	e->chunk0 = 0;
+	if (crcs && nbytes >= 8 && nbytes % 4 == 0 &&
+	    nbytes <= (int)(4 * (1 + SEG_CHUNKS_MAX))) {
+		uint32_t w[1 + SEG_CHUNKS_MAX], n = (uint32_t)nbytes / 4;
+
+		for (uint32_t k = 0; k < n; k++)
+			w[k] = (uint32_t)crcs[4 * k] | (uint32_t)crcs[4 * k + 1] << 8 |
+			       (uint32_t)crcs[4 * k + 2] << 16 | (uint32_t)crcs[4 * k + 3] << 24;
+		if (w[0] >= 1 && w[0] <= SEG_CHUNK && n - 1 == seg_chunks(e->length, w[0])) {
+			e->chunk0 = w[0];
+			e->nchunks = n - 1;
+			memcpy(e->chunk_crc, w + 1, 4 * e->nchunks);
+		}
 	}
 }
 

@@ -40,9 +40,11 @@ struct cat_extent {
 	uint64_t obj_off;	/* payload offset in the object */
 	uint64_t hvid;		/* version named by the header */
 	uint32_t hseq;		/* extent number named by the header */
-	/* CRC32C of each SEG_CHUNK of the payload, seg_chunks(length) of them;
-	 * 0: none kept (written before they were, or a single chunk). */
+	/* CRC32C of each chunk of the payload (segment.h), the first chunk0
+	 * bytes long; nchunks 0: none kept (written before they were, or a
+	 * single chunk). */
 	uint32_t nchunks;
+	uint32_t chunk0;
 	uint32_t chunk_crc[SEG_CHUNKS_MAX];
 };
 

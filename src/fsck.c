@@ -206,7 +206,8 @@ static int fsck_object_bytes(struct fsck_state *fs, const struct cat_object *co)
 		if (seg_header_check(buf, e->hvid, e->hseq, e->gen, e->segment, e->length) < 0)
 			return FSCK_HEADER;
 		/* The chunks' checksums too: partial reads trust them alone. */
-		ecrc = seg_payload_crc((char *)buf + SEG_HEADER_SIZE, e->length, chunk_crc);
+		ecrc = seg_payload_crc((char *)buf + SEG_HEADER_SIZE, e->length,
+				       e->nchunks ? e->chunk0 : SEG_CHUNK, chunk_crc);
 		if (ecrc != e->crc ||
 		    (e->nchunks && memcmp(chunk_crc, e->chunk_crc, 4 * e->nchunks) != 0)) {
 			if (fs->loud)

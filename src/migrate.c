@@ -1575,7 +1575,7 @@ static int recall_flush(struct recall_sink *rs)
 		.hvid = rs->vid,
 		.hseq = (uint32_t)rs->n,
 	};
-	crc = store_extent_checksum(e, rs->buf + SEG_HEADER_SIZE, len);
+	crc = store_extent_checksum(e, rs->buf + SEG_HEADER_SIZE);
 	rs->crc = kvt_crc32c_combine(rs->crc, crc, len);
 	seg_header_fill((struct seg_header *)rs->buf, rs->vid, e->seq, e->obj_off, e->gen,
 			e->segment, len, crc);

@@ -165,10 +165,10 @@ int store_extent_part(const struct cat_extent *e, uint64_t from, uint64_t to, un
 
 	if (e->nchunks == 0 || from >= to)
 		return 0;
-	*c0 = (unsigned)(from / SEG_CHUNK);
-	*c1 = (unsigned)((to + SEG_CHUNK - 1) / SEG_CHUNK);
-	p1 = MIN((uint64_t)*c1 * SEG_CHUNK, e->length);
-	*a0 = (SEG_HEADER_SIZE + (uint64_t)*c0 * SEG_CHUNK) / SEG_ALIGN * SEG_ALIGN;
+	*c0 = seg_chunk_of(e->chunk0, from);
+	*c1 = seg_chunk_of(e->chunk0, to - 1) + 1;
+	p1 = MIN(seg_chunk_start(e->chunk0, *c1), e->length);
+	*a0 = (SEG_HEADER_SIZE + seg_chunk_start(e->chunk0, *c0)) / SEG_ALIGN * SEG_ALIGN;
 	*a1 = ALIGN_UP(SEG_HEADER_SIZE + p1, SEG_ALIGN);
 	return *a1 - *a0 < seg_extent_space(e->length);
 }
@@ -182,10 +182,11 @@ int store_extent_verify_part(struct kvt_store *st, const void *buf, uint64_t a0,
 		return -EIO;
 	}
 	for (unsigned c = c0; c < c1; c++) {
-		uint64_t p = (uint64_t)c * SEG_CHUNK;
+		uint64_t p = seg_chunk_start(e->chunk0, c);
+		uint64_t q = MIN(seg_chunk_start(e->chunk0, c + 1), e->length);
 		const char *chunk = (const char *)buf + (SEG_HEADER_SIZE + p - a0);
 
-		if (kvt_crc32c(0, chunk, MIN(SEG_CHUNK, e->length - p)) != e->chunk_crc[c]) {
+		if (kvt_crc32c(0, chunk, q - p) != e->chunk_crc[c]) {
 			log_err(0, "checksum mismatch in chunk %u of extent %u of version %016llx"
 				" (segment %u offset %llu)", c, e->seq, (unsigned long long)vid,
 				e->segment, (unsigned long long)e->offset);

@@ -79,18 +79,20 @@ static void chunk_shift_make(void)
 	util_crc32c_shifter(SEG_CHUNK, chunk_shift);
 }
 
-uint32_t seg_payload_crc(const void *payload, uint32_t length, uint32_t *chunk_crc)
+uint32_t seg_payload_crc(const void *payload, uint32_t length, uint32_t first,
+			 uint32_t *chunk_crc)
 {
 	const char *p = payload;
 	uint32_t crc = 0, off = 0;
 
 	pthread_once(&chunk_shift_once, chunk_shift_make);
-	for (unsigned i = 0; off < length; i++, off += SEG_CHUNK) {
-		uint32_t n = MIN(SEG_CHUNK, length - off);
+	for (unsigned k = 0; off < length; k++) {
+		uint32_t n = MIN(k == 0 ? first : SEG_CHUNK, length - off);
 
-		chunk_crc[i] = kvt_crc32c(0, p + off, n);
-		crc = n == SEG_CHUNK ? util_crc32c_shift(chunk_shift, crc) ^ chunk_crc[i] :
-				       kvt_crc32c_combine(crc, chunk_crc[i], n);
+		chunk_crc[k] = kvt_crc32c(0, p + off, n);
+		crc = n == SEG_CHUNK ? util_crc32c_shift(chunk_shift, crc) ^ chunk_crc[k] :
+				       kvt_crc32c_combine(crc, chunk_crc[k], n);
+		off += n;
 	}
 	return crc;
 }

@@ -35,10 +35,13 @@
  * SEG_ALIGN; the header names the object version, the extent's place in it,
  * the segment generation, and carries CRC32C of the payload and of itself.
  *
- * The catalog also keeps CRC32C of each SEG_CHUNK of a payload (its last
- * chunk may be shorter), so a read of part of an extent reads and verifies
- * only the chunks it touches: a random 64 KiB read of a 1 MiB extent no
- * longer costs 1 MiB of disk and checksum.
+ * The catalog also keeps CRC32C of each chunk of a payload, so a read of
+ * part of an extent reads and verifies only the chunks it touches: a random
+ * 64 KiB read of a 1 MiB extent no longer costs 1 MiB of disk and checksum.
+ * The chunks follow the object's offsets as they were when the extent was
+ * written: the first ends where the offset reaches a multiple of SEG_CHUNK
+ * (it is `first` bytes, 1 to SEG_CHUNK), the others are SEG_CHUNK bytes but
+ * the last, so a read aligned to 64 KiB of the object touches one chunk.
  */
 #ifndef KVT_SEGMENT_H
 #define KVT_SEGMENT_H
@@ -53,7 +56,7 @@
 #define SEG_MAGIC 0x4b565445u		/* "KVTE" */
 #define SEG_PIN_BASE ((int64_t)1 << 32)	/* map-file byte of segment 0's pin */
 #define SEG_CHUNK (64 * 1024)		/* payload bytes per chunk checksum */
-#define SEG_CHUNKS_MAX ((SEG_PAYLOAD_MAX + SEG_CHUNK - 1) / SEG_CHUNK)
+#define SEG_CHUNKS_MAX ((SEG_PAYLOAD_MAX + SEG_CHUNK - 1) / SEG_CHUNK + 1)
 
 struct seg_header {
 	uint32_t magic;
@@ -86,17 +89,36 @@ static inline void seg_extent_pad(void *buf, uint32_t length)
 	       seg_extent_space(length) - SEG_HEADER_SIZE - length);
 }
 
-/* Chunks of a payload of `length` bytes. */
-static inline unsigned seg_chunks(uint32_t length)
+/* The first chunk's length for a payload at object offset obj_off. */
+static inline uint32_t seg_chunk_first(uint64_t obj_off)
 {
-	return (length + SEG_CHUNK - 1) / SEG_CHUNK;
+	return SEG_CHUNK - (uint32_t)(obj_off % SEG_CHUNK);
+}
+
+/* Chunks of a payload of `length` bytes whose first chunk is `first`. */
+static inline unsigned seg_chunks(uint32_t length, uint32_t first)
+{
+	return length <= first ? 1 : 1 + (length - first + SEG_CHUNK - 1) / SEG_CHUNK;
+}
+
+/* Payload offset where chunk k starts. */
+static inline uint32_t seg_chunk_start(uint32_t first, unsigned k)
+{
+	return k == 0 ? 0 : first + (k - 1) * SEG_CHUNK;
+}
+
+/* The chunk holding payload offset p. */
+static inline unsigned seg_chunk_of(uint32_t first, uint64_t p)
+{
+	return p < first ? 0 : 1 + (unsigned)((p - first) / SEG_CHUNK);
 }
 
 /*
- * CRC32C of each chunk of payload into chunk_crc (seg_chunks(length) of
- * them), in one pass; returns the CRC32C of the whole payload.
+ * CRC32C of each chunk of payload into chunk_crc (seg_chunks(length,
+ * first) of them), in one pass; returns the CRC32C of the whole payload.
  */
-uint32_t seg_payload_crc(const void *payload, uint32_t length, uint32_t *chunk_crc);
+uint32_t seg_payload_crc(const void *payload, uint32_t length, uint32_t first,
+			 uint32_t *chunk_crc);
 
 void seg_header_fill(struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t obj_off,
 		     uint64_t gen, uint32_t segment, uint32_t length, uint32_t crc);

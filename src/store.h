@@ -249,9 +249,10 @@ int store_extent_part(const struct cat_extent *e, uint64_t from, uint64_t to, un
 int store_extent_verify_part(struct kvt_store *st, const void *buf, uint64_t a0, uint64_t vid,
 			     const struct cat_extent *e, unsigned c0, unsigned c1);
 
-/* Fills e's chunk checksums from its payload (seg_payload_crc) and returns
- * the payload's CRC32C. Defined in writer.c. */
-uint32_t store_extent_checksum(struct cat_extent *e, const void *payload, uint32_t length);
+/* Fills e's checksums (crc, chunk0, nchunks, chunk_crc) from its payload,
+ * given its length and obj_off, and returns the payload's CRC32C. Defined
+ * in writer.c. */
+uint32_t store_extent_checksum(struct cat_extent *e, const void *payload);
 
 /* 0 if e lies inside its segment, else -EIO (logged). */
 int store_extent_check_place(struct kvt_store *st, uint64_t vid, const struct cat_extent *e);

@@ -217,11 +217,14 @@ static int writer_take_buffer(struct kvt_writer *w)
 	}
 }
 
-uint32_t store_extent_checksum(struct cat_extent *e, const void *payload, uint32_t length)
+uint32_t store_extent_checksum(struct cat_extent *e, const void *payload)
 {
-	e->crc = seg_payload_crc(payload, length, e->chunk_crc);
+	e->chunk0 = seg_chunk_first(e->obj_off);
+	e->crc = seg_payload_crc(payload, e->length, e->chunk0, e->chunk_crc);
 	/* One chunk: the extent's own checksum says it all. */
-	e->nchunks = seg_chunks(length) > 1 ? seg_chunks(length) : 0;
+	e->nchunks = seg_chunks(e->length, e->chunk0);
+	if (e->nchunks == 1)
+		e->nchunks = 0;
 	return e->crc;
 }
 
@@ -248,18 +251,17 @@ static int writer_flush(struct kvt_writer *w)
 	if (rc < 0)
 		return rc;
 	e = &w->ext[w->next++];
-	/* One pass over the bytes gives the chunks', the extent's and the object's checksums. */
-	crc = store_extent_checksum(e, buf + SEG_HEADER_SIZE, len);
-	w->crc = kvt_crc32c_combine(w->crc, crc, len);
 	e->seq = (uint32_t)(w->next - 1);
 	e->segment = b->alloc.segment;
 	e->gen = b->alloc.gen;
 	e->offset = b->alloc.offset;
 	e->length = len;
-	e->crc = crc;
 	e->obj_off = w->size - len;
 	e->hvid = w->vid;
 	e->hseq = e->seq;
+	/* One pass over the bytes gives the chunks', the extent's and the object's checksums. */
+	crc = store_extent_checksum(e, buf + SEG_HEADER_SIZE);
+	w->crc = kvt_crc32c_combine(w->crc, crc, len);
 	seg_header_fill((struct seg_header *)buf, w->vid, e->seq, e->obj_off, e->gen, e->segment,
 			len, crc);
 	seg_extent_pad(buf, len);

@@ -432,7 +432,8 @@ static void test_chunk_flip(void **state)
 
 	assert_int_equal(test_put(f->st, BUCKET, "chunky", len, 51), 0);
 	e = locate(f->st, "chunky", 0);
-	assert_int_equal(e.nchunks, seg_chunks(SEG_PAYLOAD_MAX));
+	assert_int_equal(e.chunk0, SEG_CHUNK);
+	assert_int_equal(e.nchunks, seg_chunks(SEG_PAYLOAD_MAX, SEG_CHUNK));
 	flip(f, &e, SEG_HEADER_SIZE + bad);
 	/* Other chunks of the damaged extent, and the next extent: served. */
 	assert_int_equal(read_range(f->st, "chunky", 0, 100, 51, 0), 100);
@@ -469,13 +470,41 @@ static void test_chunk_flip(void **state)
 
 	/* Chunk checksums the bytes do not match (a damaged catalog): partial
 	 * reads fail rather than trust either, and fsck says so. */
-	snprintf(sql, sizeof(sql), "UPDATE extents SET crcs = zeroblob(%u) WHERE segment = %u AND"
-		 " offset = %llu", 4 * seg_chunks(SEG_PAYLOAD_MAX), e.segment,
+	snprintf(sql, sizeof(sql), "UPDATE extents SET crcs = x'00000100' || zeroblob(%u)"
+		 " WHERE segment = %u AND offset = %llu", 4 * e.nchunks, e.segment,
 		 (unsigned long long)e.offset);
 	test_catalog_exec(&f->env, sql);
 	assert_int_equal(read_range(f->st, "chunky", 2 * SEG_CHUNK + 7, 4096, 51, 1), -EIO);
 	assert_int_equal(kvt_store_fsck(f->st, 0, &rep), 1);
 	assert_true(rep.checksum_errors >= 1);
+}
+
+/*
+ * The chunks follow the object's offsets: in the second extent of an object
+ * (which starts 64 bytes short of 1 MiB) a chunk is [17, 18) x 64 KiB of
+ * the object, so damage there fails reads of exactly that range.
+ */
+static void test_chunk_grid(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t len = 2 * SEG_PAYLOAD_MAX, bad = 17 * SEG_CHUNK + 5;
+	struct cat_extent e;
+
+	assert_int_equal(test_put(f->st, BUCKET, "grid", len, 52), 0);
+	e = locate(f->st, "grid", 1);
+	assert_int_equal(e.obj_off, SEG_PAYLOAD_MAX);
+	assert_int_equal(e.chunk0, SEG_CHUNK - SEG_PAYLOAD_MAX % SEG_CHUNK);
+	flip(f, &e, SEG_HEADER_SIZE + bad - e.obj_off);
+	assert_int_equal(read_range(f->st, "grid", 16 * SEG_CHUNK, SEG_CHUNK, 52, 0), SEG_CHUNK);
+	assert_int_equal(read_range(f->st, "grid", 18 * SEG_CHUNK, SEG_CHUNK, 52, 0), SEG_CHUNK);
+	assert_int_equal(read_range(f->st, "grid", 17 * SEG_CHUNK, 1, 52, 1), -EIO);
+	assert_int_equal(read_range(f->st, "grid", 18 * SEG_CHUNK - 1, 1, 52, 1), -EIO);
+	assert_int_equal(read_range(f->st, "grid", 17 * SEG_CHUNK, SEG_CHUNK, 52, 1), -EIO);
+	/* The first, short chunk of the extent: bytes 64 short of 1 MiB on. */
+	assert_int_equal(read_range(f->st, "grid", SEG_PAYLOAD_MAX, e.chunk0, 52, 0), e.chunk0);
+	flip(f, &e, SEG_HEADER_SIZE + bad - e.obj_off);
+	assert_int_equal(test_check(f->st, BUCKET, "grid", len, 52), 0);
+	test_fsck_clean(f->st);
 }
 
 static void test_multi_extent(void **state)
@@ -553,6 +582,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fsck_payload, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fsck_header, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_chunk_flip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_chunk_grid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_multi_extent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fsck_multi_repair, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fsck_several, setup, teardown),

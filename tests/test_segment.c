@@ -678,28 +678,43 @@ static void test_append_lock_process_death(void **state)
 }
 
 /* seg_payload_crc: each chunk's CRC, and the whole payload's, as computed
- * directly, for lengths around the chunk size and up to a full extent. */
+ * directly, for lengths around the chunk size and up to a full extent, and
+ * first chunks from one byte to a whole chunk. */
 static void test_payload_crc(void **state)
 {
 	static const uint32_t lens[] = {
 		1, 4095, SEG_CHUNK - 1, SEG_CHUNK, SEG_CHUNK + 1, 3 * SEG_CHUNK + 77,
 		SEG_PAYLOAD_MAX - 1, SEG_PAYLOAD_MAX,
 	};
+	static const uint32_t firsts[] = { 1, 64, 4096, SEG_CHUNK - 1, SEG_CHUNK };
 	char *buf = malloc(SEG_PAYLOAD_MAX);
 	uint32_t chunk_crc[SEG_CHUNKS_MAX];
 
 	(void)state;
 	assert_non_null(buf);
 	test_fill(buf, SEG_PAYLOAD_MAX, 5, 0);
-	assert_int_equal(SEG_CHUNKS_MAX, seg_chunks(SEG_PAYLOAD_MAX));
+	assert_int_equal(SEG_CHUNKS_MAX, seg_chunks(SEG_PAYLOAD_MAX, 1));
+	assert_int_equal(seg_chunk_first(0), SEG_CHUNK);
+	assert_int_equal(seg_chunk_first(SEG_PAYLOAD_MAX), SEG_HEADER_SIZE);
 	for (size_t i = 0; i < ARRAY_SIZE(lens); i++) {
-		uint32_t len = lens[i];
+		for (size_t j = 0; j < ARRAY_SIZE(firsts); j++) {
+			uint32_t len = lens[i], first = firsts[j];
+			unsigned n = seg_chunks(len, first);
 
-		assert_int_equal(seg_payload_crc(buf, len, chunk_crc), kvt_crc32c(0, buf, len));
-		for (unsigned c = 0; c < seg_chunks(len); c++)
-			assert_int_equal(chunk_crc[c],
-					 kvt_crc32c(0, buf + (size_t)c * SEG_CHUNK,
-						    MIN(SEG_CHUNK, len - c * SEG_CHUNK)));
+			assert_int_equal(seg_payload_crc(buf, len, first, chunk_crc),
+					 kvt_crc32c(0, buf, len));
+			assert_int_equal(seg_chunk_start(first, 0), 0);
+			for (unsigned c = 0; c < n; c++) {
+				uint32_t p = seg_chunk_start(first, c);
+				uint32_t q = MIN(seg_chunk_start(first, c + 1), len);
+
+				assert_true(p < q);
+				assert_int_equal(seg_chunk_of(first, p), c);
+				assert_int_equal(seg_chunk_of(first, q - 1), c);
+				assert_int_equal(chunk_crc[c], kvt_crc32c(0, buf + p, q - p));
+			}
+			assert_true(seg_chunk_start(first, n) >= len);
+		}
 	}
 	free(buf);
 }
