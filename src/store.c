@@ -29,6 +29,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,13 @@ static void store_thread_exit(void *arg)
 	}
 	pthread_mutex_unlock(&st->threads_lock);
 	store_thread_free(t);
+	/*
+	 * The connection's page cache (up to 16 MiB) went back to this thread's
+	 * malloc arena, which keeps it: with 32 threads each caching the whole
+	 * catalog, 140 MiB stayed resident after they were gone (kvtier bench
+	 * engine, GET 64K x32). Threads end rarely; trimming then is cheap.
+	 */
+	malloc_trim(0);
 }
 
 struct store_thread *store_thread(struct kvt_store *st)
