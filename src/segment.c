@@ -71,27 +71,17 @@ void seg_header_fill(struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t 
 	h->hcrc = kvt_crc32c(0, h, offsetof(struct seg_header, hcrc));
 }
 
-static uint32_t chunk_shift[32];	/* shifts a CRC by SEG_CHUNK bytes */
-static pthread_once_t chunk_shift_once = PTHREAD_ONCE_INIT;
-
-static void chunk_shift_make(void)
-{
-	util_crc32c_shifter(SEG_CHUNK, chunk_shift);
-}
-
 uint32_t seg_payload_crc(const void *payload, uint32_t length, uint32_t first,
 			 uint32_t *chunk_crc)
 {
 	const char *p = payload;
 	uint32_t crc = 0, off = 0;
 
-	pthread_once(&chunk_shift_once, chunk_shift_make);
 	for (unsigned k = 0; off < length; k++) {
 		uint32_t n = MIN(k == 0 ? first : SEG_CHUNK, length - off);
 
 		chunk_crc[k] = kvt_crc32c(0, p + off, n);
-		crc = n == SEG_CHUNK ? util_crc32c_shift(chunk_shift, crc) ^ chunk_crc[k] :
-				       kvt_crc32c_combine(crc, chunk_crc[k], n);
+		crc = kvt_crc32c_combine(crc, chunk_crc[k], n);
 		off += n;
 	}
 	return crc;

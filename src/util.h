@@ -44,15 +44,6 @@ void *util_big_alloc(size_t size);
 void util_big_free(void *p, size_t size);
 
 /*
- * CRC32C combination for a length fixed in advance: kvt_crc32c_combine()
- * costs O(log len) matrix squarings per call; with the operator for len
- * made once (util_crc32c_shifter), each combination is one matrix-vector
- * product: crc(A || B) = util_crc32c_shift(op, crc(A)) ^ crc(B), len(B) = len.
- */
-void util_crc32c_shifter(uint64_t len, uint32_t op[32]);
-uint32_t util_crc32c_shift(const uint32_t op[32], uint32_t crc);
-
-/*
  * pthread_create() for the engine's own threads: they start with every
  * asynchronous signal blocked, so a SIGTERM meant for the program (its
  * sigwait() or its handler) never lands in a library thread, where the
