@@ -29,7 +29,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,7 +94,7 @@ static void store_thread_exit(void *arg)
 	 * catalog, 140 MiB stayed resident after they were gone (kvtier bench
 	 * engine, GET 64K x32). Threads end rarely; trimming then is cheap.
 	 */
-	malloc_trim(0);
+	util_malloc_trim();
 }
 
 struct store_thread *store_thread(struct kvt_store *st)

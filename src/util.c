@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <isa-l/crc.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +211,21 @@ void util_big_free(void *p, size_t size)
 {
 	if (p)
 		munmap(p, size);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define UTIL_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define UTIL_SANITIZED 1
+#endif
+#endif
+
+void util_malloc_trim(void)
+{
+#ifndef UTIL_SANITIZED
+	malloc_trim(0);
+#endif
 }
 
 int util_thread_start(pthread_t *tid, const pthread_attr_t *attr, void *(*fn)(void *),

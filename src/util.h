@@ -44,6 +44,14 @@ void *util_big_alloc(size_t size);
 void util_big_free(void *p, size_t size);
 
 /*
+ * malloc_trim(0): gives free heap memory back to the kernel. Nothing under
+ * ASan or TSan, whose allocator is not glibc's: there, trimming glibc's
+ * arenas from a thread set that thread up in an arena glibc never counted,
+ * and glibc aborted when the thread ended (CI, kvtier-migrate under ASan).
+ */
+void util_malloc_trim(void);
+
+/*
  * pthread_create() for the engine's own threads: they start with every
  * asynchronous signal blocked, so a SIGTERM meant for the program (its
  * sigwait() or its handler) never lands in a library thread, where the
