@@ -68,6 +68,17 @@ run_kind() {
 	fi
 	unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS
 	[ "$status" = 0 ] || scripts/show-failed-tests.sh "$dir"
+	# LeakSanitizer stops a process's threads at its exit to scan them; a
+	# test that SIGKILLs the process at that moment (the kill -9 rounds of
+	# the migrator, FUSE and chaos tests) leaves only "Unable to get
+	# registers from thread N" in its log, with no report: said, not failed.
+	for f in "$logs"/*; do
+		[ -f "$f" ] || continue
+		if ! grep -qv 'Unable to get registers from thread' "$f"; then
+			echo "test-sanitizers: $kind: $(basename "$f"): a process killed during its leak check: $(head -n 1 "$f")" >&2
+			rm -f "$f"
+		fi
+	done
 	reports=$(find "$logs" -type f | wc -l)
 	if [ "$reports" -gt 0 ]; then
 		echo "test-sanitizers: $kind: $reports sanitizer report(s):" >&2
