@@ -158,33 +158,39 @@ int store_extent_verify(struct kvt_store *st, const void *buf, uint64_t vid,
 	return rc;
 }
 
-int store_extent_part(const struct cat_extent *e, uint64_t from, uint64_t to, unsigned *c0,
-		      unsigned *c1, uint64_t *a0, uint64_t *a1)
+void store_extent_part(const struct cat_extent *e, uint64_t from, uint64_t to,
+		       struct extent_part *p)
 {
-	uint64_t p1;
-
+	*p = (struct extent_part){ .whole = 1, .a1 = seg_extent_space(e->length) };
 	if (e->nchunks == 0 || from >= to)
-		return 0;
-	*c0 = seg_chunk_of(e->chunk0, from);
-	*c1 = seg_chunk_of(e->chunk0, to - 1) + 1;
-	p1 = MIN(seg_chunk_start(e->chunk0, *c1), e->length);
-	*a0 = (SEG_HEADER_SIZE + seg_chunk_start(e->chunk0, *c0)) / SEG_ALIGN * SEG_ALIGN;
-	*a1 = ALIGN_UP(SEG_HEADER_SIZE + p1, SEG_ALIGN);
-	return *a1 - *a0 < seg_extent_space(e->length);
+		return;
+	p->c0 = seg_chunk_of(e->chunk0, from);
+	p->c1 = seg_chunk_of(e->chunk0, to - 1) + 1;
+	p->a0 = (SEG_HEADER_SIZE + seg_chunk_start(e->chunk0, p->c0)) / SEG_ALIGN * SEG_ALIGN;
+	p->a1 = ALIGN_UP(SEG_HEADER_SIZE + MIN(seg_chunk_start(e->chunk0, p->c1), e->length),
+			 SEG_ALIGN);
+	p->whole = p->a1 - p->a0 >= seg_extent_space(e->length);
+	if (p->whole) {
+		p->a0 = 0;
+		p->a1 = seg_extent_space(e->length);
+	}
 }
 
-int store_extent_verify_part(struct kvt_store *st, const void *buf, uint64_t a0, uint64_t vid,
-			     const struct cat_extent *e, unsigned c0, unsigned c1)
+int store_extent_verify_part(struct kvt_store *st, const void *buf, uint64_t vid,
+			     const struct cat_extent *e, const struct extent_part *part)
 {
+	if (part->whole)
+		return store_extent_verify(st, buf, vid, e);
 	/* The header, when it was read with the first chunk, is checked too. */
-	if (a0 == 0 && seg_header_check(buf, e->hvid, e->hseq, e->gen, e->segment, e->length) < 0) {
+	if (part->a0 == 0 &&
+	    seg_header_check(buf, e->hvid, e->hseq, e->gen, e->segment, e->length) < 0) {
 		store_checksum_failure(st);
 		return -EIO;
 	}
-	for (unsigned c = c0; c < c1; c++) {
+	for (unsigned c = part->c0; c < part->c1; c++) {
 		uint64_t p = seg_chunk_start(e->chunk0, c);
 		uint64_t q = MIN(seg_chunk_start(e->chunk0, c + 1), e->length);
-		const char *chunk = (const char *)buf + (SEG_HEADER_SIZE + p - a0);
+		const char *chunk = (const char *)buf + (SEG_HEADER_SIZE + p - part->a0);
 
 		if (kvt_crc32c(0, chunk, q - p) != e->chunk_crc[c]) {
 			log_err(0, "checksum mismatch in chunk %u of extent %u of version %016llx"
@@ -201,9 +207,7 @@ struct rslot {
 	struct io_req req;
 	const struct cat_extent *e;
 	int busy;
-	int part;		/* only chunks [c0, c1) were read, from extent offset a0 */
-	unsigned c0, c1;
-	uint64_t a0;
+	struct extent_part part;	/* what of the extent was read */
 };
 
 /* The generation of e's segment is still the one e was written in. */
@@ -244,19 +248,10 @@ static int reader_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t e
 		while (rc == 0 && inflight < nslots && next < co->nextents &&
 		       co->extents[next].obj_off < end) {
 			const struct cat_extent *e = &co->extents[next];
-			uint64_t a0 = 0, a1 = seg_extent_space(e->length);
-			unsigned i, c0 = 0, c1 = 0;
-			int part;
+			unsigned i;
 
 			for (i = 0; slots[i].busy; i++)
 				;
-			part = store_extent_part(e, MAX(off, e->obj_off) - e->obj_off,
-						 MIN(end, e->obj_off + e->length) - e->obj_off, &c0,
-						 &c1, &a0, &a1);
-			if (!part) {
-				a0 = 0;
-				a1 = seg_extent_space(e->length);
-			}
 			rc = store_extent_check_place(st, co->vid, e);
 			if (rc == 0 && !reader_gen_ok(st, e))
 				rc = -ESTALE;
@@ -264,10 +259,8 @@ static int reader_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t e
 				break;
 			s = &slots[i];
 			s->e = e;
-			s->part = part;
-			s->c0 = c0;
-			s->c1 = c1;
-			s->a0 = a0;
+			store_extent_part(e, MAX(off, e->obj_off) - e->obj_off,
+					  MIN(end, e->obj_off + e->length) - e->obj_off, &s->part);
 			s->req = (struct io_req){
 				.op = IO_READ,
 				.fd = e->length <= st->cached_read_max ?
@@ -275,8 +268,8 @@ static int reader_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t e
 					seg_fd(st->sf, e->segment),
 				.buf = io_buf(io, i),
 				.buf_index = (int)i,
-				.len = a1 - a0,
-				.off = e->offset + a0,
+				.len = s->part.a1 - s->part.a0,
+				.off = e->offset + s->part.a0,
 				.data = s,
 			};
 			rc = io_submit(io, &s->req);
@@ -305,15 +298,13 @@ static int reader_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t e
 				(unsigned long long)s->e->offset);
 			continue;
 		}
-		rc = s->part ? store_extent_verify_part(st, done->buf, s->a0, co->vid, s->e, s->c0,
-							s->c1) :
-			       store_extent_verify(st, done->buf, co->vid, s->e);
+		rc = store_extent_verify_part(st, done->buf, co->vid, s->e, &s->part);
 		if (rc == 0) {
 			uint64_t from = MAX(off, s->e->obj_off);
 			uint64_t to = MIN(end, s->e->obj_off + s->e->length);
 
 			memcpy(out + (from - off), (char *)done->buf + SEG_HEADER_SIZE +
-			       (from - s->e->obj_off) - s->a0, to - from);
+			       (from - s->e->obj_off) - s->part.a0, to - from);
 		}
 	}
 	return rc;
@@ -449,8 +440,7 @@ static int reader_map_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64
 		const struct cat_extent *e = &co->extents[i];
 		uint64_t from = MAX(off, e->obj_off), to = MIN(end, e->obj_off + e->length);
 		const char *base;
-		uint64_t a0, a1;
-		unsigned c0, c1;
+		struct extent_part part;
 
 		rc = store_extent_check_place(st, co->vid, e);
 		if (rc < 0)
@@ -473,10 +463,8 @@ static int reader_map_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64
 		}
 		base += e->offset;
 		/* Only the chunks sent are checked (and faulted in). */
-		if (store_extent_part(e, from - e->obj_off, to - e->obj_off, &c0, &c1, &a0, &a1))
-			rc = store_extent_verify_part(st, base + a0, a0, co->vid, e, c0, c1);
-		else
-			rc = store_extent_verify(st, base, co->vid, e);
+		store_extent_part(e, from - e->obj_off, to - e->obj_off, &part);
+		rc = store_extent_verify_part(st, base + part.a0, co->vid, e, &part);
 		if (rc < 0)
 			goto fail;
 		m->iov[m->niov++] = (struct iovec){

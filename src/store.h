@@ -235,19 +235,25 @@ int store_extent_verify(struct kvt_store *st, const void *buf, uint64_t vid,
 			const struct cat_extent *e);
 
 /*
- * The chunks of e's payload that [from, to) (payload offsets) touches:
- * [*c0, *c1), and where they lie relative to the extent's start, widened to
- * SEG_ALIGN: [*a0, *a1). 0 if e has no chunk checksums or the chunks
- * would take the whole extent anyway: then it is read and verified whole.
+ * What of an extent a read of payload bytes [from, to) reads and verifies:
+ * bytes [a0, a1) from the extent's start, and chunks [c0, c1) of them; or
+ * (whole) the whole extent, where e has no chunk checksums or its chunks
+ * would take the whole extent anyway. Defined in reader.c.
  */
-int store_extent_part(const struct cat_extent *e, uint64_t from, uint64_t to, unsigned *c0,
-		       unsigned *c1, uint64_t *a0, uint64_t *a1);
+struct extent_part {
+	int whole;
+	unsigned c0, c1;
+	uint64_t a0, a1;
+};
 
-/* Checks chunks [c0, c1) of e, read from extent offset a0 into buf (and
- * the header, if a0 is 0). 0 or -EIO (logged and counted). Defined in
- * reader.c. */
-int store_extent_verify_part(struct kvt_store *st, const void *buf, uint64_t a0, uint64_t vid,
-			     const struct cat_extent *e, unsigned c0, unsigned c1);
+void store_extent_part(const struct cat_extent *e, uint64_t from, uint64_t to,
+		       struct extent_part *p);
+
+/* Checks what p says of e, read into buf (which holds extent bytes from
+ * p->a0): the whole extent, or its chunks and, when read with the first
+ * one, its header. 0 or -EIO (logged and counted). Defined in reader.c. */
+int store_extent_verify_part(struct kvt_store *st, const void *buf, uint64_t vid,
+			     const struct cat_extent *e, const struct extent_part *p);
 
 /* Fills e's checksums (crc, chunk0, nchunks, chunk_crc) from its payload,
  * given its length and obj_off, and returns the payload's CRC32C. Defined
