@@ -1372,6 +1372,17 @@ static int fh_writer_enter(struct kvfs *kv, struct node *n, fuse_ino_t *pino, ch
 	return rc;
 }
 
+/* Uncounts a writer on n; the last one takes what was kept for its publishes. */
+static void fh_writer_leave_locked(struct node *n)
+{
+	if (--n->nwriters > 0)
+		return;
+	n->pend.mask = 0;
+	free(n->psession);
+	n->psession = NULL;
+	n->ppin = 0;
+}
+
 /*
  * How a read-only handle of version o reads (see "One version per inode"):
  * through the page cache when that cannot show the bytes or size of
@@ -1605,7 +1616,7 @@ fail_noent:
 	pthread_mutex_lock(&kv->lock);
 	h->node->nopen--;
 	if (h->writable)
-		h->node->nwriters--;
+		fh_writer_leave_locked(h->node);
 	if (h->reader)
 		h->node->nreaders--;
 	if (h->cached && --h->node->ncache == 0)
@@ -1682,30 +1693,24 @@ void fh_release(struct kvfs *kv, struct fh *h)
 	pthread_mutex_lock(&kv->lock);
 	n->nopen--;
 	if (h->writable)
-		n->nwriters--;
+		fh_writer_leave_locked(n);
 	if (h->reader)
 		n->nreaders--;
 	if (h->cached && --n->ncache == 0)
 		pthread_cond_broadcast(&kv->cache_cond);	/* a writer may wait */
-	if (n->nwriters == 0) {
-		n->pend.mask = 0;
-		free(n->psession);
-		n->psession = NULL;
-		n->ppin = 0;
-		if (n->pending) {
-			/*
-			 * Never published: the file never existed. This very node
-			 * goes, in the same hold of the lock: detached by name
-			 * after dropping it, a create(2) that meanwhile took the
-			 * node up again for the same name lost its file.
-			 */
-			n->pending = 0;
-			n->has_last = 0;
-			if (n->hashed && n->parent) {
-				pino = n->parent->ino;
-				name = strdup(n->name);
-				node_detach_locked(kv, n);
-			}
+	if (n->nwriters == 0 && n->pending) {
+		/*
+		 * Never published: the file never existed. This very node goes,
+		 * in the same hold of the lock: detached by name after dropping
+		 * it, a create(2) that meanwhile took the node up again for the
+		 * same name lost its file.
+		 */
+		n->pending = 0;
+		n->has_last = 0;
+		if (n->hashed && n->parent) {
+			pino = n->parent->ino;
+			name = strdup(n->name);
+			node_detach_locked(kv, n);
 		}
 	}
 	node_put_locked(kv, n);
@@ -2030,7 +2035,8 @@ int fh_fsync(struct kvfs *kv, struct fh *h)
 
 /* ---- truncate(2) by name ----------------------------------------------------- */
 
-int kvfs_truncate_key(struct kvfs *kv, const char *bucket, const char *key, uint64_t size)
+/* A new version of bucket/key: the old bytes cut, or zero-extended, to size. */
+static int truncate_key(struct kvfs *kv, const char *bucket, const char *key, uint64_t size)
 {
 	struct kvt_reader *r = NULL;
 	struct kvt_writer *w = NULL;
@@ -2087,5 +2093,48 @@ out:
 	kvt_writer_abort(w);
 	kvt_reader_close(r);
 	free(buf);
+	return rc;
+}
+
+int kvfs_truncate_node(struct kvfs *kv, struct node *n, uint64_t size)
+{
+	char *bucket = NULL, *key = NULL, *name = NULL;
+	fuse_ino_t pino = 0;
+	int rc;
+
+	pthread_mutex_lock(&kv->lock);
+	rc = n->pending ? -EBUSY : 0;	/* bytes still being written cannot be cut */
+	pthread_mutex_unlock(&kv->lock);
+	if (rc < 0)
+		return rc;
+	/*
+	 * A writer, for as long as it takes: the kernel cuts its page cache
+	 * at the new size, which readers of the version before must not
+	 * keep. A reader's RELEASE may still be on its way from the close(2)
+	 * just before: then its size went in this reply, and stat(2) showed
+	 * the old size for attr_timeout (fsx, "stat f1: size 121361,
+	 * expected 0").
+	 */
+	rc = fh_writer_enter(kv, n, &pino, &name);
+	if (rc == -ESTALE) {
+		log_debug("'%s' gets a new inode: readers keep the version before a truncate",
+			  name ? name : "?");
+		if (name)
+			kvfs_notify_inval_entry(kv, pino, name);
+		free(name);
+		return rc;
+	}
+	pthread_rwlock_rdlock(&kv->names);
+	rc = node_path(kv, n, &bucket, &key);
+	if (rc == 0)
+		rc = truncate_key(kv, bucket, key, size);
+	pthread_rwlock_unlock(&kv->names);
+	if (rc == -ENODATA)
+		log_err(rc, "cannot truncate '%s/%s': it is in the cold tier", bucket, key);
+	pthread_mutex_lock(&kv->lock);
+	fh_writer_leave_locked(n);
+	pthread_mutex_unlock(&kv->lock);
+	free(bucket);
+	free(key);
 	return rc;
 }

@@ -307,8 +307,13 @@ void fh_discard(struct kvfs *kv, struct fh *h);
  * once the loop has ended, while the store is still open.
  */
 void fh_release_orphans(struct kvfs *kv);
-/* truncate(2) of a file nobody here has open for writing: a new version. */
-int kvfs_truncate_key(struct kvfs *kv, const char *bucket, const char *key, uint64_t size);
+/*
+ * truncate(2) by name, of a file no handle here truncates: a new version.
+ * -ESTALE when readers keep n's version: n loses its name, and the kernel
+ * looks it up again and truncates the new inode. -EBUSY while a create
+ * here has not published the file yet.
+ */
+int kvfs_truncate_node(struct kvfs *kv, struct node *n, uint64_t size);
 int kvfs_parts_init(struct kvfs *kv);
 void kvfs_parts_release(struct kvfs *kv);
 

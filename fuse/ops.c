@@ -316,22 +316,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		if (fi && fi->fh && fh_writable((struct fh *)(uintptr_t)fi->fh)) {
 			rc = fh_truncate(kv, (struct fh *)(uintptr_t)fi->fh, (uint64_t)attr->st_size);
 		} else {
-			char *bucket = NULL, *key = NULL;
-
-			pthread_mutex_lock(&kv->lock);
-			pending = n->pending;
-			pthread_mutex_unlock(&kv->lock);
-			/* Bytes another process is still writing here cannot be cut by name. */
-			pthread_rwlock_rdlock(&kv->names);
-			rc = pending ? -EBUSY : node_path(kv, n, &bucket, &key);
-			if (rc == 0)
-				rc = kvfs_truncate_key(kv, bucket, key, (uint64_t)attr->st_size);
-			pthread_rwlock_unlock(&kv->names);
-			if (rc == -ENODATA)
-				log_err(rc, "cannot truncate '%s/%s': it is in the cold tier", bucket,
-					key);
-			free(bucket);
-			free(key);
+			rc = kvfs_truncate_node(kv, n, (uint64_t)attr->st_size);
 		}
 		if (rc < 0)
 			goto out;

@@ -12,7 +12,8 @@
 #     version, smaller or larger, is put and opened by another reader; a
 #     smaller version opened while the kernel had the older size is not
 #     zero-padded; private mmaps of two versions, and of a file open for
-#     writing beside a reader's, each show their own bytes.
+#     writing beside a reader's, each show their own bytes; truncate(2) by
+#     name beside a reader is seen by the next stat.
 #  3. tests/fuse/namerace.py: create, stat, read, rename and unlink of the
 #     same names from four processes, plus S3 PUT and DELETE of the same keys
 #     through the gateway (with boto3), for KVT_RACE_SECONDS (15 s):

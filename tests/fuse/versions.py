@@ -169,6 +169,25 @@ os.close(r)
 with open(p, "rb") as f:
     expect("6. a new open after the writer's close", f.read(), new)
 
+# 7. truncate(2) by name beside a reader of the page cache
+p = os.path.join(d, "truncated")
+old = data(b"old", 300000)
+for case, size in (("shorter", 1000), ("empty", 0), ("longer", 400000)):
+    write(p, old)
+    settle(p)
+    r = os.open(p, os.O_RDONLY)
+    first = os.read(r, 4096)
+    os.truncate(p, size)
+    got = os.stat(p).st_size
+    if got != size:
+        bad.append("7. stat after truncate to %s beside a reader: size %d, want %d"
+                   % (case, got, size))
+    expect("7. reader of the version before a truncate to %s" % case, read_rest(r, first), old)
+    os.close(r)
+    want = old[:size] + bytes(max(0, size - len(old)))
+    with open(p, "rb") as f:
+        expect("7. a new open after a truncate to %s" % case, f.read(), want)
+
 print("versions: %d reads were not their version whole" % len(bad))
 for b in bad:
     print("  " + b)
