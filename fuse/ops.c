@@ -1135,11 +1135,20 @@ static void reply_xattr_value(fuse_req_t req, const char *value, size_t size)
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct kvfs *kv = req_kv(req);
-	struct node *n = node_get(kv, ino);
+	struct node *n;
 	struct kvt_object *o = NULL;
 	char value[KVT_KEY_MAX + 64];
 	int rc = 0, pending, ppin;
 
+	if (strncmp(name, "user.", 5) != 0) {
+		/* No security labels, no POSIX ACLs: ENOTSUP, not ENODATA. ls -l
+		 * asks for security.selinux and system.posix_acl_access on every
+		 * file and, told ENOTSUP once, stops asking on this device; the
+		 * kernel caches neither answer, so each would be a round trip. */
+		fuse_reply_err(req, ENOTSUP);
+		return;
+	}
+	n = node_get(kv, ino);
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;

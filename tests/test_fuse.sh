@@ -278,7 +278,22 @@ try:
     raise SystemExit("getxattr of a missing name succeeded")
 except OSError as e:
     assert e.errno == 61, e   # ENODATA
+# No labels or ACLs are kept: ENOTSUP, which ls -l takes as "stop asking".
+for name in ("security.selinux", "system.posix_acl_access", "trusted.x"):
+    try:
+        os.getxattr(p, name)
+        raise SystemExit("getxattr %s succeeded" % name)
+    except OSError as e:
+        assert e.errno == 95, (name, e)   # ENOTSUP
 EOF
+# ls -l asks for a label and an ACL once per mount, not once per file.
+if command -v strace >/dev/null; then
+	files="$(ls -A "$B" | wc -l)"
+	[ "$files" -ge 4 ] || fail "only $files files to list"
+	strace -f -c -e trace=getxattr,lgetxattr -o "$T/ls.strace" ls -l "$B" >/dev/null
+	n="$(awk '$NF ~ /getxattr$/ { s += $4 } END { print s + 0 }' "$T/ls.strace")"
+	[ "$n" -le 2 ] || fail "ls -l of $files files made $n getxattr calls"
+fi
 if command -v getfattr >/dev/null; then
 	getfattr --absolute-names -n user.kvtier.tier --only-values "$B/conv1/turn1/blk0" |
 		grep -qx hot ||
