@@ -164,7 +164,7 @@ static int prefix_used(struct kvfs *kv, const char *bucket, const char *prefix)
 int kvfs_stat_key(struct kvfs *kv, const char *bucket, const char *key, struct kvfs_stat *out)
 {
 	struct kvt_object *o = NULL;
-	char *marker = NULL;
+	size_t len = strlen(key);
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -176,43 +176,24 @@ int kvfs_stat_key(struct kvfs *kv, const char *bucket, const char *key, struct k
 		kvfs_attr_dir(kv, NULL, &out->st);
 		return 0;
 	}
-	rc = kvt_object_head(kv->st, bucket, key, &o);
-	if (rc == 0) {
+	/* The object, else the directory "key/" (its marker or a key below). */
+	rc = kvt_object_head_name(kv->st, bucket, key, &o);
+	if (rc < 0)
+		return rc;
+	if (strcmp(o->key, key) == 0) {
 		out->type = o->posix.kind == KVT_KIND_SYMLINK ? NODE_SYMLINK : NODE_FILE;
 		kvfs_attr_object(kv, o, &out->st);
 		snprintf(out->etag, sizeof(out->etag), "%s", o->etag);
-		kvt_object_free(o);
-		return 0;
-	}
-	if (rc != -ENOENT)
-		return rc;
-	if (strlen(key) + 1 > KVT_KEY_MAX)
-		return -ENOENT;	/* no key can be under it */
-	marker = kvfs_join(key, "");
-	if (!marker)
-		return -ENOMEM;
-	/* kvfs_join(key, "") is "key/": the directory's marker and prefix. */
-	rc = kvt_object_head(kv->st, bucket, marker, &o);
-	if (rc == 0) {
+	} else if (strlen(o->key) == len + 1) {
 		out->type = NODE_DIR;
 		out->has_marker = 1;
 		kvfs_attr_dir(kv, o, &out->st);
-		kvt_object_free(o);
-		goto out;
-	}
-	if (rc != -ENOENT)
-		goto out;
-	rc = prefix_used(kv, bucket, marker);
-	if (rc > 0) {
+	} else {
 		out->type = NODE_DIR;
 		kvfs_attr_dir(kv, NULL, &out->st);
-		rc = 0;
-	} else if (rc == 0) {
-		rc = -ENOENT;
 	}
-out:
-	free(marker);
-	return rc;
+	kvt_object_free(o);
+	return 0;
 }
 
 int kvfs_stat_node(struct kvfs *kv, struct node *n, struct kvfs_stat *out)

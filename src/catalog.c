@@ -140,7 +140,7 @@ enum stmt_id {
 	S_BUCKET_INSERT, S_BUCKET_ID, S_BUCKET_DELETE, S_BUCKET_HAS_OBJECTS,
 	S_BUCKET_LIST,
 	S_OBJ_LOOKUP, S_OBJ_GET, S_OBJ_EXTENTS, S_OBJ_INSERT, S_OBJ_DELETE_ID,
-	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_OBJ_LOOKUP_FULL, S_OBJ_HEAD_BY_NAME, S_EXT_ADOPT, S_OBJ_GET_ID,
+	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_OBJ_LOOKUP_FULL, S_OBJ_HEAD_BY_NAME, S_OBJ_HEAD_OR_UNDER, S_EXT_ADOPT, S_OBJ_GET_ID,
 	S_OBJ_SETATTR, S_OBJ_SET_SESSION, S_OBJ_RENAME, S_OBJ_RENAME_PREFIX, S_PREFIX_HAS_OTHER, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_DROP_STATE, S_OBJ_PIN,
 	S_OBJ_RANGE, S_OBJ_RANGE_INCL, S_OBJ_WALK,
 	S_OBJ_STATE,
@@ -193,6 +193,12 @@ static const char *const stmt_sql[S_COUNT] = {
 			 " FROM objects WHERE id = ?1",
 	[S_OBJ_HEAD_BY_NAME] = "SELECT " OBJ_COLS " FROM buckets b JOIN objects o ON o.bucket = b.id"
 			       " WHERE b.name = ?1 AND o.key = ?2",
+	/* Object ?2, then the first key in [?3, ?4): two index probes, one row each. */
+	[S_OBJ_HEAD_OR_UNDER] = "SELECT * FROM (SELECT " OBJ_COLS " FROM buckets b JOIN objects o"
+				" ON o.bucket = b.id WHERE b.name = ?1 AND o.key = ?2)"
+				" UNION ALL SELECT * FROM (SELECT " OBJ_COLS " FROM buckets b"
+				" JOIN objects o ON o.bucket = b.id WHERE b.name = ?1"
+				" AND o.key >= ?3 AND o.key < ?4 ORDER BY o.key LIMIT 1)",
 	[S_OBJ_SETATTR] = "UPDATE objects SET mode = coalesce(?3, mode), uid = coalesce(?4, uid),"
 			  " gid = coalesce(?5, gid), atime = coalesce(?6, atime),"
 			  " mtime = coalesce(?7, mtime), ctime = ?8 WHERE bucket = ?1 AND key = ?2",
@@ -1370,6 +1376,29 @@ int cat_object_lookup(struct cat *c, const char *bucket, const char *key, int wi
 		return -ENOENT;
 	*out = co;
 	return 0;
+}
+
+int cat_object_lookup_or_under(struct cat *c, const char *bucket, const char *key,
+			       const char *under, const char *under_upper, struct cat_object **out)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_OBJ_HEAD_OR_UNDER);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_text(s, 1, bucket, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 2, key, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, under, -1, SQLITE_STATIC);	/* NULL: no range */
+	sqlite3_bind_text(s, 4, under_upper, -1, SQLITE_STATIC);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		rc = cat_object_from_row(s, out) < 0 ? -ENOMEM : 0;
+	else if (rc == SQLITE_DONE)
+		rc = -ENOENT;
+	else
+		rc = cat_errno(c, rc, "object lookup");
+	cat_done(s);
+	return rc;
 }
 
 int cat_object_states(struct cat *c, int64_t bucket_id, const char *const *keys, size_t n,

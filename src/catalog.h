@@ -131,6 +131,10 @@ int cat_object_get(struct cat *c, int64_t bucket_id, const char *key, int with_e
  * transaction; -ENOENT if either is missing. */
 int cat_object_lookup(struct cat *c, const char *bucket, const char *key, int with_extents,
 		      struct cat_object **out);
+/* Object key if it exists, else the first object in [under, under_upper) (a
+ * NULL under skips the range), in one query; -ENOENT if neither. No extents. */
+int cat_object_lookup_or_under(struct cat *c, const char *bucket, const char *key,
+			       const char *under, const char *under_upper, struct cat_object **out);
 int cat_object_by_id(struct cat *c, int64_t id, struct cat_object **out);
 /*
  * The tier and size of keys[0..n) of a bucket, one prepared statement stepped

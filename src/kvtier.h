@@ -353,6 +353,14 @@ void kvt_map_free(struct kvt_map *m);
 
 int kvt_object_head(struct kvt_store *st, const char *bucket, const char *key,
 		    struct kvt_object **out);
+/*
+ * What a file system finds under a name, in one read of the catalog: the
+ * object key itself, else the first object whose key starts with "key/" (a
+ * directory's marker "key/", or any key below it; (*out)->key tells which).
+ * -ENOENT if there is neither.
+ */
+int kvt_object_head_name(struct kvt_store *st, const char *bucket, const char *key,
+			 struct kvt_object **out);
 
 /* What a batch lookup says of one key. */
 struct kvt_key_state {

@@ -98,6 +98,21 @@ int kvt_key_valid(const char *key)
 	return utf8_valid((const unsigned char *)key, len) ? 0 : -EILSEQ;
 }
 
+/* Hands the catalog's object to the caller, named with its bucket; frees co. */
+static int object_from_cat(struct cat_object *co, const char *bucket, struct kvt_object **out)
+{
+	*out = co->obj;
+	co->obj = NULL;
+	cat_object_free(co);
+	(*out)->bucket = strdup(bucket);
+	if (!(*out)->bucket) {
+		kvt_object_free(*out);
+		*out = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 int kvt_object_head(struct kvt_store *st, const char *bucket, const char *key,
 		    struct kvt_object **out)
 {
@@ -114,16 +129,42 @@ int kvt_object_head(struct kvt_store *st, const char *bucket, const char *key,
 	rc = cat_object_lookup(c, bucket, key, 0, &co);
 	if (rc < 0)
 		return rc;
-	*out = co->obj;
-	co->obj = NULL;
-	cat_object_free(co);
-	(*out)->bucket = strdup(bucket);
-	if (!(*out)->bucket) {
-		kvt_object_free(*out);
-		*out = NULL;
+	return object_from_cat(co, bucket, out);
+}
+
+static char *prefix_upper(const char *s);
+
+int kvt_object_head_name(struct kvt_store *st, const char *bucket, const char *key,
+			 struct kvt_object **out)
+{
+	struct cat *c = store_cat(st);
+	struct cat_object *co = NULL;
+	char *under = NULL, *upper = NULL;
+	size_t len;
+	int rc;
+
+	if (!c)
 		return -ENOMEM;
+	rc = kvt_key_valid(key);
+	if (rc < 0)
+		return rc;
+	len = strlen(key);
+	if (len + 1 <= KVT_KEY_MAX) {	/* else no key can be under it */
+		under = malloc(len + 2);
+		if (!under)
+			return -ENOMEM;
+		memcpy(under, key, len);
+		memcpy(under + len, "/", 2);
+		upper = prefix_upper(under);
+		if (!upper) {
+			free(under);
+			return -ENOMEM;
+		}
 	}
-	return 0;
+	rc = cat_object_lookup_or_under(c, bucket, key, under, upper, &co);
+	free(under);
+	free(upper);
+	return rc < 0 ? rc : object_from_cat(co, bucket, out);
 }
 
 int kvt_object_lookup_many(struct kvt_store *st, const char *bucket, const char *const *keys,

@@ -458,6 +458,50 @@ static void test_head_fields(void **state)
  * transaction, open here on a connection of our own): it reads the last
  * committed snapshot at once.
  */
+/* A file system's lookup of a name: the object, else a directory's marker or
+ * the first key below it, else nothing; keys that sort between "a" and "a/"
+ * ("a!", "a.b") are neither. */
+static void test_head_name(void **state)
+{
+	struct fixture *f = *state;
+	static const char *const keys[] = { "a", "a!", "a.b", "d/", "d/x", "e!", "p/q/r" };
+	static const struct {
+		const char *name, *found;
+	} cases[] = {
+		{ "a", "a" }, { "d", "d/" }, { "p", "p/q/r" }, { "p/q", "p/q/r" },
+		{ "p/q/r", "p/q/r" }, { "e", NULL }, { "b", NULL }, { "a.", NULL }, { "p/q/", NULL },
+	};
+	char *longest = malloc(KVT_KEY_MAX + 1);
+	struct kvt_object *o;
+
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		assert_int_equal(put_data(f->st, "bkt", keys[i], "x", 1, NULL), 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc = kvt_object_head_name(f->st, "bkt", cases[i].name, &o);
+
+		if (!cases[i].found) {
+			assert_int_equal(rc, -ENOENT);
+			continue;
+		}
+		assert_int_equal(rc, 0);
+		assert_string_equal(o->key, cases[i].found);
+		assert_string_equal(o->bucket, "bkt");
+		kvt_object_free(o);
+	}
+	assert_int_equal(kvt_object_head_name(f->st, "nobucket", "a", &o), -ENOENT);
+	assert_int_equal(kvt_object_head_name(f->st, "bkt", "", &o), -EINVAL);
+	/* A name at the limit can have no key below it. */
+	assert_non_null(longest);
+	memset(longest, 'k', KVT_KEY_MAX);
+	longest[KVT_KEY_MAX] = '\0';
+	assert_int_equal(kvt_object_head_name(f->st, "bkt", longest, &o), -ENOENT);
+	assert_int_equal(put_data(f->st, "bkt", longest, "x", 1, NULL), 0);
+	assert_int_equal(kvt_object_head_name(f->st, "bkt", longest, &o), 0);
+	assert_string_equal(o->key, longest);
+	kvt_object_free(o);
+	free(longest);
+}
+
 static void test_lookup_many(void **state)
 {
 	struct fixture *f = *state;
@@ -2165,6 +2209,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_roundtrip_uneven_chunks, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_range_reads, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_head_fields, setup_big, teardown),
+		cmocka_unit_test_setup_teardown(test_head_name, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_lookup_many, setup_big, teardown),
 		cmocka_unit_test(test_session_depth2),
 		cmocka_unit_test_setup_teardown(test_md5_etag, setup_big, teardown),
