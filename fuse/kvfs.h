@@ -40,6 +40,7 @@
  * it, only efficiency would suffer, never correctness.
  */
 #define KVFS_EXTENT_PAYLOAD (1024 * 1024 - 64)
+#define KVFS_SPARE_MAX 16	/* idle read buffers kept, KVFS_IO_SIZE each */
 
 /*
  * The internal bucket holding this mount's stream parts: a file written
@@ -125,6 +126,9 @@ struct kvfs {
 	atomic_uint active_streams;
 	atomic_uint prestaging;		/* prestage threads still running */
 	atomic_size_t buffered;		/* bytes of small files held in memory */
+	pthread_mutex_t spare_lock;	/* read buffers kept for reuse (kvfs_iobuf_new) */
+	char *spare[KVFS_SPARE_MAX];
+	unsigned nspare;
 	double attr_timeout, entry_timeout;
 	int64_t start_ns;
 
@@ -288,6 +292,11 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 			struct fh_reply *rp);
 void fh_reply_done(struct fh *h, struct fh_reply *rp);
 ssize_t fh_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, off_t off);
+/* A read buffer of size bytes, an idle one if size is at most KVFS_IO_SIZE
+ * and there is one; back with kvfs_iobuf_free() and the same size, which
+ * keeps up to KVFS_SPARE_MAX of them. */
+char *kvfs_iobuf_new(struct kvfs *kv, size_t size);
+void kvfs_iobuf_free(struct kvfs *kv, char *buf, size_t size);
 /* owner: the lock owner (descriptor table) of the writer, 0 if unknown. */
 ssize_t fh_write(struct kvfs *kv, struct fh *h, const char *buf, size_t size, off_t off,
 		 uint64_t owner);

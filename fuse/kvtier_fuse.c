@@ -290,6 +290,7 @@ int main(int argc, char **argv)
 
 	memset(&fo, 0, sizeof(fo));
 	kv.staging_fd = kv.owner_fd = -1;
+	pthread_mutex_init(&kv.spare_lock, NULL);
 	kvt_config_init(&kv.cfg);
 	kvt_log_set_ident("kvtier-fuse");
 	if (fuse_opt_parse(&args, &o, cli_spec, cli_proc) < 0) {
@@ -422,6 +423,8 @@ out:
 	kvt_store_close(kv.st);
 	if (kv.by_ino)
 		node_table_release(&kv);
+	while (kv.nspare > 0)
+		free(kv.spare[--kv.nspare]);
 	if (kv.staging_fd >= 0)
 		close(kv.staging_fd);
 	free(kv.staging);

@@ -975,7 +975,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	(void)ino;
 	n = fh_read_windows(kv, h, size, off, &rp);
 	if (n == -EAGAIN) {
-		buf = malloc(size ? size : 1);
+		buf = kvfs_iobuf_new(kv, size);
 		n = buf ? fh_read(kv, h, buf, size, off) : -ENOMEM;
 	}
 	if (n < 0)
@@ -987,7 +987,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	else
 		fuse_reply_buf(req, NULL, 0);
 	fh_reply_done(h, &rp);
-	free(buf);
+	kvfs_iobuf_free(kv, buf, size);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
