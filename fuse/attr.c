@@ -119,7 +119,7 @@ void kvfs_attr_object(struct kvfs *kv, const struct kvt_object *o, struct stat *
 	st->st_uid = uid;
 	st->st_gid = gid;
 	st->st_size = (off_t)o->size;
-	st->st_blksize = KVFS_IO_SIZE;
+	st->st_blksize = KVFS_BLKSIZE;
 	st->st_blocks = (blkcnt_t)((o->size + 511) / 512);
 	st->st_mtim = ns_to_ts(o->mtime_ns);
 	st->st_atim = ns_to_ts(o->posix.atime_ns ? o->posix.atime_ns : o->mtime_ns);
@@ -141,7 +141,7 @@ void kvfs_attr_dir(struct kvfs *kv, const struct kvt_object *marker, struct stat
 		st->st_gid = kv->cfg.fuse.gid;
 	}
 	st->st_nlink = 2;
-	st->st_blksize = KVFS_IO_SIZE;
+	st->st_blksize = KVFS_BLKSIZE;
 	st->st_mtim = ns_to_ts(t);
 	st->st_atim = ns_to_ts(marker && marker->posix.atime_ns ? marker->posix.atime_ns : t);
 	st->st_ctim = ns_to_ts(marker && marker->posix.ctime_ns ? marker->posix.ctime_ns : t);

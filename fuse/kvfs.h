@@ -31,6 +31,15 @@
 #define KVFS_NAME_MAX 255		/* bytes of one path component */
 #define KVFS_IO_SIZE (1024 * 1024)	/* max_write, max_readahead, copy chunk */
 #define KVFS_LINK_MAX 4095		/* bytes of a symbolic link's target */
+/*
+ * st_blksize: what cp, stdio and Python size their buffers by. Not
+ * KVFS_IO_SIZE: cp allocates its buffer afresh for every file, and on a
+ * virtual machine first touches of 1 MiB cost more than the round trips
+ * saved (cp -r of 2 MiB files: 330 MB/s out, 350 in at 1 MiB; 700 and
+ * 520 at 128 KiB). Reads still reach the daemon 1 MiB at a time
+ * (readahead); writes of 128 KiB are as many WRITE requests.
+ */
+#define KVFS_BLKSIZE (128 * 1024)
 
 /*
  * The payload of one hot-tier extent (SEG_PAYLOAD_MAX in src/segment.h,
