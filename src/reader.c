@@ -400,6 +400,88 @@ ssize_t kvt_reader_pread(struct kvt_reader *r, void *out, size_t len, uint64_t o
 	return rc < 0 ? rc : (ssize_t)(end - off);
 }
 
+_Static_assert(KVT_RAW_MAX == SEG_EXTENT_MAX && KVT_RAW_ALIGN == SEG_ALIGN,
+	       "kvtier.h's raw extent buffer is one extent");
+
+struct read_raw {
+	struct io_ctx *io;
+	char *raw;
+};
+
+/* One pass for kvt_reader_pread_extent(): -ESTALE as reader_pass. */
+static int reader_raw_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t end)
+{
+	struct read_raw *to = arg;
+	struct kvt_store *st = r->st;
+	const struct cat_object *co = r->co;
+	size_t i = reader_find(co, off);
+	const struct cat_extent *e = i < co->nextents ? &co->extents[i] : NULL;
+	struct extent_part part;
+	struct io_req req, *done;
+	int rc;
+
+	if (co->nextents == 0 || co->extents[co->nextents - 1].obj_off +
+	    co->extents[co->nextents - 1].length < end)
+		return -ESTALE;	/* as reader_pass: the version went cold under us */
+	if (!e || e->obj_off != off || e->obj_off + e->length != end)
+		return -ERANGE;
+	rc = store_extent_check_place(st, co->vid, e);
+	if (rc == 0 && !reader_gen_ok(st, e))
+		rc = -ESTALE;
+	if (rc < 0)
+		return rc;
+	store_extent_part(e, 0, e->length, &part);
+	req = (struct io_req){
+		.op = IO_READ,
+		.fd = e->length <= st->cached_read_max ? seg_cached_fd(st->sf, e->segment) :
+							  seg_fd(st->sf, e->segment),
+		.buf = to->raw,
+		.buf_index = -1,
+		.len = part.a1 - part.a0,
+		.off = e->offset + part.a0,
+	};
+	rc = io_submit(to->io, &req);
+	if (rc < 0)
+		return rc;
+	if (io_wait(to->io, &done) < 0)
+		return -EPIPE;	/* the context broke: the caller drops it */
+	if (!reader_gen_ok(st, e))
+		return -ESTALE;
+	if (done->res != (ssize_t)done->len) {
+		rc = done->res < 0 ? (int)done->res : -EIO;
+		log_err(rc, "cannot read segment %u at %llu", e->segment,
+			(unsigned long long)e->offset);
+		return rc;
+	}
+	return store_extent_verify_part(st, to->raw, co->vid, e, &part);
+}
+
+ssize_t kvt_reader_pread_extent(struct kvt_reader *r, void *raw, size_t len, uint64_t off,
+				const char **payload)
+{
+	struct read_raw to = { .raw = raw };
+	int rc;
+
+	if (off >= r->co->obj->size || len == 0)
+		return 0;
+	if (len > SEG_PAYLOAD_MAX || off + len > r->co->obj->size)
+		return -ERANGE;
+	rc = store_io_get(r->st, &to.io);
+	if (rc < 0)
+		return rc;
+	rc = reader_run(r, reader_raw_pass, &to, off, off + len);
+	if (rc == -EPIPE) {
+		to.io->inflight = 0;
+		io_ctx_free(to.io);
+		return -EIO;
+	}
+	store_io_put(r->st, to.io);
+	if (rc < 0)
+		return rc;
+	*payload = to.raw + SEG_HEADER_SIZE;
+	return (ssize_t)len;
+}
+
 /* ---- mapped reads -------------------------------------------------------- */
 
 struct kvt_map {
