@@ -139,8 +139,7 @@ enum fh_state { FH_BASE, FH_BUF, FH_STREAM, FH_STAGE };
 #define FH_WINDOWS 4
 
 struct fh_win {
-	char *buf;		/* KVFS_IO_SIZE bytes (kvfs_iobuf_new), or NULL */
-	const char *data;	/* the bytes at off, inside buf (fh_win_load) */
+	char *buf;		/* KVFS_EXTENT_PAYLOAD bytes, or NULL */
 	uint64_t off;		/* of the object, a multiple of KVFS_EXTENT_PAYLOAD */
 	size_t len;		/* bytes held; 0: empty */
 	int loading;		/* one thread reads it, others wait on rcond */
@@ -410,11 +409,9 @@ static void fh_visible_posix(struct kvfs *kv, const struct kvt_object *o, struct
  * faults were a third of the daemon's CPU on this project's VM. Up to
  * KVFS_SPARE_MAX idle buffers (16 MiB) wait for the next handle or read.
  */
-_Static_assert(KVFS_IO_SIZE == KVT_RAW_MAX, "a window holds one raw extent");
-
 char *kvfs_iobuf_new(struct kvfs *kv, size_t size)
 {
-	void *buf = NULL;
+	char *buf = NULL;
 
 	if (size > KVFS_IO_SIZE)
 		return malloc(size);
@@ -422,10 +419,7 @@ char *kvfs_iobuf_new(struct kvfs *kv, size_t size)
 	if (kv->nspare > 0)
 		buf = kv->spare[--kv->nspare];
 	pthread_mutex_unlock(&kv->spare_lock);
-	/* Aligned: a window takes an extent straight from the disk. */
-	if (!buf && posix_memalign(&buf, KVT_RAW_ALIGN, KVFS_IO_SIZE) != 0)
-		buf = NULL;
-	return buf;
+	return buf ? buf : malloc(KVFS_IO_SIZE);
 }
 
 void kvfs_iobuf_free(struct kvfs *kv, char *buf, size_t size)
@@ -668,12 +662,6 @@ out:
  * reopen that finds the same version goes on, anything else would mix two
  * versions in one file and is an error.
  */
-static void fh_log_read_error(struct kvt_reader *r, ssize_t n, uint64_t off)
-{
-	log_err((int)n, "cannot read '%s/%s' at %llu", kvt_reader_object(r)->bucket,
-		kvt_reader_object(r)->key, (unsigned long long)off);
-}
-
 static ssize_t fh_base_pread(struct kvfs *kv, struct fh *h, char *buf, size_t len, uint64_t off)
 {
 	struct kvt_reader *r = fh_base_reader(h);
@@ -688,31 +676,9 @@ static ssize_t fh_base_pread(struct kvfs *kv, struct fh *h, char *buf, size_t le
 		n = kvt_reader_pread(r, buf, len, off);
 	}
 	if (n < 0)
-		fh_log_read_error(r, n, off);
+		log_err((int)n, "cannot read '%s/%s' at %llu", kvt_reader_object(r)->bucket,
+			kvt_reader_object(r)->key, (unsigned long long)off);
 	return n;
-}
-
-/*
- * Reads len bytes at w into window x. The extent there is read whole into
- * the window's buffer and checked in place, its payload 64 bytes in
- * (kvt_reader_pread_extent): no copy. Where the object's extents do not
- * fall on the window (an object composed of parts, or a reader that gave
- * up), the bytes are copied in instead.
- */
-static ssize_t fh_win_load(struct kvfs *kv, struct fh *h, struct fh_win *x, uint64_t w,
-			   size_t len)
-{
-	struct kvt_reader *r = fh_base_reader(h);
-	ssize_t n = kvt_reader_pread_extent(r, x->buf, len, w, &x->data);
-
-	if (n != -ERANGE && n != -ESTALE) {
-		if (n < 0)
-			fh_log_read_error(r, n, w);
-		return n;
-	}
-	/* -ESTALE: fh_base_pread() opens the key's version again if it can. */
-	x->data = x->buf;
-	return fh_base_pread(kv, h, x->buf, len, w);
 }
 
 /* The window holding w, loaded or loading, or NULL. Under rlock. */
@@ -811,7 +777,7 @@ static struct fh_win *fh_win_get(struct kvfs *kv, struct fh *h, uint64_t w, int 
 		x->len = 0;
 		x->loading = 1;
 		pthread_mutex_unlock(&h->rlock);
-		*n = fh_win_load(kv, h, x, w, (size_t)(wend - w));
+		*n = fh_base_pread(kv, h, x->buf, (size_t)(wend - w), w);
 		pthread_mutex_lock(&h->rlock);
 		x->loading = 0;
 		x->len = *n > 0 ? (size_t)*n : 0;
@@ -840,7 +806,7 @@ static ssize_t fh_win_copy(struct kvfs *kv, struct fh *h, char *buf, uint64_t of
 	x = fh_win_get(kv, h, w, 0, &n);
 	if (x) {
 		n = off < w + x->len ? (ssize_t)(MIN(end, w + x->len) - off) : 0;
-		memcpy(buf, x->data + (off - w), (size_t)n);
+		memcpy(buf, x->buf + (off - w), (size_t)n);
 	}
 	pthread_mutex_unlock(&h->rlock);
 	return n;
@@ -1850,8 +1816,7 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 			break;
 		len = (size_t)(MIN(end, w + x->len) - o);
 		x->users++;
-		rp->iov[rp->n] = (struct iovec){ .iov_base = (char *)x->data + (o - w),
-						 .iov_len = len };
+		rp->iov[rp->n] = (struct iovec){ .iov_base = x->buf + (o - w), .iov_len = len };
 		rp->win[rp->n++] = x;
 		o += len;
 	}

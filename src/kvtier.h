@@ -329,18 +329,6 @@ const struct kvt_object *kvt_reader_object(const struct kvt_reader *r);
  * Several threads may read (and map) through one reader at once.
  */
 ssize_t kvt_reader_pread(struct kvt_reader *r, void *buf, size_t len, uint64_t off);
-/*
- * The extent that starts at object offset off, read whole into raw and
- * checked there, with no copy: raw is KVT_RAW_ALIGN-aligned and holds
- * KVT_RAW_MAX bytes. Its payload, len bytes at off, is at *payload (inside
- * raw). Returns len, 0 at the end, -ERANGE when no extent starts at off or
- * the one there is not len bytes long (read with kvt_reader_pread()), or
- * -errno as kvt_reader_pread(). On error raw holds nothing of use.
- */
-#define KVT_RAW_ALIGN 4096
-#define KVT_RAW_MAX (1024 * 1024)
-ssize_t kvt_reader_pread_extent(struct kvt_reader *r, void *raw, size_t len, uint64_t off,
-				const char **payload);
 /* Accepts NULL. */
 void kvt_reader_close(struct kvt_reader *r);
 

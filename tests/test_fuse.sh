@@ -575,7 +575,7 @@ data2 = os.urandom(1000)
 s3.put_object(Bucket="models", Key="from-s3/blk", Body=data2)
 assert open(os.path.join(d, "from-s3/blk"), "rb").read() == data2
 # Multipart: past the first part the extents no longer fall every 1 MiB - 64
-# bytes as a file's do, and the mount copies what it cannot read in place.
+# bytes as a file's do; the mount's extent windows must read across them.
 parts = [os.urandom(5 * 1024 * 1024), os.urandom(3 * 1024 * 1024 + 5)]
 up = s3.create_multipart_upload(Bucket="models", Key="from-s3/mp")["UploadId"]
 done = [{"PartNumber": i + 1,

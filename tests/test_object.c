@@ -502,38 +502,6 @@ static void test_head_name(void **state)
 	free(longest);
 }
 
-/* Whole extents read in place into an aligned buffer: the same bytes as
- * kvt_reader_pread(), and -ERANGE wherever no extent of that length starts. */
-static void test_pread_extent(void **state)
-{
-	struct fixture *f = *state;
-	const size_t len = 2 * PAYLOAD_MAX + 5000;
-	unsigned char *data = pattern(len, 11);
-	struct kvt_reader *r = NULL;
-	const char *payload = NULL;
-	void *raw = NULL;
-
-	assert_int_equal(posix_memalign(&raw, KVT_RAW_ALIGN, KVT_RAW_MAX), 0);
-	assert_int_equal(put_data(f->st, "bkt", "blocks/x", data, len, NULL), 0);
-	assert_int_equal(kvt_reader_open(f->st, "bkt", "blocks/x", &r), 0);
-	for (uint64_t off = 0; off < len; off += PAYLOAD_MAX) {
-		size_t n = (size_t)MIN(PAYLOAD_MAX, len - off);
-
-		memset(raw, 0, KVT_RAW_MAX);
-		assert_int_equal(kvt_reader_pread_extent(r, raw, n, off, &payload), (ssize_t)n);
-		assert_true(payload > (char *)raw && payload + n <= (char *)raw + KVT_RAW_MAX);
-		assert_memory_equal(payload, data + off, n);
-	}
-	assert_int_equal(kvt_reader_pread_extent(r, raw, 4096, 4096, &payload), -ERANGE);
-	assert_int_equal(kvt_reader_pread_extent(r, raw, PAYLOAD_MAX - 1, 0, &payload), -ERANGE);
-	assert_int_equal(kvt_reader_pread_extent(r, raw, 5001, 2 * PAYLOAD_MAX, &payload),
-			 -ERANGE);
-	assert_int_equal(kvt_reader_pread_extent(r, raw, 4096, len, &payload), 0);
-	kvt_reader_close(r);
-	free(raw);
-	free(data);
-}
-
 static void test_lookup_many(void **state)
 {
 	struct fixture *f = *state;
@@ -2242,7 +2210,6 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_range_reads, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_head_fields, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_head_name, setup_big, teardown),
-		cmocka_unit_test_setup_teardown(test_pread_extent, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_lookup_many, setup_big, teardown),
 		cmocka_unit_test(test_session_depth2),
 		cmocka_unit_test_setup_teardown(test_md5_etag, setup_big, teardown),
