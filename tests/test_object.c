@@ -458,13 +458,13 @@ static void test_head_fields(void **state)
  * transaction, open here on a connection of our own): it reads the last
  * committed snapshot at once.
  */
-/* A file system's lookup of a name: the object, else a directory's marker or
- * the first key below it, else nothing; keys that sort between "a" and "a/"
- * ("a!", "a.b") are neither. */
+/* A file system's lookup of a name: the object (even with keys below it),
+ * else a directory's marker or the first key below it, else nothing; keys
+ * that sort between "a" and "a/" ("a!", "a.b") are neither. */
 static void test_head_name(void **state)
 {
 	struct fixture *f = *state;
-	static const char *const keys[] = { "a", "a!", "a.b", "d/", "d/x", "e!", "p/q/r" };
+	static const char *const keys[] = { "a", "a!", "a.b", "a/z", "d/", "d/x", "e!", "p/q/r" };
 	static const struct {
 		const char *name, *found;
 	} cases[] = {
