@@ -132,25 +132,6 @@ int kvt_object_head(struct kvt_store *st, const char *bucket, const char *key,
 	return object_from_cat(co, bucket, out);
 }
 
-/*
- * The smallest string greater than every string that starts with s: s with
- * its last byte incremented (carrying past 0xff). NULL if there is none.
- */
-static char *prefix_upper(const char *s)
-{
-	size_t len = strlen(s);
-	char *u;
-
-	while (len > 0 && (unsigned char)s[len - 1] == 0xff)
-		len--;
-	if (len == 0)
-		return NULL;
-	u = strndup(s, len);
-	if (u)
-		u[len - 1] = (char)((unsigned char)u[len - 1] + 1);
-	return u;
-}
-
 int kvt_object_head_name(struct kvt_store *st, const char *bucket, const char *key,
 			 struct kvt_object **out)
 {
@@ -167,16 +148,16 @@ int kvt_object_head_name(struct kvt_store *st, const char *bucket, const char *k
 		return rc;
 	len = strlen(key);
 	if (len + 1 <= KVT_KEY_MAX) {	/* else no key can be under it */
+		/* The keys under "key/" are those in ["key/", "key0"): '0' follows '/'. */
 		under = malloc(len + 2);
-		if (!under)
-			return -ENOMEM;
-		memcpy(under, key, len);
-		memcpy(under + len, "/", 2);
-		upper = prefix_upper(under);
-		if (!upper) {
+		upper = malloc(len + 2);
+		if (!under || !upper) {
 			free(under);
+			free(upper);
 			return -ENOMEM;
 		}
+		snprintf(under, len + 2, "%s/", key);
+		snprintf(upper, len + 2, "%s0", key);
 	}
 	rc = cat_object_lookup_or_under(c, bucket, key, under, upper, &co);
 	free(under);
@@ -410,6 +391,7 @@ int kvt_object_set_session(struct kvt_store *st, const char *bucket, const char 
 	return cat_object_set_session(c, bucket_id, key, session, util_now_ns());
 }
 
+static char *prefix_upper(const char *s);
 
 int kvt_object_rename(struct kvt_store *st, const char *bucket, const char *from, const char *to,
 		      unsigned flags)
@@ -448,6 +430,24 @@ int kvt_object_rename(struct kvt_store *st, const char *bucket, const char *from
 
 /* ---- listing --------------------------------------------------------------- */
 
+/*
+ * The smallest string greater than every string that starts with s: s with
+ * its last byte incremented (carrying past 0xff). NULL if there is none.
+ */
+static char *prefix_upper(const char *s)
+{
+	size_t len = strlen(s);
+	char *u;
+
+	while (len > 0 && (unsigned char)s[len - 1] == 0xff)
+		len--;
+	if (len == 0)
+		return NULL;
+	u = strndup(s, len);
+	if (u)
+		u[len - 1] = (char)((unsigned char)u[len - 1] + 1);
+	return u;
+}
 
 static char *token_encode(const char *marker)
 {
