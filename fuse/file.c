@@ -1787,6 +1787,7 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 	ssize_t n = 0;
 
 	rp->n = 0;
+	rp->map = NULL;
 	rp->held = 0;
 	if (h->writable)
 		return -EAGAIN;
@@ -1832,8 +1833,26 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 	return n < 0 ? n : (ssize_t)(o - (uint64_t)off);
 }
 
+ssize_t fh_read_map(struct fh *h, size_t size, off_t off, struct fh_reply *rp)
+{
+	struct kvt_reader *r = rp->held ? fh_base_reader(h) : NULL;
+	const struct iovec *iov;
+	unsigned niov;
+	size_t n = 0;
+
+	if (!r || kvt_reader_pread_map(r, (uint64_t)off, size, &rp->map) < 0)
+		return -EAGAIN;
+	iov = kvt_map_iov(rp->map, &niov);
+	for (unsigned i = 0; i < niov; i++)
+		n += iov[i].iov_len;
+	atomic_store(&h->read_next, (uint64_t)off + n);
+	return (ssize_t)n;
+}
+
 void fh_reply_done(struct fh *h, struct fh_reply *rp)
 {
+	kvt_map_free(rp->map);
+	rp->map = NULL;
 	if (!rp->held)
 		return;
 	pthread_mutex_lock(&h->rlock);

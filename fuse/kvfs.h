@@ -48,7 +48,7 @@
  * unaligned reads do not each cost a full extent. Were the engine to change
  * it, only efficiency would suffer, never correctness.
  */
-#define KVFS_EXTENT_PAYLOAD (1024 * 1024 - 64)
+#define KVFS_EXTENT_PAYLOAD (1024 * 1024)
 #define KVFS_SPARE_MAX 16	/* idle read buffers kept, KVFS_IO_SIZE each */
 
 /*
@@ -281,24 +281,36 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
 	      const struct kvt_posix *posix, struct fuse_file_info *fi);
 /*
- * A read of a read-only handle in which every extent is read in part (the
- * kernel's 1 MiB reads at 1 MiB offsets: the tail of one extent and the
- * head of the next) as iovecs into the handle's extent windows, which stay
- * held until fh_reply_done(), and so is the handle (its release waits):
- * the reply needs no copy of its own. The byte count, or -EAGAIN where
- * fh_read() is to copy instead (a whole extent, a writable handle, a
- * window not to be had without waiting); with -errno no window is held,
- * but the handle is: call fh_reply_done() once the reply is sent, always.
+ * A read of a read-only handle in which every extent is read in part (a
+ * read that starts or ends inside an extent, such as those of a program
+ * reading in pieces through a direct-I/O handle) as iovecs into the
+ * handle's extent windows, which stay held until fh_reply_done(), and so
+ * is the handle (its release waits): the reply needs no copy of its own.
+ * The byte count, or -EAGAIN where fh_read_map() or fh_read() is to read
+ * instead (whole extents, a writable handle, a window not to be had
+ * without waiting); with -errno no window is held, but the handle is:
+ * call fh_reply_done() once the reply is sent, always.
  */
 #define FH_REPLY_MAX 3	/* extents a read of max_read (1 MiB) can touch */
 struct fh_reply {
 	struct iovec iov[FH_REPLY_MAX];
 	struct fh_win *win[FH_REPLY_MAX];
 	unsigned n;
+	struct kvt_map *map;	/* or the bytes are held here (fh_read_map) */
 	int held;	/* the handle stays open until fh_reply_done() */
 };
 ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 			struct fh_reply *rp);
+/*
+ * After fh_read_windows() answered -EAGAIN: the read left in the engine's
+ * I/O buffers (kvt_reader_pread_map), held in rp->map until
+ * fh_reply_done(), so the reply needs no copy of its own either: the
+ * kernel's 1 MiB reads at 1 MiB offsets, one extent each. The byte count,
+ * or -EAGAIN where fh_read() is to read instead (a writable handle, a read
+ * over more extents than the engine holds at once, any error, which
+ * fh_read() meets again, reports and handles).
+ */
+ssize_t fh_read_map(struct fh *h, size_t size, off_t off, struct fh_reply *rp);
 void fh_reply_done(struct fh *h, struct fh_reply *rp);
 ssize_t fh_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, off_t off);
 /* A read buffer of size bytes, an idle one if size is at most KVFS_IO_SIZE

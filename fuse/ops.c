@@ -974,18 +974,26 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	(void)ino;
 	n = fh_read_windows(kv, h, size, off, &rp);
+	if (n == -EAGAIN)
+		n = fh_read_map(h, size, off, &rp);
 	if (n == -EAGAIN) {
 		buf = kvfs_iobuf_new(kv, size);
 		n = buf ? fh_read(kv, h, buf, size, off) : -ENOMEM;
 	}
-	if (n < 0)
+	if (n < 0) {
 		reply_err(req, (int)n);
-	else if (buf)
+	} else if (buf) {
 		fuse_reply_buf(req, buf, (size_t)n);
-	else if (rp.n)
+	} else if (rp.map) {
+		unsigned niov;
+		const struct iovec *iov = kvt_map_iov(rp.map, &niov);
+
+		fuse_reply_iov(req, iov, (int)niov);
+	} else if (rp.n) {
 		fuse_reply_iov(req, rp.iov, (int)rp.n);
-	else
+	} else {
 		fuse_reply_buf(req, NULL, 0);
+	}
 	fh_reply_done(h, &rp);
 	kvfs_iobuf_free(kv, buf, size);
 }

@@ -38,13 +38,13 @@
 /*
  * Upload bodies up to this size are staged in the request (rq->body) and
  * reach the writer at the end; larger ones stream from the first byte past
- * it. The engine's writer holds one extent payload (1 MiB less a 64-byte
- * header) in memory before it writes anyway, so staging that much holds no
- * more of the body; what it saves is the writer's I/O context (4 MiB of
- * registered, pinned buffers) for the whole time a client takes to send:
- * 64 slow 256 KiB PUTs held 64 of them.
+ * it. The engine's writer holds one extent payload (1 MiB) in memory
+ * before it writes anyway, so staging that much holds no more of the body;
+ * what it saves is the writer's I/O context (4 MiB of registered, pinned
+ * buffers) for the whole time a client takes to send: 64 slow 256 KiB PUTs
+ * held 64 of them.
  */
-#define GW_STAGE_MAX ((1u << 20) - 64)
+#define GW_STAGE_MAX (1u << 20)
 /*
  * Worker lanes (gw_work.c): threads of the read lane and of the write lane
  * per libmicrohttpd polling thread, and how many uploads may stream into

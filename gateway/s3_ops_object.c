@@ -41,13 +41,13 @@
 #include "s3_xml.h"
 
 /*
- * GET reads in pieces of the engine's extent payload (1 MiB less its 64-byte
- * header, SEG_PAYLOAD_MAX in src/segment.h): kvt_reader_pread() reads and
+ * GET reads in pieces of the engine's extent payload (1 MiB,
+ * SEG_PAYLOAD_MAX in src/segment.h): kvt_reader_pread() reads and
  * verifies whole extents, so aligned pieces read each extent once. kvtier.h
  * does not export the figure; were it to change, reads stay correct, only
  * some extents are read twice.
  */
-#define S3_READ_BLOCK ((1u << 20) - 64)
+#define S3_READ_BLOCK (1u << 20)
 /*
  * Bodies up to this size are read whole, in one kvt_reader_pread() (its
  * extents in flight at once), into a buffer of their own that libmicrohttpd

@@ -346,9 +346,17 @@ void kvt_reader_close(struct kvt_reader *r);
 struct kvt_map;
 
 int kvt_reader_map(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_map **out);
+/*
+ * As kvt_reader_map(), but the bytes are read from the device (as
+ * kvt_reader_pread() reads them) into the engine's I/O buffers, which the
+ * map holds: nothing is pinned and any segment will do. -E2BIG when the
+ * range spans more extents than there are buffers (4); read it in pieces
+ * or with kvt_reader_pread().
+ */
+int kvt_reader_pread_map(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_map **out);
 /* The iovecs, in object order; owned by the map. */
 const struct iovec *kvt_map_iov(const struct kvt_map *m, unsigned *niov);
-/* Unpins. Accepts NULL. */
+/* Unpins, or gives the buffers back. Accepts NULL. */
 void kvt_map_free(struct kvt_map *m);
 
 int kvt_object_head(struct kvt_store *st, const char *bucket, const char *key,

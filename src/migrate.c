@@ -1620,7 +1620,7 @@ static int recall_take(void *arg, const void *buf, size_t len)
 		return -EFBIG;	/* G4 holds more than the object: not ours */
 	g4_rate_take(rs->ctl, len);
 	while (len > 0) {
-		size_t n = MIN(len, SEG_PAYLOAD_MAX - rs->fill);
+		size_t n = MIN(len, rs->st->payload_max - rs->fill);
 		int rc;
 
 		memcpy(rs->buf + SEG_HEADER_SIZE + rs->fill, p, n);
@@ -1628,7 +1628,7 @@ static int recall_take(void *arg, const void *buf, size_t len)
 		rs->size += n;
 		p += n;
 		len -= n;
-		if (rs->fill == SEG_PAYLOAD_MAX) {
+		if (rs->fill == rs->st->payload_max) {
 			rc = recall_flush(rs);
 			if (rc < 0)
 				return rc;

@@ -238,7 +238,7 @@ int kvt_object_copy(struct kvt_store *st, const char *src_bucket, const char *sr
 	struct kvt_writer *w = NULL;
 	struct kvt_put_opts copy;
 	const struct kvt_object *src;
-	size_t chunk = SEG_PAYLOAD_MAX;
+	size_t chunk = st->payload_max;
 	char *buf = NULL;
 	uint64_t off = 0;
 	int rc;

@@ -13,6 +13,10 @@
  * object's extents (same version, new place), the reader looks them up
  * again and goes on; when it dropped them, the read fails with -ESTALE.
  *
+ * kvt_reader_pread_map() reads as pread does but leaves the bytes in the I/O
+ * context's buffers and gives them as iovecs, held until kvt_map_free(),
+ * for a sender that hands them to the kernel without a copy of its own.
+ *
  * kvt_reader_map() gives the range as iovecs into the segments' mappings
  * (seg_mapped) instead, for a sender that hands them to the kernel: it pins
  * each segment before it checks the extent's generation, so the checked
@@ -216,21 +220,25 @@ static int reader_gen_ok(struct kvt_store *st, const struct cat_extent *e)
 	return seg_map_gen(st->sf, e->segment) == e->gen;
 }
 
+/* Where a pass puts the bytes: copied to out, or left in io's buffers,
+ * one iovec per extent (iov). */
 struct read_to {
 	struct io_ctx *io;
 	char *out;
+	struct iovec *iov;
+	unsigned niov;
 };
 
 /* One pass over [off, end): -ESTALE if a segment was freed under it. */
 static int reader_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t end)
 {
-	struct io_ctx *io = ((struct read_to *)arg)->io;
-	char *out = ((struct read_to *)arg)->out;
+	struct read_to *to = arg;
+	struct io_ctx *io = to->io;
 	struct kvt_store *st = r->st;
 	const struct cat_object *co = r->co;
 	struct rslot slots[16];
 	unsigned inflight = 0, nslots = MIN(io->nbufs, ARRAY_SIZE(slots));
-	size_t next = reader_find(co, off);
+	size_t first = reader_find(co, off), next = first;
 	int rc = 0;
 
 	/* Extents that do not reach the end (the version went cold under
@@ -239,6 +247,10 @@ static int reader_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t e
 	if (co->nextents == 0 || co->extents[co->nextents - 1].obj_off +
 	    co->extents[co->nextents - 1].length < end)
 		return -ESTALE;
+	/* Bytes left in the buffers: each extent needs a buffer of its own. */
+	to->niov = 0;
+	if (to->iov && (first + nslots < co->nextents && co->extents[first + nslots].obj_off < end))
+		return -E2BIG;
 	memset(slots, 0, sizeof(slots));
 	while (inflight > 0 || (rc == 0 && next < co->nextents && co->extents[next].obj_off < end)) {
 		struct io_req *done;
@@ -301,12 +313,19 @@ static int reader_pass(struct kvt_reader *r, void *arg, uint64_t off, uint64_t e
 		rc = store_extent_verify_part(st, done->buf, co->vid, s->e, &s->part);
 		if (rc == 0) {
 			uint64_t from = MAX(off, s->e->obj_off);
-			uint64_t to = MIN(end, s->e->obj_off + s->e->length);
+			uint64_t until = MIN(end, s->e->obj_off + s->e->length);
+			char *bytes = (char *)done->buf + SEG_HEADER_SIZE + (from - s->e->obj_off) -
+				      s->part.a0;
 
-			memcpy(out + (from - off), (char *)done->buf + SEG_HEADER_SIZE +
-			       (from - s->e->obj_off) - s->part.a0, to - from);
+			if (to->iov)
+				to->iov[s->e - &co->extents[first]] = (struct iovec){
+					.iov_base = bytes, .iov_len = (size_t)(until - from) };
+			else
+				memcpy(to->out + (from - off), bytes, (size_t)(until - from));
 		}
 	}
+	if (rc == 0 && to->iov)
+		to->niov = (unsigned)(next - first);
 	return rc;
 }
 
@@ -378,6 +397,18 @@ static int reader_run(struct kvt_reader *r, reader_pass_fn pass, void *arg, uint
 	}
 }
 
+/* Gives io back to the pool, or frees it if a pass broke it (-EPIPE): -EIO. */
+static int reader_io_put(struct kvt_store *st, struct io_ctx *io, int rc)
+{
+	if (rc != -EPIPE) {
+		store_io_put(st, io);
+		return rc;
+	}
+	io->inflight = 0;
+	io_ctx_free(io);
+	return -EIO;
+}
+
 ssize_t kvt_reader_pread(struct kvt_reader *r, void *out, size_t len, uint64_t off)
 {
 	struct read_to to = { .out = out };
@@ -391,12 +422,7 @@ ssize_t kvt_reader_pread(struct kvt_reader *r, void *out, size_t len, uint64_t o
 	if (rc < 0)
 		return rc;
 	rc = reader_run(r, reader_pass, &to, off, end);
-	if (rc == -EPIPE) {
-		to.io->inflight = 0;
-		io_ctx_free(to.io);
-		return -EIO;
-	}
-	store_io_put(r->st, to.io);
+	rc = reader_io_put(r->st, to.io, rc);
 	return rc < 0 ? rc : (ssize_t)(end - off);
 }
 
@@ -406,6 +432,7 @@ struct kvt_map {
 	struct kvt_store *st;
 	uint32_t *pinned;	/* one entry per pin held */
 	unsigned npinned;
+	struct io_ctx *io;	/* whose buffers hold the bytes, or NULL */
 	struct iovec *iov;
 	unsigned niov;
 };
@@ -416,6 +443,9 @@ static void map_release(struct kvt_map *m)
 		seg_unpin(m->st->sf, m->pinned[i]);
 	m->npinned = 0;
 	m->niov = 0;
+	if (m->io)
+		store_io_put(m->st, m->io);
+	m->io = NULL;
 }
 
 /* One pass over [off, end): the pins and iovecs into m, or -errno and none. */
@@ -497,6 +527,40 @@ int kvt_reader_map(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_ma
 		kvt_map_free(m);
 		return rc;
 	}
+	*out = m;
+	return 0;
+}
+
+int kvt_reader_pread_map(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_map **out)
+{
+	struct read_to to = { 0 };
+	struct kvt_map *m;
+	uint64_t end;
+	int rc;
+
+	*out = NULL;
+	if (off > r->co->obj->size)
+		off = r->co->obj->size;
+	end = MIN(r->co->obj->size, off + len);
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->st = r->st;
+	rc = store_io_get(r->st, &m->io);	/* kept until kvt_map_free() */
+	if (rc == 0) {
+		to.io = m->io;
+		to.iov = m->iov = calloc(m->io->nbufs, sizeof(*m->iov));
+		rc = !to.iov ? -ENOMEM : off < end ? reader_run(r, reader_pass, &to, off, end) : 0;
+	}
+	if (rc == -EPIPE) {
+		m->io = NULL;
+		rc = reader_io_put(r->st, to.io, rc);
+	}
+	if (rc < 0) {
+		kvt_map_free(m);
+		return rc;
+	}
+	m->niov = to.niov;
 	*out = m;
 	return 0;
 }

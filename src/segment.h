@@ -51,8 +51,14 @@
 
 #define SEG_ALIGN 4096
 #define SEG_HEADER_SIZE 64
-#define SEG_EXTENT_MAX (1024 * 1024)	/* header + payload of one extent */
-#define SEG_PAYLOAD_MAX (SEG_EXTENT_MAX - SEG_HEADER_SIZE)
+/*
+ * An extent carries up to 1 MiB of payload, so KV blocks (powers of two of
+ * 1 MiB and up) split into whole extents, and a reader asking for aligned
+ * MiBs (the kernel's readahead, an S3 range) reads one extent per MiB; the
+ * header makes it SEG_ALIGN more on disk.
+ */
+#define SEG_PAYLOAD_MAX (1024 * 1024)
+#define SEG_EXTENT_MAX (SEG_PAYLOAD_MAX + SEG_ALIGN)	/* header + payload, padded */
 #define SEG_MAGIC 0x4b565445u		/* "KVTE" */
 #define SEG_PIN_BASE ((int64_t)1 << 32)	/* map-file byte of segment 0's pin */
 #define SEG_CHUNK (64 * 1024)		/* payload bytes per chunk checksum */

@@ -911,6 +911,7 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	st->g4_jobs = cfg->g4.jobs;
 	st->dir = strdup(cfg->store.dir);
 	st->seg_size = cfg->store.segment_size;
+	st->payload_max = (uint32_t)MIN(SEG_PAYLOAD_MAX, st->seg_size - SEG_HEADER_SIZE);
 	st->nsegs = (uint32_t)(cfg->store.capacity / cfg->store.segment_size);
 	st->high_watermark = cfg->store.high_watermark;
 	st->low_watermark = cfg->store.low_watermark;
@@ -928,7 +929,7 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 		rc = -ENOMEM;
 		goto fail;
 	}
-	if (st->nsegs < 2 || st->seg_size % SEG_ALIGN || st->seg_size < SEG_EXTENT_MAX) {
+	if (st->nsegs < 2 || st->seg_size % SEG_ALIGN || st->seg_size < 1024 * 1024) {
 		log_err(0, "capacity must hold two segments of at least 1M");
 		rc = -EINVAL;
 		goto fail;

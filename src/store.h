@@ -51,6 +51,7 @@ struct kvt_store {
 	char *dir;
 	uint32_t nsegs;
 	uint64_t seg_size;
+	uint32_t payload_max;	/* of an extent: SEG_PAYLOAD_MAX, or what a segment holds */
 	double high_watermark, low_watermark;
 	unsigned session_depth;
 	enum kvt_io_kind io_kind;

@@ -2,7 +2,7 @@
  * writer.c - the streaming object writer.
  *
  * Bytes are staged in the I/O context's aligned buffers, one extent each
- * (header + up to SEG_PAYLOAD_MAX bytes), and written to space carved from
+ * (header + up to st->payload_max bytes), and written to space carved from
  * this process's open segment as soon as a buffer fills, with up to IO_BUFS
  * extents in flight. Nothing is visible until commit: it waits for every
  * write, then one catalog transaction publishes the object and its extents,
@@ -305,7 +305,7 @@ int kvt_writer_write(struct kvt_writer *w, const void *data, size_t len)
 				return w->failed = rc;
 		}
 		b = &w->bufs[w->cur];
-		n = MIN(len, SEG_PAYLOAD_MAX - b->fill);
+		n = MIN(len, w->st->payload_max - b->fill);
 		memcpy((char *)io_buf(w->io, b->index) + SEG_HEADER_SIZE + b->fill, p, n);
 		if (w->md5)
 			EVP_DigestUpdate(w->md5, p, n);
@@ -313,7 +313,7 @@ int kvt_writer_write(struct kvt_writer *w, const void *data, size_t len)
 		w->size += n;
 		p += n;
 		len -= n;
-		if (b->fill == SEG_PAYLOAD_MAX) {
+		if (b->fill == w->st->payload_max) {
 			rc = writer_flush(w);
 			if (rc < 0)
 				return w->failed = rc;

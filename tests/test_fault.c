@@ -21,7 +21,7 @@
 #include "store.h"
 
 #define BUCKET "fault"
-#define BIG (5u * 1024 * 1024)		/* six extents */
+#define BIG (5u * SEG_PAYLOAD_MAX + 1000u)	/* six extents */
 #define SMALL 3000u			/* one extent */
 #define TWO (SEG_PAYLOAD_MAX + 1000u)	/* two extents */
 /*

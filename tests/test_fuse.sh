@@ -83,7 +83,7 @@ rmdir "$M/fromcli"
 B=$M/models
 
 step "cp, cat, cmp, dd of sizes around the 1 MiB extent, byte-exact in the store"
-for size in 0 1 4095 4096 1048511 1048512 1048513 1048576 5242883; do
+for size in 0 1 4095 4096 1048512 1048575 1048576 1048577 2097152 5242883; do
 	head -c "$size" /dev/urandom >"$T/in.$size"
 	cp "$T/in.$size" "$B/f.$size"
 	cmp "$T/in.$size" "$B/f.$size" || fail "cp of $size bytes reads back different"
@@ -517,9 +517,9 @@ path, segs = sys.argv[1:3]
 data = os.urandom(3 * 1024 * 1024)
 with open(path, "wb") as f:
     f.write(data)
-# A byte of the second extent (extents hold 1 MiB - 64 bytes of payload),
+# A byte of the second extent (extents hold 1 MiB of payload),
 # found in the segment files by its neighbours.
-at = 1048512 + 8192
+at = 1048576 + 8192
 probe = data[at:at + 4096]
 hits = []
 for seg in sorted(glob.glob(os.path.join(segs, "*"))):
@@ -574,9 +574,9 @@ assert open(os.path.join(d, "from-s3/blk"), "rb").read() == data
 data2 = os.urandom(1000)
 s3.put_object(Bucket="models", Key="from-s3/blk", Body=data2)
 assert open(os.path.join(d, "from-s3/blk"), "rb").read() == data2
-# Multipart: past the first part the extents no longer fall every 1 MiB - 64
-# bytes as a file's do; the mount's extent windows must read across them.
-parts = [os.urandom(5 * 1024 * 1024), os.urandom(3 * 1024 * 1024 + 5)]
+# Multipart: past the first part (5 MiB + 100 bytes) the extents no longer
+# fall every 1 MiB as a file's do; the mount's reads must cross them.
+parts = [os.urandom(5 * 1024 * 1024 + 100), os.urandom(3 * 1024 * 1024 + 5)]
 up = s3.create_multipart_upload(Bucket="models", Key="from-s3/mp")["UploadId"]
 done = [{"PartNumber": i + 1,
          "ETag": s3.upload_part(Bucket="models", Key="from-s3/mp", UploadId=up,

@@ -30,7 +30,7 @@
 
 #define KiB 1024ull
 #define MiB (1024 * 1024ull)
-#define PAYLOAD_MAX (MiB - 64)
+#define PAYLOAD_MAX MiB
 #define NKEYS 50
 #define NOPS 3000
 #define CHECK_EVERY 250

@@ -37,7 +37,7 @@
 
 #define KiB 1024ull
 #define MiB (1024 * 1024ull)
-#define PAYLOAD_MAX (MiB - 64)		/* payload bytes of one extent */
+#define PAYLOAD_MAX MiB		/* payload bytes of one extent, segments over 1 MiB */
 
 struct fixture {
 	struct test_env env;
@@ -200,7 +200,7 @@ static int64_t now_ns(void)
 /* ---- round trips ------------------------------------------------------------- */
 
 static const size_t sizes[] = {
-	0, 1, 4095, 4096, 4097, PAYLOAD_MAX, PAYLOAD_MAX + 1, MiB, 3 * MiB + 5,
+	0, 1, 4095, 4096, 4097, PAYLOAD_MAX - 64, PAYLOAD_MAX, PAYLOAD_MAX + 1, 3 * MiB + 5,
 };
 static const size_t chunks[] = { 1, 4096, MiB, 0 /* all at once */ };
 
@@ -1738,9 +1738,12 @@ static int map_check(const struct kvt_map *m, size_t len, uint64_t seed, uint64_
 }
 
 /* kvt_reader_map(): the same bytes as pread, whole and in ranges across extents. */
-static void test_map_bytes(void **state)
+typedef int (*map_fn)(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_map **out);
+
+/* map(r, off, len) gives the same bytes as pread, whole and in ranges
+ * across extents; past the end, nothing. */
+static void map_bytes(struct fixture *f, map_fn map, const char *prefix)
 {
-	struct fixture *f = *state;
 	const size_t map_sizes[] = { 1, 4095, PAYLOAD_MAX, PAYLOAD_MAX + 1, 3 * MiB + 5 };
 
 	for (size_t i = 0; i < ARRAY_SIZE(map_sizes); i++) {
@@ -1750,25 +1753,59 @@ static void test_map_bytes(void **state)
 		struct kvt_map *m = NULL;
 		char key[32];
 
-		snprintf(key, sizeof(key), "map/%zu", n);
+		snprintf(key, sizeof(key), "%s/%zu", prefix, n);
 		assert_int_equal(test_put(f->st, "bkt", key, n, 300 + i), 0);
 		assert_int_equal(kvt_reader_open(f->st, "bkt", key, &r), 0);
-		assert_int_equal(kvt_reader_map(r, 0, n, &m), 0);
+		assert_int_equal(map(r, 0, n, &m), 0);
 		assert_int_equal(map_check(m, n, 300 + i, 0), 0);
 		kvt_map_free(m);
 		for (size_t k = 0; k < ARRAY_SIZE(offs); k++) {
 			size_t len = MIN((size_t)100, n - offs[k]);
 
-			assert_int_equal(kvt_reader_map(r, offs[k], 100, &m), 0);
+			assert_int_equal(map(r, offs[k], 100, &m), 0);
 			assert_int_equal(map_check(m, len, 300 + i, offs[k]), 0);
 			kvt_map_free(m);
 		}
 		/* Past the end: nothing, not an error. */
-		assert_int_equal(kvt_reader_map(r, n, 10, &m), 0);
+		assert_int_equal(map(r, n, 10, &m), 0);
 		assert_int_equal(map_check(m, 0, 0, 0), 0);
 		kvt_map_free(m);
 		kvt_reader_close(r);
 	}
+}
+
+static void test_map_bytes(void **state)
+{
+	map_bytes(*state, kvt_reader_map, "map");
+}
+
+/*
+ * kvt_reader_pread_map() as kvt_reader_map(); a range over more extents
+ * than the I/O context has buffers is -E2BIG, and a map holds its buffers:
+ * maps taken before are still right after others were read.
+ */
+static void test_pread_map_bytes(void **state)
+{
+	struct fixture *f = *state;
+	struct kvt_reader *r = NULL;
+	struct kvt_map *m[3] = { NULL };
+
+	map_bytes(f, kvt_reader_pread_map, "pmap");
+	assert_int_equal(test_put(f->st, "bkt", "pmap/big", 4 * PAYLOAD_MAX + 1, 7), 0);
+	assert_int_equal(kvt_reader_open(f->st, "bkt", "pmap/big", &r), 0);
+	assert_int_equal(kvt_reader_pread_map(r, 0, 4 * PAYLOAD_MAX + 1, &m[0]), -E2BIG);
+	assert_null(m[0]);
+	assert_int_equal(kvt_reader_pread_map(r, 1, 4 * PAYLOAD_MAX, &m[0]), -E2BIG);
+	assert_int_equal(kvt_reader_pread_map(r, 1, 4 * PAYLOAD_MAX - 1, &m[0]), 0);
+	assert_int_equal(map_check(m[0], 4 * PAYLOAD_MAX - 1, 7, 1), 0);
+	assert_int_equal(kvt_reader_pread_map(r, 0, 2 * PAYLOAD_MAX, &m[1]), 0);
+	assert_int_equal(kvt_reader_pread_map(r, 2 * PAYLOAD_MAX, 2 * PAYLOAD_MAX + 1, &m[2]), 0);
+	assert_int_equal(map_check(m[0], 4 * PAYLOAD_MAX - 1, 7, 1), 0);
+	assert_int_equal(map_check(m[1], 2 * PAYLOAD_MAX, 7, 0), 0);
+	assert_int_equal(map_check(m[2], 2 * PAYLOAD_MAX + 1, 7, 2 * PAYLOAD_MAX), 0);
+	for (unsigned i = 0; i < ARRAY_SIZE(m); i++)
+		kvt_map_free(m[i]);
+	kvt_reader_close(r);
 }
 
 /*
@@ -2217,6 +2254,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_abort, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_reader_keeps_version, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_map_bytes, setup_big, teardown),
+		cmocka_unit_test_setup_teardown(test_pread_map_bytes, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_map_pins, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_delete, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_pin, setup_big, teardown),

@@ -695,7 +695,7 @@ static void test_payload_crc(void **state)
 	test_fill(buf, SEG_PAYLOAD_MAX, 5, 0);
 	assert_int_equal(SEG_CHUNKS_MAX, seg_chunks(SEG_PAYLOAD_MAX, 1));
 	assert_int_equal(seg_chunk_first(0), SEG_CHUNK);
-	assert_int_equal(seg_chunk_first(SEG_PAYLOAD_MAX), SEG_HEADER_SIZE);
+	assert_int_equal(seg_chunk_first(SEG_PAYLOAD_MAX - SEG_HEADER_SIZE), SEG_HEADER_SIZE);
 	for (size_t i = 0; i < ARRAY_SIZE(lens); i++) {
 		for (size_t j = 0; j < ARRAY_SIZE(firsts); j++) {
 			uint32_t len = lens[i], first = firsts[j];

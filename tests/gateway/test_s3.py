@@ -262,9 +262,9 @@ class Objects(Base):
     def test_ranges_across_extents(self):
         # Past cached_read_max, GET bodies are sent from the mapped segments
         # (kvt_reader_map): ranges that start, end and cross inside extents
-        # of 1 MiB - 64 payload bytes, and one that spans three of them.
+        # of 1 MiB payload bytes, and one that spans three of them.
         n = 3 * MiB + 5
-        pay = MiB - 64
+        pay = MiB
         data = os.urandom(n)
         self.s3.put_object(Bucket=self.bucket, Key="rl", Body=data)
         for lo, hi in ((0, 0), (pay - 1, pay), (pay - 100, 2 * pay + 100), (1, n - 2),
