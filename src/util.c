@@ -199,12 +199,22 @@ void *util_aligned_alloc(size_t align, size_t size)
 
 void *util_big_alloc(size_t size)
 {
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	const size_t huge = 2u << 20, page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t len = (size + page - 1) / page * page;
+	char *p = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+		       0);
+	char *a;
 
 	if (p == MAP_FAILED)
 		return NULL;
-	(void)madvise(p, size, MADV_HUGEPAGE);	/* a hint: small pages work too */
-	return p;
+	/* Only whole 2 MiB-aligned ranges get huge pages: start on one and
+	 * give the rest of the reservation back. */
+	a = (char *)(((uintptr_t)p + huge - 1) & ~(uintptr_t)(huge - 1));
+	if (a > p)
+		munmap(p, (size_t)(a - p));
+	munmap(a + len, (size_t)(p + len + huge - (a + len)));
+	(void)madvise(a, len, MADV_HUGEPAGE);	/* a hint: small pages work too */
+	return a;
 }
 
 void util_big_free(void *p, size_t size)

@@ -34,11 +34,14 @@ int util_mkdir_p(const char *dir);
 void *util_aligned_alloc(size_t align, size_t size);
 
 /*
- * A buffer of a megabyte or more, page-aligned, in transparent huge pages
- * where the kernel has them; free with util_big_free(p, size). On this
- * project's virtual machines the first write to each 4 KiB page of fresh
- * memory cost about 27 us (8 MiB copied at 150 MB/s), and 2 MiB pages make
- * that 1 ms per 8 MiB (docs/benchmarks.md, "Demotion of 32 MiB blocks").
+ * A buffer of a megabyte or more, on a 2 MiB boundary, in transparent huge
+ * pages where the kernel has them; free with util_big_free(p, size). On
+ * this project's virtual machines the first write to each 4 KiB page of
+ * fresh memory cost about 27 us (8 MiB copied at 150 MB/s), and 2 MiB pages
+ * make that 1 ms per 8 MiB (docs/benchmarks.md, "Demotion of 32 MiB
+ * blocks"); a device transfer also costs per page it spans. The kernel
+ * aligns only mappings of whole 2 MiB multiples by itself (4 I/O buffers
+ * of 1 MiB + 4 KiB got one huge page, not two).
  */
 void *util_big_alloc(size_t size);
 void util_big_free(void *p, size_t size);

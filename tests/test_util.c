@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -331,6 +332,30 @@ static void test_aligned_alloc(void **state)
 	free(p);
 }
 
+/*
+ * Big buffers start on a 2 MiB boundary, whatever their size (the engine's
+ * four I/O buffers of 1 MiB + 4 KiB are not a multiple of it), and the
+ * whole size is theirs; the rest of the reservation after it is unmapped.
+ */
+static void test_big_alloc(void **state)
+{
+	const size_t sizes[] = { 1u << 20, 4 * ((1u << 20) + 4096), (4u << 20) + 5 };
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
+		char *p = util_big_alloc(sizes[i]);
+
+		assert_non_null(p);
+		assert_int_equal((uintptr_t)p % (2u << 20), 0);
+		memset(p, 0xa5, sizes[i]);
+		assert_int_equal(p[sizes[i] - 1], (char)0xa5);
+		/* The page after it is not mapped: msync says ENOMEM. */
+		assert_int_equal(msync(p + (sizes[i] + 4095) / 4096 * 4096, 4096, MS_ASYNC), -1);
+		assert_int_equal(errno, ENOMEM);
+		util_big_free(p, sizes[i]);
+	}
+}
+
 static void *thread_mask(void *arg)
 {
 	pthread_sigmask(SIG_BLOCK, NULL, arg);
@@ -371,6 +396,7 @@ int main(void)
 		cmocka_unit_test(test_clocks),
 		cmocka_unit_test(test_random_and_boot_id),
 		cmocka_unit_test(test_aligned_alloc),
+		cmocka_unit_test(test_big_alloc),
 		cmocka_unit_test(test_thread_start_blocks_signals),
 	};
 
