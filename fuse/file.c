@@ -734,6 +734,18 @@ static int fh_read_random(struct fh *h, uint64_t w, uint64_t off, uint64_t end)
 	       !fh_win_find(h, w);
 }
 
+/*
+ * [off, end) starts at w's extent, which no window holds or loads, and is
+ * whole chunks (the kernel's readahead of a cached handle): the engine
+ * reads just those, straight into its buffers (fh_read_map). A window
+ * would read the whole extent before the first byte goes out. Under rlock.
+ */
+static int fh_read_chunks(struct fh *h, uint64_t w, uint64_t off, uint64_t end)
+{
+	return off % KVFS_CHUNK == 0 && (end % KVFS_CHUNK == 0 || end == h->size) &&
+	       !fh_win_find(h, w);
+}
+
 /* Some window is being loaded or replied from: waiting frees one. */
 static int fh_win_busy(const struct fh *h)
 {
@@ -1807,8 +1819,8 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 			n = -EAGAIN;	/* a whole extent goes straight into a buffer */
 			break;
 		}
-		if (fh_read_random(h, w, o, end)) {
-			n = -EAGAIN;	/* read alone by fh_base_read */
+		if (fh_read_random(h, w, o, end) || (rp->n == 0 && fh_read_chunks(h, w, o, end))) {
+			n = -EAGAIN;	/* read alone by fh_read_map or fh_base_read */
 			break;
 		}
 		n = 0;	/* fh_win_get's count of a load is not ours */

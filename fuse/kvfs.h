@@ -42,13 +42,16 @@
 #define KVFS_BLKSIZE (128 * 1024)
 
 /*
- * The payload of one hot-tier extent (SEG_PAYLOAD_MAX in src/segment.h,
- * which front ends may not include). The engine reads and verifies whole
- * extents, so a read handle caches one extent-sized window and small or
- * unaligned reads do not each cost a full extent. Were the engine to change
- * it, only efficiency would suffer, never correctness.
+ * The payload of one hot-tier extent and of one checksummed chunk of it
+ * (SEG_PAYLOAD_MAX and SEG_CHUNK in src/segment.h, which front ends may not
+ * include). The engine reads and verifies whole chunks, so a read aligned
+ * to chunks reads nothing it does not return; other reads of part of an
+ * extent go through an extent-sized window of the handle, so that small or
+ * unaligned reads do not each cost a chunk or more. Were the engine to
+ * change them, only efficiency would suffer, never correctness.
  */
 #define KVFS_EXTENT_PAYLOAD (1024 * 1024)
+#define KVFS_CHUNK (64 * 1024)
 #define KVFS_SPARE_MAX 16	/* idle read buffers kept, KVFS_IO_SIZE each */
 
 /*
@@ -287,8 +290,9 @@ int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
  * handle's extent windows, which stay held until fh_reply_done(), and so
  * is the handle (its release waits): the reply needs no copy of its own.
  * The byte count, or -EAGAIN where fh_read_map() or fh_read() is to read
- * instead (whole extents, a writable handle, a window not to be had
- * without waiting); with -errno no window is held, but the handle is:
+ * instead (whole extents, whole chunks no window holds, a small read at
+ * random, a writable handle, a window not to be had without waiting); with
+ * -errno no window is held, but the handle is:
  * call fh_reply_done() once the reply is sent, always.
  */
 #define FH_REPLY_MAX 3	/* extents a read of max_read (1 MiB) can touch */
