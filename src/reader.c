@@ -508,11 +508,18 @@ fail:
 	return rc;
 }
 
-int kvt_reader_map(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_map **out)
+/*
+ * The map of [off, off + len) clipped to the version: pinned iovecs into
+ * the segments' mappings, or with from_device the bytes read into an I/O
+ * context the map keeps.
+ */
+static int reader_map_range(struct kvt_reader *r, uint64_t off, size_t len, int from_device,
+			    struct kvt_map **out)
 {
+	struct read_to to = { 0 };
 	struct kvt_map *m;
 	uint64_t end;
-	int rc;
+	int rc = 0;
 
 	*out = NULL;
 	if (off > r->co->obj->size)
@@ -522,7 +529,18 @@ int kvt_reader_map(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_ma
 	if (!m)
 		return -ENOMEM;
 	m->st = r->st;
-	rc = off < end ? reader_run(r, reader_map_pass, m, off, end) : 0;
+	if (!from_device) {
+		rc = off < end ? reader_run(r, reader_map_pass, m, off, end) : 0;
+	} else if ((rc = store_io_get(r->st, &m->io)) == 0) {
+		to.io = m->io;
+		to.iov = m->iov = calloc(m->io->nbufs, sizeof(*m->iov));
+		rc = !to.iov ? -ENOMEM : off < end ? reader_run(r, reader_pass, &to, off, end) : 0;
+		m->niov = to.niov;
+		if (rc == -EPIPE) {
+			m->io = NULL;
+			rc = reader_io_put(r->st, to.io, rc);
+		}
+	}
 	if (rc < 0) {
 		kvt_map_free(m);
 		return rc;
@@ -531,38 +549,14 @@ int kvt_reader_map(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_ma
 	return 0;
 }
 
+int kvt_reader_map(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_map **out)
+{
+	return reader_map_range(r, off, len, 0, out);
+}
+
 int kvt_reader_pread_map(struct kvt_reader *r, uint64_t off, size_t len, struct kvt_map **out)
 {
-	struct read_to to = { 0 };
-	struct kvt_map *m;
-	uint64_t end;
-	int rc;
-
-	*out = NULL;
-	if (off > r->co->obj->size)
-		off = r->co->obj->size;
-	end = MIN(r->co->obj->size, off + len);
-	m = calloc(1, sizeof(*m));
-	if (!m)
-		return -ENOMEM;
-	m->st = r->st;
-	rc = store_io_get(r->st, &m->io);	/* kept until kvt_map_free() */
-	if (rc == 0) {
-		to.io = m->io;
-		to.iov = m->iov = calloc(m->io->nbufs, sizeof(*m->iov));
-		rc = !to.iov ? -ENOMEM : off < end ? reader_run(r, reader_pass, &to, off, end) : 0;
-	}
-	if (rc == -EPIPE) {
-		m->io = NULL;
-		rc = reader_io_put(r->st, to.io, rc);
-	}
-	if (rc < 0) {
-		kvt_map_free(m);
-		return rc;
-	}
-	m->niov = to.niov;
-	*out = m;
-	return 0;
+	return reader_map_range(r, off, len, 1, out);
 }
 
 const struct iovec *kvt_map_iov(const struct kvt_map *m, unsigned *niov)
