@@ -291,9 +291,9 @@ int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
  * is the handle (its release waits): the reply needs no copy of its own.
  * The byte count, or -EAGAIN where fh_read_map() or fh_read() is to read
  * instead (whole extents, whole chunks no window holds, a small read at
- * random, a writable handle, a window not to be had without waiting); with
- * -errno no window is held, but the handle is:
- * call fh_reply_done() once the reply is sent, always.
+ * random, a writable handle, a window not to be had without waiting);
+ * with -errno no window is held, but the handle is: call fh_reply_done()
+ * once the reply is sent, always.
  */
 #define FH_REPLY_MAX 3	/* extents a read of max_read (1 MiB) can touch */
 struct fh_reply {
@@ -309,7 +309,8 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
  * After fh_read_windows() answered -EAGAIN: the read left in the engine's
  * I/O buffers (kvt_reader_pread_map), held in rp->map until
  * fh_reply_done(), so the reply needs no copy of its own either: the
- * kernel's 1 MiB reads at 1 MiB offsets, one extent each. The byte count,
+ * kernel's 1 MiB reads at 1 MiB offsets (one extent each) and its smaller
+ * readahead of whole chunks. The byte count,
  * or -EAGAIN where fh_read() is to read instead (a writable handle, a read
  * over more extents than the engine holds at once, any error, which
  * fh_read() meets again, reports and handles).
