@@ -126,6 +126,10 @@ static const char *const migrations[] = {
 	 * each chunk (cat_extent.chunk0, chunk_crc); NULL for extents written
 	 * before, which are read and verified whole. */
 	"ALTER TABLE extents ADD COLUMN crcs BLOB;",
+	/* 8: extents of up to 1 MiB of payload (SEG_PAYLOAD_MAX); before, 1 MiB
+	 * less the header. A kvtier from before reads into 1 MiB buffers: the
+	 * version makes it refuse this store rather than read one. */
+	"INSERT OR REPLACE INTO settings(name, value) VALUES('extent_payload_max', 1048576);",
 };
 
 /* The columns cat_object_from_row() reads, in its order; extents follow. */

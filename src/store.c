@@ -248,11 +248,11 @@ int store_write_extent(struct kvt_store *st, struct io_ctx *io, int buf_index, v
 
 int store_extent_check_place(struct kvt_store *st, uint64_t vid, const struct cat_extent *e)
 {
-	if (e->segment < st->nsegs && e->offset % SEG_ALIGN == 0 &&
+	if (e->segment < st->nsegs && e->offset % SEG_ALIGN == 0 && e->length <= SEG_PAYLOAD_MAX &&
 	    e->offset + seg_extent_space(e->length) <= st->seg_size)
 		return 0;
-	log_err(0, "extent %u of version %016llx lies outside segment %u", e->seq,
-		(unsigned long long)vid, e->segment);
+	log_err(0, "extent %u of version %016llx (%u bytes) lies outside segment %u", e->seq,
+		(unsigned long long)vid, e->length, e->segment);
 	return -EIO;
 }
 

@@ -195,6 +195,10 @@ static void test_schema_create_reopen(void **state)
 	assert_int_equal(raw_int(f->path, "SELECT journal_mode = 'wal' FROM pragma_journal_mode", &v),
 			 SQLITE_OK);
 	assert_int_equal(v, 1);
+	/* Extents of up to 1 MiB (migration 8): older kvtiers refuse the store. */
+	assert_int_equal(raw_int(f->path, "SELECT value FROM settings WHERE name ="
+				 " 'extent_payload_max'", &v), SQLITE_OK);
+	assert_int_equal(v, 1048576);
 
 	assert_int_equal(cat_bucket_create(f->c, "keep", 7), 0);
 	cat_close(f->c);

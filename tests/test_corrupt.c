@@ -574,6 +574,31 @@ static void test_fsck_several(void **state)
 	check_others(f->st);
 }
 
+/*
+ * A catalog row that claims more payload than an extent can hold (damage,
+ * or a store written by a kvtier with larger extents) is refused before
+ * any read: -EIO, never a read past the end of the engine's buffer. Other
+ * objects still read.
+ */
+static void test_extent_too_long(void **state)
+{
+	struct fixture *f = *state;
+	const uint64_t len = 2 * SEG_PAYLOAD_MAX;
+	struct cat_extent e;
+	char sql[200];
+
+	put_others(f->st);
+	assert_int_equal(test_put(f->st, BUCKET, "long", len, 61), 0);
+	e = locate(f->st, "long", 0);
+	snprintf(sql, sizeof(sql), "UPDATE extents SET length = %u WHERE segment = %u AND"
+		 " offset = %llu", SEG_PAYLOAD_MAX + SEG_ALIGN, e.segment,
+		 (unsigned long long)e.offset);
+	test_catalog_exec(&f->env, sql);
+	assert_int_equal(read_range(f->st, "long", 0, len, 61, 1), -EIO);
+	assert_int_equal(read_range(f->st, "long", 10, 100, 61, 1), -EIO);
+	check_others(f->st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -586,6 +611,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_chunk_flip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_chunk_grid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_multi_extent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_extent_too_long, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fsck_multi_repair, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fsck_several, setup, teardown),
 	};
