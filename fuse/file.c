@@ -1816,7 +1816,7 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 		size_t len;
 
 		if (rp->n == FH_REPLY_MAX || (o == w && end >= MIN(w + KVFS_EXTENT_PAYLOAD, h->size))) {
-			n = -EAGAIN;	/* a whole extent goes straight into a buffer */
+			n = -EAGAIN;	/* whole extents: fh_read_map */
 			break;
 		}
 		if (fh_read_random(h, w, o, end) || (rp->n == 0 && fh_read_chunks(h, w, o, end))) {
