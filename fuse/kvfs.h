@@ -310,10 +310,10 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
  * I/O buffers (kvt_reader_pread_map), held in rp->map until
  * fh_reply_done(), so the reply needs no copy of its own either: the
  * kernel's 1 MiB reads at 1 MiB offsets (one extent each) and its smaller
- * readahead of whole chunks. The byte count,
- * or -EAGAIN where fh_read() is to read instead (a writable handle, a read
- * over more extents than the engine holds at once, any error, which
- * fh_read() meets again, reports and handles).
+ * readahead of whole chunks. The byte count, or -EAGAIN where fh_read() is
+ * to read instead (a writable handle, a read over more extents than the
+ * engine holds at once, any error, which fh_read() meets again, reports
+ * and handles).
  */
 ssize_t fh_read_map(struct fh *h, size_t size, off_t off, struct fh_reply *rp);
 void fh_reply_done(struct fh *h, struct fh_reply *rp);
