@@ -3,22 +3,23 @@
  * DeleteObject, CopyObject, and what they share (metadata, conditions,
  * copy sources).
  *
- * GET of an object larger than cached_read_max is sent from the page cache
- * without a copy in user space (s3_map_response): on the read lane,
- * kvt_reader_map() checks every extent under the range in place and pins
- * its segments until the response is gone, and libmicrohttpd gives the
- * iovecs to sendmsg. Not sendfile(2): an extent carries its header inside
- * the segment file, so an object of more than one extent is never one file
- * range, and libmicrohttpd sends one descriptor range per response. Smaller
- * objects are read whole through the page cache on the polling thread
- * (s3_whole_response); where segments cannot be mapped, GET falls back to
- * kvt_reader_pread() (whole, or streamed through a callback response read
- * on the read lane). Cold objects are recalled on the write lane
- * (gw_work.c). Every extent's checksum is verified on every GET (a wrong KV
- * byte silently corrupts a model's output), before the status line on the
- * mapped and whole paths; a checksum failure mid-stream on the callback
- * path ends the response with an error (the client sees a short body and
- * retries), never with wrong bytes.
+ * A GET body of S3_MAP_MIN or more is sent from the page cache without a
+ * copy in user space (s3_map_response): kvt_reader_map() checks every
+ * extent under the range in place and pins its segments until the response
+ * is gone, and libmicrohttpd gives the iovecs to sendmsg. Not sendfile(2):
+ * an extent carries its header inside the segment file, so an object of
+ * more than one extent is never one file range, and libmicrohttpd sends one
+ * descriptor range per response. An object larger than cached_read_max is
+ * mapped on the read lane, a smaller one on the polling thread. Bodies
+ * under S3_MAP_MIN of small objects are read whole through the page cache
+ * on the polling thread (s3_whole_response); where segments cannot be
+ * mapped, GET falls back to kvt_reader_pread() (whole, or streamed through
+ * a callback response read on the read lane). Cold objects are recalled on
+ * the write lane (gw_work.c). Every extent's checksum is verified on every
+ * GET (a wrong KV byte silently corrupts a model's output), before the
+ * status line on the mapped and whole paths; a checksum failure mid-stream
+ * on the callback path ends the response with an error (the client sees a
+ * short body and retries), never with wrong bytes.
  *
  * Metadata: x-amz-meta-NAME is stored as NAME (lower case); the standard
  * headers S3 keeps with an object (Cache-Control, Content-Disposition,
@@ -59,6 +60,15 @@
  * their lanes.
  */
 #define S3_WHOLE_MAX (4u << 20)
+/*
+ * Bodies from this size on are sent from the segments' mapping, those of
+ * objects of at most cached_read_max included: reading a 256 KiB body whole
+ * copies it twice before the socket's own copy (page cache to I/O buffer,
+ * then to the response's buffer), about a quarter of the gateway's CPU
+ * in GET 256K at 16 connections. Smaller bodies of small objects are read
+ * whole.
+ */
+#define S3_MAP_MIN (64u << 10)
 
 static const char *const s3_stored_headers[] = {
 	"cache-control", "content-disposition", "content-encoding", "content-language", "expires",
@@ -976,7 +986,7 @@ void s3_op_get_object(struct gw_req *rq)
 	} else if (o->size > srv->cached_read_max && !rq->in_worker &&
 		   s3_defer_read(rq, &r)) {
 		goto out;	/* the read lane answers */
-	} else if (o->size > srv->cached_read_max &&
+	} else if ((o->size > srv->cached_read_max || last - first + 1 >= S3_MAP_MIN) &&
 		   (resp = s3_map_response(rq, r, first, last - first + 1, &answered))) {
 		/* sent from the page cache */
 	} else if (answered) {
