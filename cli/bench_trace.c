@@ -146,7 +146,10 @@ static size_t bt_map_slot(const struct bt_map *m, uint64_t key)
 	return i;
 }
 
-/* "timestamp" and "hash_ids" of one line; other fields are ignored. */
+/*
+ * "timestamp" (finite milliseconds) and "hash_ids" (unsigned decimal
+ * integers) of one line; other fields are ignored.
+ */
 static int bt_parse_line(char *line, double *ts, uint64_t **ids, size_t *nids, size_t *cap)
 {
 	char *p = strstr(line, "\"timestamp\""), *end;
@@ -154,7 +157,7 @@ static int bt_parse_line(char *line, double *ts, uint64_t **ids, size_t *nids, s
 	if (!p || !(p = strchr(p, ':')))
 		return -EINVAL;
 	*ts = strtod(p + 1, &end) / 1000.0;
-	if (end == p + 1)
+	if (end == p + 1 || !isfinite(*ts))
 		return -EINVAL;
 	if (!(p = strstr(line, "\"hash_ids\"")) || !(p = strchr(p, '[')))
 		return -EINVAL;
@@ -167,6 +170,9 @@ static int bt_parse_line(char *line, double *ts, uint64_t **ids, size_t *nids, s
 			p++;
 		if (*p == ']')
 			return 0;
+		/* strtoull() would take "-1" as 2^64 - 1. */
+		if (*p < '0' || *p > '9')
+			return -EINVAL;
 		errno = 0;
 		v = strtoull(p, &end, 10);
 		if (end == p || errno)

@@ -73,6 +73,24 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps(r) + "\n")
 PY
 
+step "a malformed trace is refused with its line, before anything starts"
+# name|trace lines ('\n' between lines)|what stderr must say
+while IFS='|' read -r name lines want; do
+	printf '%b\n' "$lines" >"$T/bad-$name.jsonl"
+	kvt_run "$KVTIER" bench trace "$T/bad-$name.jsonl" --via s3 --out "$T/bad-out"
+	[ "$rc" -ne 0 ] || fail "trace '$name' was accepted"
+	grep -q -- "$want" "$T/err" || fail "trace '$name': '$want' not in: $(cat "$T/err")"
+	[ ! -e "$T/bad-out" ] || fail "trace '$name' made its --out directory"
+done <<'EOF'
+negative|{"timestamp": 1, "hash_ids": [1, 2]}\n{"timestamp": 2, "hash_ids": [1, -2]}|bad-negative.jsonl:2: expected
+unterminated|{"timestamp": 1, "hash_ids": [1, 2|bad-unterminated.jsonl:1: expected
+word|{"timestamp": 1, "hash_ids": [1, two]}|bad-word.jsonl:1: expected
+no-time|{"hash_ids": [1]}|bad-no-time.jsonl:1: expected
+nan-time|{"timestamp": nan, "hash_ids": [1]}|bad-nan-time.jsonl:1: expected
+backwards|{"timestamp": 5, "hash_ids": [1]}\n{"timestamp": 4, "hash_ids": [2]}|timestamps go back at request 2
+empty||no requests in
+EOF
+
 step "replay it via $via: kvtier, unbounded, nog4"
 # 256 KiB blocks less the 64-byte extent header fill 4K-aligned extents
 # exactly; a 1 MiB-segment hot tier of 4 MiB is a third of the working set.
