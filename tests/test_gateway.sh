@@ -143,12 +143,21 @@ n=$(wc -l <"$KVT_TMP/main.access")
 grep -Eq '^[0-9T:.-]+Z 127\.0\.0\.1 [0-9A-F]{16} AKIDKVTIERTEST PUT /' "$KVT_TMP/main.access" ||
 	fail "no PUT line in the access log: $(head -3 "$KVT_TMP/main.access")"
 
+# s3curl OUT CURL_ARGS...: a SigV4-signed request to the gateway; the body
+# goes to OUT, the headers to $T/h; prints the HTTP status.
+s3curl()
+{
+	s3c_out=$1
+	shift
+	curl -s -D "$T/h" -o "$s3c_out" -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" \
+		--user "$GW_ACCESS:$GW_SECRET" "$@"
+}
+
 step "cold objects: GET recalls from G4 byte-exact, prestage of a session brings it back"
 if command -v curl >/dev/null 2>&1; then
 	MC=$KVT_TMP/main.conf
 	s3get() {
-		curl -s -D "$T/h" -o "$2" -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" \
-			--user "$GW_ACCESS:$GW_SECRET" "$GW_ENDPOINT/$1"
+		s3curl "$2" "$GW_ENDPOINT/$1"
 	}
 	tier_of() {
 		"$KVTIER" -c "$MC" head "$1" "$2" >"$T/head" || fail "head $1/$2 failed"
@@ -192,8 +201,7 @@ if command -v curl >/dev/null 2>&1; then
 	gw_start flip 64M 8M
 	flip_pid=$GW_PID
 	s3() {
-		curl -s -o "$T/got" -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" \
-			--user "$GW_ACCESS:$GW_SECRET" "$@"
+		s3curl "$T/got" "$@"
 	}
 	[ "$(s3 -X PUT "$GW_ENDPOINT/flip")" = 200 ] || fail "cannot create bucket flip"
 	for size in 4096 262144 2097152; do
