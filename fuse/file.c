@@ -1801,6 +1801,7 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 	rp->n = 0;
 	rp->map = NULL;
 	rp->held = 0;
+	rp->push = 0;
 	if (h->writable)
 		return -EAGAIN;
 	pthread_mutex_lock(&h->rlock);
@@ -1861,6 +1862,117 @@ ssize_t fh_read_map(struct fh *h, size_t size, off_t off, struct fh_reply *rp)
 	return (ssize_t)n;
 }
 
+/*
+ * Whole small files pushed into the page cache (KVFS_PUSH_MAX). cp and cat
+ * read 128 KiB at a time, so the kernel's readahead asks for a 2 MiB file
+ * in four READs (256 KiB, 512 KiB, 1 MiB, 256 KiB), each sent only once the
+ * reader has reached the one before, and each waiting for the disk: about
+ * 3 ms a file, most of it waiting. So the first READ of a handle through
+ * the page cache, at offset 0 and smaller than an extent, of a version of
+ * at most KVFS_PUSH_MAX bytes, reads the first extent whole and is answered
+ * from it; then the rest of the extent, and the other extents read side by
+ * side, are stored in the inode's pages (FUSE_NOTIFY_STORE,
+ * fh_read_push_rest) while the reader copies the first part: the reads
+ * that follow find their pages and never reach the daemon. Every byte is
+ * verified before it is stored, as for a READ. A reader of bigger pieces
+ * (fio, NIXL: 1 MiB and more) has the kernel ask for whole extents side by
+ * side already, and is left alone; so is an O_DIRECT reader, which never
+ * reads the cache.
+ *
+ * The pages stored are this version's: no other version is read through
+ * the inode's cache while this handle is (fh_reader_mode). A store waits
+ * for pages the kernel is reading for another handle of the inode, that is
+ * for a READ that another thread of the loop must answer: at most
+ * kv->push_max pushes run at once, fewer than the loop's threads, so that
+ * one always remains to answer it.
+ */
+ssize_t fh_read_push(struct kvfs *kv, struct fh *h, size_t size, off_t off, struct fh_reply *rp)
+{
+	struct kvt_reader *r = rp->held ? fh_base_reader(h) : NULL;
+	const struct iovec *iov;
+	unsigned niov, n = 0;
+	size_t left = size;
+
+	if (!r || off != 0 || !h->cached || (h->flags & O_DIRECT) || size >= KVFS_EXTENT_PAYLOAD ||
+	    h->size <= size || h->size > KVFS_PUSH_MAX)
+		return -EAGAIN;
+	if (atomic_fetch_add(&kv->pushing, 1) >= kv->push_max) {
+		atomic_fetch_sub(&kv->pushing, 1);
+		return -EAGAIN;
+	}
+	if (kvt_reader_pread_map(r, 0, KVFS_EXTENT_PAYLOAD, &rp->map) < 0) {
+		rp->map = NULL;
+		atomic_fetch_sub(&kv->pushing, 1);
+		return -EAGAIN;	/* fh_read_map or fh_read meets it again, and reports it */
+	}
+	/* The READ's part, in rp->iov (no windows); the rest is pushed. */
+	iov = kvt_map_iov(rp->map, &niov);
+	for (unsigned i = 0; i < niov && left > 0 && n < FH_REPLY_MAX; i++) {
+		size_t len = MIN(left, iov[i].iov_len);
+
+		rp->iov[n] = (struct iovec){ .iov_base = iov[i].iov_base, .iov_len = len };
+		rp->win[n++] = NULL;
+		left -= len;
+	}
+	if (left > 0) {
+		/* Extents too small for FH_REPLY_MAX: a short reply would read
+		 * as zeros to the kernel. */
+		kvt_map_free(rp->map);
+		rp->map = NULL;
+		atomic_fetch_sub(&kv->pushing, 1);
+		return -EAGAIN;
+	}
+	rp->n = n;
+	rp->push = 1;
+	atomic_store(&h->read_next, (uint64_t)size);
+	return (ssize_t)size;
+}
+
+/* Stores [at + skip, ...) of map's bytes, which start at offset at. */
+static int fh_push_map(struct kvfs *kv, struct fh *h, const struct kvt_map *m, uint64_t at,
+		       uint64_t skip)
+{
+	const struct iovec *iov;
+	unsigned niov;
+
+	iov = kvt_map_iov(m, &niov);
+	for (unsigned i = 0; i < niov; at += iov[i++].iov_len) {
+		struct fuse_bufvec bv;
+		uint64_t from = MIN(skip, iov[i].iov_len);
+		int rc;
+
+		skip -= from;
+		if (from == iov[i].iov_len)
+			continue;
+		bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT(iov[i].iov_len - from);
+		bv.buf[0].mem = (char *)iov[i].iov_base + from;
+		rc = fuse_lowlevel_notify_store(kv->se, h->node->ino, (off_t)(at + from), &bv, 0);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+void fh_read_push_rest(struct kvfs *kv, struct fh *h, struct fh_reply *rp, int answered)
+{
+	struct kvt_reader *r = fh_base_reader(h);
+	uint64_t replied = 0, off = KVFS_EXTENT_PAYLOAD;
+	struct kvt_map *m = NULL;
+
+	if (!rp->push)
+		return;
+	for (unsigned i = 0; i < rp->n; i++)
+		replied += rp->iov[i].iov_len;
+	/* The first extent's rest, then the other extents, read side by side;
+	 * a failure leaves the reads that follow to READs. */
+	if (answered && fh_push_map(kv, h, rp->map, 0, replied) == 0 && off < h->size &&
+	    kvt_reader_pread_map(r, off, h->size - off, &m) == 0)
+		fh_push_map(kv, h, m, off, 0);
+	kvt_map_free(m);
+	rp->push = 0;
+	atomic_fetch_sub(&kv->pushing, 1);
+}
+
 void fh_reply_done(struct fh *h, struct fh_reply *rp)
 {
 	kvt_map_free(rp->map);
@@ -1869,7 +1981,8 @@ void fh_reply_done(struct fh *h, struct fh_reply *rp)
 		return;
 	pthread_mutex_lock(&h->rlock);
 	for (unsigned i = 0; i < rp->n; i++)
-		rp->win[i]->users--;
+		if (rp->win[i])
+			rp->win[i]->users--;
 	pthread_cond_broadcast(&h->rcond);
 	fh_reads_leave_locked(h);
 	pthread_mutex_unlock(&h->rlock);

@@ -52,6 +52,8 @@
  */
 #define KVFS_EXTENT_PAYLOAD (1024 * 1024)
 #define KVFS_CHUNK (64 * 1024)
+#define KVFS_PUSH_MAX (4 * 1024 * 1024)	/* files read whole at their first READ */
+#define KVFS_LOOP_THREADS 10	/* libfuse's max_threads when none is given */
 #define KVFS_SPARE_MAX 16	/* idle read buffers kept, KVFS_IO_SIZE each */
 
 /*
@@ -143,6 +145,8 @@ struct kvfs {
 	unsigned nspare;
 	double attr_timeout, entry_timeout;
 	int64_t start_ns;
+	unsigned push_max;		/* fh_read_push at once: fewer than the loop's threads */
+	atomic_uint pushing;
 
 	pthread_mutex_t notify_lock;	/* notify.c */
 	pthread_cond_t notify_cond;
@@ -302,6 +306,7 @@ struct fh_reply {
 	unsigned n;
 	struct kvt_map *map;	/* or the bytes are held here (fh_read_map) */
 	int held;	/* the handle stays open until fh_reply_done() */
+	int push;	/* fh_read_push: iov (no windows) is the reply, map the version */
 };
 ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
 			struct fh_reply *rp);
@@ -316,6 +321,16 @@ ssize_t fh_read_windows(struct kvfs *kv, struct fh *h, size_t size, off_t off,
  * and handles).
  */
 ssize_t fh_read_map(struct fh *h, size_t size, off_t off, struct fh_reply *rp);
+/*
+ * After fh_read_windows() answered -EAGAIN, before fh_read_map(): the first
+ * small READ of a small file read through the page cache reads the first
+ * extent and rp->iov answers the READ from it; after the reply,
+ * fh_read_push_rest() (answered: the reply reached the kernel) stores the
+ * rest of the file in the page cache. -EAGAIN where this does not apply
+ * (see "Whole small files pushed" in file.c).
+ */
+ssize_t fh_read_push(struct kvfs *kv, struct fh *h, size_t size, off_t off, struct fh_reply *rp);
+void fh_read_push_rest(struct kvfs *kv, struct fh *h, struct fh_reply *rp, int answered);
 void fh_reply_done(struct fh *h, struct fh_reply *rp);
 ssize_t fh_read(struct kvfs *kv, struct fh *h, char *buf, size_t size, off_t off);
 /* A read buffer of size bytes, an idle one if size is at most KVFS_IO_SIZE

@@ -975,6 +975,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	(void)ino;
 	n = fh_read_windows(kv, h, size, off, &rp);
 	if (n == -EAGAIN)
+		n = fh_read_push(kv, h, size, off, &rp);
+	if (n == -EAGAIN)
 		n = fh_read_map(h, size, off, &rp);
 	if (n == -EAGAIN) {
 		buf = kvfs_iobuf_new(kv, size);
@@ -984,13 +986,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_err(req, (int)n);
 	} else if (buf) {
 		fuse_reply_buf(req, buf, (size_t)n);
+	} else if (rp.n) {
+		int rc = fuse_reply_iov(req, rp.iov, (int)rp.n);
+
+		fh_read_push_rest(kv, h, &rp, rc == 0);
 	} else if (rp.map) {
 		unsigned niov;
 		const struct iovec *iov = kvt_map_iov(rp.map, &niov);
 
 		fuse_reply_iov(req, iov, (int)niov);
-	} else if (rp.n) {
-		fuse_reply_iov(req, rp.iov, (int)rp.n);
 	} else {
 		fuse_reply_buf(req, NULL, 0);
 	}

@@ -376,6 +376,30 @@ sleep 0.5
 fl_write=$(grep -c "opcode: FLUSH" "$T/fuse.log" || :)
 [ "$fl_write" -gt "$fl_after" ] || fail "closing a written file sent no FLUSH"
 same "$M3/models/ra" models ra
+# The first READ of a small file read in small pieces (cp, cat: 128 KiB)
+# brings the whole file into the page cache (fh_read_push): one READ for
+# 3 MB, where the kernel's readahead alone sends four. A reader of 1 MiB
+# pieces is left to that readahead.
+head -c 3000000 /dev/urandom >"$T/push"
+"$K" put models push "$T/push" >/dev/null
+rd_before=$(grep -c "opcode: READ (" "$T/fuse.log" || :)
+dd if="$M3/models/push" bs=128k status=none | cmp - "$T/push" ||
+	fail "a file pushed into the page cache reads back other bytes"
+rd_after=$(grep -c "opcode: READ (" "$T/fuse.log" || :)
+[ "$((rd_after - rd_before))" -eq 1 ] ||
+	fail "reading 3 MB 128 KiB at a time sent $((rd_after - rd_before)) READs, not 1"
+"$K" put models push "$T/ra" >/dev/null
+sleep 1.1	# the attribute timeout: the next open sees the new version
+dd if="$M3/models/push" bs=128k status=none | cmp - "$T/ra" ||
+	fail "a version replaced through the CLI reads back the old bytes after a push"
+rd_before=$(grep -c "opcode: READ (" "$T/fuse.log" || :)
+"$K" put models push "$T/push" >/dev/null
+sleep 1.1
+dd if="$M3/models/push" bs=1M status=none | cmp - "$T/push" ||
+	fail "a file read 1 MiB at a time reads back other bytes"
+rd_after=$(grep -c "opcode: READ (" "$T/fuse.log" || :)
+[ "$((rd_after - rd_before))" -ge 3 ] ||
+	fail "reading 3 MB 1 MiB at a time sent $((rd_after - rd_before)) READs: pushed"
 FUSE_PID=$m3_pid
 fuse_umount "$M3"
 FUSE_PID=$m1_pid
@@ -511,14 +535,15 @@ python3 "$FSX" "$B/fsx" --ops "${KVT_FSX_OPS:-3000}" --seconds "${KVT_FSX_SECOND
 	fail "fsx found a difference (see above)"
 
 step "a flipped byte on disk: the read fails EIO with a log line, the byte never comes back"
-python3 - "$B/flipped" "$KVT_DIR/segments" <<'EOF'
+# flip.py PATH SEGMENTS SOURCE HOW: flips a byte of the second extent of
+# PATH (extents hold 1 MiB of payload), found in the segment files by its
+# neighbours in SOURCE, then reads PATH whole ("whole") or 128 KiB at a time
+# ("pieces", as cp does, which has the first READ push the rest into the
+# page cache: fh_read_push) and expects EIO, after nothing but good bytes.
+cat >"$T/flip.py" <<'EOF'
 import glob, os, sys
-path, segs = sys.argv[1:3]
-data = os.urandom(3 * 1024 * 1024)
-with open(path, "wb") as f:
-    f.write(data)
-# A byte of the second extent (extents hold 1 MiB of payload),
-# found in the segment files by its neighbours.
+path, segs, source, how = sys.argv[1:5]
+data = open(source, "rb").read()
 at = 1048576 + 8192
 probe = data[at:at + 4096]
 hits = []
@@ -533,15 +558,30 @@ b = os.pread(fd, 1, hits[0][1])
 os.pwrite(fd, bytes([b[0] ^ 0xFF]), hits[0][1])
 os.fsync(fd)
 os.close(fd)
+got = b""
 try:
-    with open(path, "rb") as f:
-        f.read()
+    with open(path, "rb", buffering=0) as f:
+        if how == "whole":
+            f.read()
+        else:
+            while True:
+                piece = f.read(131072)
+                if not piece:
+                    break
+                got += piece
     raise SystemExit("the read returned the damaged extent")
 except OSError as e:
     assert e.errno == 5, e   # EIO
+assert got == data[:len(got)] and len(got) <= 1048576, "bad bytes before the EIO"
 EOF
+head -c 3145728 /dev/urandom >"$T/flipped"
+cp "$T/flipped" "$B/flipped"
+python3 "$T/flip.py" "$B/flipped" "$KVT_DIR/segments" "$T/flipped" whole
 grep -q "checksum mismatch" "$T/fuse.log" || fail "no log line for the checksum mismatch"
-rm "$B/flipped"
+head -c 3145728 /dev/urandom >"$T/flipped2"
+"$K" put models flipped2 "$T/flipped2" >/dev/null	# never in this mount's page cache
+python3 "$T/flip.py" "$B/flipped2" "$KVT_DIR/segments" "$T/flipped2" pieces
+rm "$B/flipped" "$B/flipped2"
 
 if [ -x "$top_builddir/kvtier-gateway" ] && python3 -c 'import boto3' 2>/dev/null; then
 	step "the gateway on the same store: mount -> S3 GET and S3 PUT -> mount, byte-exact"
