@@ -1882,9 +1882,10 @@ ssize_t fh_read_map(struct fh *h, size_t size, off_t off, struct fh_reply *rp)
  * The pages stored are this version's: no other version is read through
  * the inode's cache while this handle is (fh_reader_mode). A store waits
  * for pages the kernel is reading for another handle of the inode, that is
- * for a READ that another thread of the loop must answer: at most
- * kv->push_max pushes run at once, fewer than the loop's threads, so that
- * one always remains to answer it.
+ * for a READ that another thread of the loop must answer, and a release
+ * of the handle waits for its push: at most kv->push_max pushes run at
+ * once, fewer than half the loop's threads, so that one always remains to
+ * answer that READ.
  */
 ssize_t fh_read_push(struct kvfs *kv, struct fh *h, size_t size, off_t off, struct fh_reply *rp)
 {

@@ -145,7 +145,7 @@ struct kvfs {
 	unsigned nspare;
 	double attr_timeout, entry_timeout;
 	int64_t start_ns;
-	unsigned push_max;		/* fh_read_push at once: fewer than the loop's threads */
+	unsigned push_max;		/* fh_read_push at once: under half the loop's threads */
 	atomic_uint pushing;
 
 	pthread_mutex_t notify_lock;	/* notify.c */

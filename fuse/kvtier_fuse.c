@@ -399,9 +399,9 @@ int main(int argc, char **argv)
 			fuse_loop_cfg_set_idle_threads(loop, fo.max_idle_threads);
 		if (fo.max_threads != UINT_MAX)
 			fuse_loop_cfg_set_max_threads(loop, fo.max_threads);
-		/* fh_read_push: fewer at once than the loop has threads (file.c). */
-		kv.push_max = (fo.max_threads && fo.max_threads != UINT_MAX ?
-			       fo.max_threads : KVFS_LOOP_THREADS) / 2;
+		/* fh_read_push: fewer than half the loop's threads at once (file.c). */
+		kv.push_max = ((fo.max_threads && fo.max_threads != UINT_MAX ?
+				fo.max_threads : KVFS_LOOP_THREADS) - 1) / 2;
 		rc = fuse_session_loop_mt(kv.se, loop);
 	}
 	/* A signal ends the loop with its number; that is a clean stop. */

@@ -15,9 +15,10 @@ DELETEs the shared keys through S3. What must hold, whatever the others do:
     unlink, or a publish had landed under the name a file had just left);
   - a private name reads back, stats and lists as just written;
   - S3 PUT and DELETE of those keys succeed (the bucket exists);
-  - every read of a shared name gives the bytes of one payload, whole, as
-    one writer wrote it: never a mix of two, never one cut short or padded
-    with zeros (the kernel keeps one size per inode; a reader that opened
+  - every read of a shared name (in one read, or 128 KiB at a time as cp
+    reads) gives the bytes of one payload, whole, as one writer wrote it:
+    never a mix of two, never one cut short or padded with zeros (the
+    kernel keeps one size per inode; a reader that opened
     the file before a writer on this mount, or before another version was
     published, once read the old version cut at the writer's size, or a
     new, smaller version zero-padded to an older size: fuse/file.c, "One
@@ -44,8 +45,23 @@ for x in DIRS:
 
 
 def payload(who, seq, rnd):
-    n = rnd.choice([0, rnd.randint(1, 5000), rnd.randint(5000, 400000)])
+    # Up to 3 MiB: files read in pieces below 4 MiB are pushed whole into
+    # the page cache at their first READ (fuse/file.c, fh_read_push).
+    n = rnd.choice([0, rnd.randint(1, 5000), rnd.randint(5000, 400000),
+                    rnd.randint(1 << 20, 3 << 20)])
     return b"P %s %d %d\n" % (who, seq, n) + bytes([seq % 251]) * n
+
+
+def read_all(f, piece):
+    """f's bytes: in one read, or (piece > 0) piece bytes at a time, as cp."""
+    if not piece:
+        return f.read()
+    parts = []
+    while True:
+        b = f.read(piece)
+        if not b:
+            return b"".join(parts)
+        parts.append(b)
 
 
 def check(data):
@@ -100,8 +116,8 @@ def worker(w):
             elif r < 0.45:
                 what = "read " + p
                 try:
-                    with open(p, "rb") as f:
-                        data = f.read()
+                    with open(p, "rb", buffering=0) as f:
+                        data = read_all(f, rnd.choice([0, 131072]))
                 except FileNotFoundError:
                     continue
                 c = check(data)
