@@ -2,8 +2,9 @@
  * bench_trace.h - what the parts of `kvtier bench trace` share: the trace in
  * memory, one configuration's run (servers, counters, timeline) and the
  * per-worker client state. bench_trace.c runs the configurations,
- * bench_trace_io.c replays one request through the gateway or the mount,
- * bench_trace_report.c prints and writes what was measured.
+ * bench_trace_load.c reads the trace, bench_trace_io.c replays one request
+ * through the gateway or the mount, bench_trace_report.c prints and writes
+ * what was measured.
  */
 #ifndef KVT_BENCH_TRACE_H
 #define KVT_BENCH_TRACE_H
@@ -70,6 +71,17 @@ struct bt_trace {
 	uint32_t nresumed;	/* requests that continue a conversation */
 	double duration;	/* last timestamp, seconds */
 };
+
+/*
+ * Loads up to max requests (0: all) of the trace at path, derives its
+ * conversations, keeps every sample-th conversation (1: all) and counts
+ * the working set of what is kept (bench_trace_load.c). 0, or a negative
+ * errno after a message naming the file (and line), and nothing held.
+ * Release with bt_trace_release().
+ */
+int bt_trace_load(struct bt_trace *t, const char *path, size_t max, unsigned sample,
+		  enum bt_via via);
+void bt_trace_release(struct bt_trace *t);
 
 /* A growable series of latencies (microseconds). */
 struct bt_series {
