@@ -18,8 +18,9 @@
  * the ETag check below proves them): a streamed body cannot be hashed
  * before it is sent.
  *
- * Connections are kept: easy handles wait in a pool between requests, and
- * curl_easy_reset() keeps a handle's open connection.
+ * Connections are kept: multi handles wait in a pool between requests with
+ * their connections, and each request is a fresh easy handle run on one
+ * (s3_run).
  *
  * A put of up to [g4] part_size is one PUT; a larger one a multipart upload
  * whose parts go in parallel ([g4] jobs threads; the source is read in
@@ -54,7 +55,7 @@
 #include "log.h"
 #include "util.h"
 
-#define S3_POOL_MAX 64		/* idle easy handles kept */
+#define S3_POOL_MAX 64		/* idle multi handles kept, with their connections */
 #define S3_BUFS_MAX 16		/* idle part buffers kept */
 #define S3_RESP_MAX (1u << 20)	/* an error or XML answer, at most */
 #define S3_PARTS_MAX 10000	/* S3's limit */
@@ -71,7 +72,7 @@ struct cold_s3 {
 	uint64_t part_size;
 	unsigned jobs;
 	pthread_mutex_t lock;
-	CURL *idle[S3_POOL_MAX];
+	CURLM *idle[S3_POOL_MAX];
 	unsigned nidle;
 	char *bufs[S3_BUFS_MAX];	/* idle buffers of part_size bytes */
 	unsigned nbufs;
@@ -115,29 +116,66 @@ static void s3_global_init(void)
 
 /* ---- handles --------------------------------------------------------------- */
 
-static CURL *s3_handle_get(struct cold_s3 *s)
+/*
+ * Connections are kept between requests, in the connection cache of a
+ * multi handle; each request gets a fresh easy handle, run on a multi
+ * handle taken from the pool (s3_run). Easy handles kept for their
+ * connections crashed Debian 12's libcurl (7.88.1): an answer whose first
+ * header line is folded, on a handle that took an answer before, unfolds
+ * into a header of that earlier answer, freed by then (curl issue 11620,
+ * fixed in 8.3.0; tests/fuzz_g4_s3 found it). A fresh handle refuses such
+ * an answer (CURLE_BAD_FUNCTION_ARGUMENT: -EIO).
+ */
+static CURLM *s3_multi_get(struct cold_s3 *s)
 {
-	CURL *c = NULL;
+	CURLM *m = NULL;
 
 	pthread_mutex_lock(&s->lock);
 	if (s->nidle > 0)
-		c = s->idle[--s->nidle];
+		m = s->idle[--s->nidle];
 	pthread_mutex_unlock(&s->lock);
-	return c ? c : curl_easy_init();
+	return m ? m : curl_multi_init();
 }
 
-static void s3_handle_put(struct cold_s3 *s, CURL *c)
+static void s3_multi_put(struct cold_s3 *s, CURLM *m)
 {
-	if (!c)
+	if (!m)
 		return;
 	pthread_mutex_lock(&s->lock);
 	if (s->nidle < S3_POOL_MAX) {
-		s->idle[s->nidle++] = c;
-		c = NULL;
+		s->idle[s->nidle++] = m;
+		m = NULL;
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (c)
-		curl_easy_cleanup(c);
+	if (m)
+		curl_multi_cleanup(m);
+}
+
+/* curl_easy_perform(e), on m's connections. */
+static CURLcode s3_run(CURLM *m, CURL *e)
+{
+	CURLcode cc = CURLE_FAILED_INIT;
+	int running = 1, left;
+	CURLMsg *msg;
+
+	if (curl_multi_add_handle(m, e) != CURLM_OK)
+		return cc;
+	while (running) {
+		CURLMcode mc = curl_multi_perform(m, &running);
+
+		if (mc == CURLM_OK && running)
+			mc = curl_multi_poll(m, NULL, 0, 1000, NULL);
+		if (mc != CURLM_OK) {
+			cc = mc == CURLM_OUT_OF_MEMORY ? CURLE_OUT_OF_MEMORY : CURLE_RECV_ERROR;
+			curl_multi_remove_handle(m, e);
+			return cc;
+		}
+	}
+	while ((msg = curl_multi_info_read(m, &left)))
+		if (msg->msg == CURLMSG_DONE && msg->easy_handle == e)
+			cc = msg->data.result;
+	curl_multi_remove_handle(m, e);
+	return cc;
 }
 
 /*
@@ -405,6 +443,7 @@ static void s3_error_text(const struct s3_req *r, char *code, size_t ccap, char 
 static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 {
 	struct curl_slist *h = NULL, *l;
+	CURLM *m = NULL;
 	char *url = NULL, ctype[300], code[128], msg[256];
 	size_t ulen = 0;
 	FILE *f = open_memstream(&url, &ulen);
@@ -438,12 +477,12 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		if ((l = curl_slist_append(h, ctype)))
 			h = l;
 	}
-	r->curl = s3_handle_get(s);
-	if (!h || !r->curl) {
+	m = s3_multi_get(s);
+	r->curl = curl_easy_init();
+	if (!h || !m || !r->curl) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	curl_easy_reset(r->curl);	/* keeps the open connection */
 	curl_easy_setopt(r->curl, CURLOPT_URL, url);
 	curl_easy_setopt(r->curl, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(r->curl, CURLOPT_AWS_SIGV4, s->sigv4);
@@ -479,7 +518,7 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		curl_easy_setopt(r->curl, CURLOPT_CUSTOMREQUEST, r->method);
 	}
 	r->errbuf[0] = '\0';
-	cc = curl_easy_perform(r->curl);
+	cc = s3_run(m, r->curl);
 	if (r->src_rc < 0 || r->sink_rc < 0) {
 		rc = r->src_rc < 0 ? r->src_rc : r->sink_rc;
 		goto out;
@@ -524,8 +563,9 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 			r->pkey ? r->pkey : "", s->bucket, r->status, code[0] ? " " : "", code,
 			msg[0] ? ": " : "", msg);
 out:
-	s3_handle_put(s, r->curl);
+	curl_easy_cleanup(r->curl);
 	r->curl = NULL;
+	s3_multi_put(s, m);
 	curl_slist_free_all(h);
 	free(url);
 	return rc;
@@ -1126,7 +1166,7 @@ static void s3_free(struct cold *cold)
 	struct cold_s3 *s = (struct cold_s3 *)cold;
 
 	for (unsigned i = 0; i < s->nidle; i++)
-		curl_easy_cleanup(s->idle[i]);
+		curl_multi_cleanup(s->idle[i]);
 	for (unsigned i = 0; i < s->nbufs; i++)
 		util_big_free(s->bufs[i], s->part_size);
 	pthread_mutex_destroy(&s->lock);

@@ -18,7 +18,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,12 +26,12 @@
 #include <unistd.h>
 
 #include "../cli/bench_trace.h"
+#include "fuzz_quiet.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char fuzz_dir[PATH_MAX / 2];
 static char fuzz_path[PATH_MAX];
-static int fuzz_null = -1, fuzz_stderr = -1;	/* see fuzz_quiet() */
 
 static void fuzz_require(int ok, const char *what)
 {
@@ -56,24 +55,8 @@ static void fuzz_init(void)
 	fuzz_require(mkdtemp(fuzz_dir) != NULL, "a scratch directory");
 	snprintf(fuzz_path, sizeof(fuzz_path), "%s/trace.jsonl", fuzz_dir);
 	atexit(fuzz_cleanup);
-	if (!getenv("FUZZ_VERBOSE")) {
-		fuzz_null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-		fuzz_stderr = dup(STDERR_FILENO);
-		fuzz_require(fuzz_null >= 0 && fuzz_stderr >= 0, "/dev/null and stderr");
-	}
-}
-
-/*
- * The loader names every refused line on stderr, thousands of them here:
- * quiet (1) while it runs, unless FUZZ_VERBOSE is set. A sanitizer's report
- * in CI goes to its log_path; by hand, FUZZ_VERBOSE=1 shows it.
- */
-static void fuzz_quiet(int on)
-{
-	if (fuzz_null < 0)
-		return;
-	fflush(stderr);
-	dup2(on ? fuzz_null : fuzz_stderr, STDERR_FILENO);
+	/* The loader names every refused line on stderr. */
+	fuzz_require(fuzz_quiet_init() == 0, "/dev/null and stderr");
 }
 
 /* The rules of a loaded trace, kept by via (every conversation kept). */
