@@ -1059,10 +1059,15 @@ static int64_t s3_iso_ns(const char *t)
 {
 	struct tm tm = { 0 };
 	const char *end = strptime(t, "%Y-%m-%dT%H:%M:%S", &tm);
+	time_t sec;
 
 	if (!end)
 		return -1;
-	return (int64_t)timegm(&tm) * 1000000000;
+	sec = timegm(&tm);
+	/* The partner's date: before 1970, or past 2262 (tests/fuzz_g4_s3), is none. */
+	if (sec < 0 || sec > INT64_MAX / 1000000000)
+		return -1;
+	return (int64_t)sec * 1000000000;
 }
 
 /*
