@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include "../cli/bench_trace.h"
-#include "fuzz_quiet.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -55,8 +54,6 @@ static void fuzz_init(void)
 	fuzz_require(mkdtemp(fuzz_dir) != NULL, "a scratch directory");
 	snprintf(fuzz_path, sizeof(fuzz_path), "%s/trace.jsonl", fuzz_dir);
 	atexit(fuzz_cleanup);
-	/* The loader names every refused line on stderr. */
-	fuzz_require(fuzz_quiet_init() == 0, "/dev/null and stderr");
 }
 
 /* The rules of a loaded trace, kept by via (every conversation kept). */
@@ -106,10 +103,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	f = fopen(fuzz_path, "w");
 	fuzz_require(f && fwrite(data, 1, size, f) == size && fclose(f) == 0, "the input is written");
 
-	fuzz_quiet(1);
 	rc = bt_trace_load(&whole, fuzz_path, 0, 1, size % 3 == 0 ? BT_VIA_BOTH :
 			   size % 3 == 1 ? BT_VIA_S3 : BT_VIA_FUSE);
-	fuzz_quiet(0);
 	fuzz_require(rc == 0 || rc == -EINVAL || rc == -ENOMEM, "-EINVAL for a bad trace");
 	if (rc < 0) {
 		fuzz_require(!whole.reqs && !whole.ids && whole.nreqs == 0, "a failed load holds nothing");
@@ -118,9 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fuzz_check_whole(&whole, size % 3 == 0 ? BT_VIA_BOTH : size % 3 == 1 ? BT_VIA_S3 :
 			 BT_VIA_FUSE);
 
-	fuzz_quiet(1);
 	rc = bt_trace_load(&half, fuzz_path, 0, 2, BT_VIA_BOTH);
-	fuzz_quiet(0);
 	fuzz_require(rc == 0, "a trace that loads whole loads sampled");
 	fuzz_require(half.nreqs <= whole.nreqs && half.nrefs <= whole.nrefs &&
 		     half.distinct <= whole.distinct && half.nconvs <= whole.nconvs,
