@@ -1956,12 +1956,13 @@ static int fh_push_map(struct kvfs *kv, struct fh *h, const struct kvt_map *m, u
 
 void fh_read_push_rest(struct kvfs *kv, struct fh *h, struct fh_reply *rp, int answered)
 {
-	struct kvt_reader *r = fh_base_reader(h);
 	uint64_t replied = 0, off = KVFS_EXTENT_PAYLOAD;
 	struct kvt_map *m = NULL;
+	struct kvt_reader *r;
 
 	if (!rp->push)
 		return;
+	r = fh_base_reader(h);
 	for (unsigned i = 0; i < rp->n; i++)
 		replied += rp->iov[i].iov_len;
 	/* The first extent's rest, then the other extents, read side by side;
