@@ -11,7 +11,7 @@ packages="
 	libcmocka-dev
 	libfuse3-dev fuse3 libmicrohttpd-dev libcurl4-openssl-dev libs3-dev libxml2-dev
 	fio python3 curl attr openssl gnuplot-nox strace
-	awscli python3-boto3 s3cmd
+	awscli python3-boto3 s3cmd rclone
 "
 bench_packages="nginx-light redis-server s3fs"
 
