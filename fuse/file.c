@@ -24,14 +24,14 @@
  *   FH_BASE, FH_BUF --write at EOF past it (fh_stream_begin)--> FH_STREAM
  *   FH_BASE, FH_BUF --other write, truncate past it (fh_stage)--> FH_STAGE
  *   FH_STREAM --write elsewhere, read, truncate (fh_stage)--> FH_STAGE
- *   FH_STREAM --flush/fsync (fh_publish: commit part, compose)--> FH_BASE
+ *   FH_STREAM --flush/fsync (fh_publish: commit under the file's key)--> FH_BASE
  *   FH_BUF, FH_STAGE --flush/fsync (fh_publish: write it out)--> same, clean
  *   any --truncate to 0--> FH_BASE, empty
  *
  * A write at EOF on a non-empty FH_BASE (O_APPEND) copies the old bytes into
  * the stream first: objects cannot grow in place, so an append costs a copy
- * of the object. Publishing a stream moves the part's extents under the
- * file's key with kvt_object_compose(), so close never copies either.
+ * of the object. Publishing a stream commits its writer under the file's
+ * key (kvt_writer_commit_as()), so close never copies either.
  *
  * The page cache. The kernel caches pages per inode, not per handle, so
  * bytes written through it would reach readers in other processes before
@@ -1288,16 +1288,10 @@ static int fh_publish_named(struct kvfs *kv, struct fh *h)
 			rc = kvfs_put_empty(kv, bucket, key, &opts);
 		}
 		break;
-	case FH_STREAM: {
-		const char *parts[1] = { h->part };
-
-		rc = fh_stream_commit(h);
-		if (rc == 0) {
-			rc = kvt_object_compose(kv->st, bucket, key, KVFS_PARTS_BUCKET, parts, 1,
-						&opts, NULL);
-			if (rc < 0)
-				kvt_object_delete(kv->st, KVFS_PARTS_BUCKET, h->part);
-		}
+	case FH_STREAM:
+		/* The stream's writer commits straight under the file's key. */
+		rc = kvt_writer_commit_as(h->w, bucket, key, &opts, NULL);
+		h->w = NULL;
 		fh_stream_end(kv, h);
 		h->state = FH_BASE;
 		if (rc < 0) {
@@ -1307,7 +1301,6 @@ static int fh_publish_named(struct kvfs *kv, struct fh *h)
 			h->base_lazy = 1;
 		}
 		break;
-	}
 	case FH_BUF:
 		rc = fh_publish_buf(kv, h, bucket, key, &opts);
 		break;

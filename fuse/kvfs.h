@@ -58,9 +58,10 @@
 
 /*
  * The internal bucket holding this mount's stream parts: a file written
- * sequentially streams into a part there, and close publishes it under its
- * name with kvt_object_compose(), which moves extents without copying.
- * Parts are keyed "<owner>/<n>"; the owner id is locked in the staging
+ * sequentially streams into a writer opened for a part there, and close
+ * commits that writer under the file's name (kvt_writer_commit_as()), so
+ * the part itself is committed only when the stream must be read back
+ * (fh_stage). Parts are keyed "<owner>/<n>"; the owner id is locked in the staging
  * directory while the daemon lives, so the next daemon can remove the parts
  * of a dead one (kvfs_parts_sweep).
  */

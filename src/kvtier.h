@@ -302,6 +302,15 @@ int kvt_writer_open(struct kvt_store *st, const char *bucket, const char *key,
 int kvt_writer_write(struct kvt_writer *w, const void *buf, size_t len);
 /* Publishes the object; fills *info if info is not NULL. Frees w. */
 int kvt_writer_commit(struct kvt_writer *w, struct kvt_object **info);
+/*
+ * As kvt_writer_commit(), but under bucket/key with opts, whatever the
+ * writer was opened with: for a writer that learns where its bytes belong
+ * only when they are all written (a file renamed while open, its mode
+ * changed). -EINVAL for KVT_PUT_MD5_ETAG in opts, which needed the bytes
+ * from the start. Frees w, whatever it returns.
+ */
+int kvt_writer_commit_as(struct kvt_writer *w, const char *bucket, const char *key,
+			 const struct kvt_put_opts *opts, struct kvt_object **info);
 /* Drops what was written. Frees w. Accepts NULL. */
 void kvt_writer_abort(struct kvt_writer *w);
 

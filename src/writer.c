@@ -65,16 +65,26 @@ struct kvt_writer {
 	int failed;		/* first error, sticky */
 };
 
-static void writer_free(struct kvt_writer *w)
+/* Forgets where the object goes and how: the bytes stay. */
+static void writer_untarget(struct kvt_writer *w)
 {
-	if (!w)
-		return;
 	kvt_meta_free(w->meta, w->nmeta);
 	free(w->bucket);
 	free(w->key);
 	free(w->session);
 	free(w->content_type);
 	free(w->etag);
+	w->meta = NULL;
+	w->nmeta = 0;
+	w->bucket = w->key = w->session = w->content_type = w->etag = NULL;
+	w->has_posix = 0;
+}
+
+static void writer_free(struct kvt_writer *w)
+{
+	if (!w)
+		return;
+	writer_untarget(w);
 	free(w->ext);
 	free(w->bufs);
 	EVP_MD_CTX_free(w->md5);
@@ -115,34 +125,39 @@ static int writer_copy_opts(struct kvt_writer *w, const struct kvt_put_opts *o)
 	return metalen > KVT_META_MAX ? -E2BIG : 0;
 }
 
+/* Where the object goes (bucket, key, session) and how (opts). */
+static int writer_target(struct kvt_writer *w, const char *bucket, const char *key,
+			 const struct kvt_put_opts *opts)
+{
+	static const struct kvt_put_opts none;
+	int rc = kvt_key_valid(key);
+
+	if (rc < 0)
+		return rc;
+	if (!opts)
+		opts = &none;
+	rc = store_bucket_id_cached(w->st, bucket, &w->bucket_id, &w->bucket_cached);
+	if (rc < 0)
+		return rc;
+	w->bucket = strdup(bucket);
+	w->key = strdup(key);
+	w->session = store_session_of(w->st, key, opts->session);
+	if (!w->bucket || !w->key || !w->session)
+		return -ENOMEM;
+	return writer_copy_opts(w, opts);
+}
+
 int kvt_writer_open(struct kvt_store *st, const char *bucket, const char *key,
 		    const struct kvt_put_opts *opts, struct kvt_writer **out)
 {
-	static const struct kvt_put_opts none;
-	struct kvt_writer *w;
+	struct kvt_writer *w = calloc(1, sizeof(*w));
 	int rc;
 
-	if (!opts)
-		opts = &none;
-	rc = kvt_key_valid(key);
-	if (rc < 0)
-		return rc;
-	w = calloc(1, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
 	w->st = st;
 	w->cur = -1;
-	rc = store_bucket_id_cached(st, bucket, &w->bucket_id, &w->bucket_cached);
-	if (rc < 0)
-		goto fail;
-	w->bucket = strdup(bucket);
-	w->key = strdup(key);
-	w->session = store_session_of(st, key, opts->session);
-	if (!w->bucket || !w->key || !w->session) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	rc = writer_copy_opts(w, opts);
+	rc = writer_target(w, bucket, key, opts);
 	if (rc < 0)
 		goto fail;
 	if (w->flags & KVT_PUT_MD5_ETAG) {
@@ -453,6 +468,27 @@ out:
 	writer_release(w);
 	writer_free(w);
 	return rc;
+}
+
+int kvt_writer_commit_as(struct kvt_writer *w, const char *bucket, const char *key,
+			 const struct kvt_put_opts *opts, struct kvt_object **info)
+{
+	int md5 = opts && (opts->flags & KVT_PUT_MD5_ETAG);
+	int rc = md5 && !w->md5 ? -EINVAL : 0;
+
+	if (rc == 0) {
+		writer_untarget(w);
+		rc = writer_target(w, bucket, key, opts);
+	}
+	if (rc < 0) {
+		kvt_writer_abort(w);
+		return rc;
+	}
+	if (!md5) {
+		EVP_MD_CTX_free(w->md5);
+		w->md5 = NULL;
+	}
+	return kvt_writer_commit(w, info);
 }
 
 void kvt_writer_abort(struct kvt_writer *w)

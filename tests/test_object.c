@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "testlib.h"
@@ -938,6 +939,73 @@ static void test_copy(void **state)
 	opts = (struct kvt_put_opts){ .flags = KVT_PUT_IF_NONE_MATCH };
 	assert_int_equal(kvt_object_copy(f->st, "bkt", "src/obj", "bkt", "dst/obj", &opts, NULL), -EEXIST);
 	kvt_object_free(src);
+	free(data);
+}
+
+/*
+ * A writer opened for one key commits under another, with the options given
+ * at commit: bytes, content type, metadata, session, POSIX mode and the pin
+ * are the commit's; nothing is left under the key it was opened for. A bad
+ * target or an MD5 asked for too late fails and leaves nothing anywhere.
+ */
+static void test_commit_as(void **state)
+{
+	struct fixture *f = *state;
+	const size_t len = 2 * MiB + 77;
+	unsigned char *data = pattern(len, 41);
+	struct kvt_meta meta[] = { { "owner", "fuse" } };
+	struct kvt_posix posix = { .mode = S_IFREG | 0600, .uid = 7, .gid = 8 };
+	struct kvt_put_opts at_open = { .flags = KVT_PUT_MD5_ETAG, .session = "s-open",
+					.content_type = "x/open" };
+	struct kvt_put_opts at_commit = {
+		.flags = KVT_PUT_PIN, .session = "s-commit", .content_type = "x/commit",
+		.meta = meta, .nmeta = 1, .posix = &posix, .mtime_ns = 1234567890123456789LL,
+	};
+	struct kvt_put_opts md5 = { .flags = KVT_PUT_MD5_ETAG };
+	struct kvt_writer *w = NULL;
+	struct kvt_object *o = NULL, *info = NULL;
+
+	assert_int_equal(kvt_bucket_create_internal(f->st, ".parts"), 0);
+	assert_int_equal(kvt_writer_open(f->st, ".parts", "p/1", &at_open, &w), 0);
+	assert_int_equal(kvt_writer_write(w, data, len), 0);
+	assert_int_equal(kvt_writer_commit_as(w, "bkt", "dir/file", &at_commit, &info), 0);
+	assert_int_equal(get_equals(f->st, "bkt", "dir/file", data, len), 0);
+	assert_int_equal(kvt_object_head(f->st, ".parts", "p/1", &o), -ENOENT);
+	o = head(f->st, "bkt", "dir/file");
+	assert_string_equal(o->content_type, "x/commit");
+	assert_string_equal(o->session, "s-commit");
+	assert_string_equal(meta_get(o, "owner"), "fuse");
+	assert_int_equal(o->pinned, 1);
+	assert_int_equal(o->posix.mode, S_IFREG | 0600);
+	assert_int_equal(o->posix.uid, 7);
+	assert_int_equal(o->mtime_ns, 1234567890123456789LL);
+	/* Not an MD5 (that was the open's wish): S3 clients must not compare it. */
+	assert_non_null(strstr(o->etag, "-1\""));
+	assert_string_equal(info->etag, o->etag);
+	kvt_object_free(o);
+	kvt_object_free(info);
+
+	/* An invalid key at commit: -EINVAL, and the bytes are dropped. */
+	assert_int_equal(kvt_writer_open(f->st, ".parts", "p/2", NULL, &w), 0);
+	assert_int_equal(kvt_writer_write(w, data, 100), 0);
+	assert_int_equal(kvt_writer_commit_as(w, "bkt", "", NULL, NULL), -EINVAL);
+	assert_int_equal(kvt_object_head(f->st, ".parts", "p/2", &o), -ENOENT);
+	/* No such bucket. */
+	assert_int_equal(kvt_writer_open(f->st, ".parts", "p/3", NULL, &w), 0);
+	assert_int_equal(kvt_writer_write(w, data, 100), 0);
+	assert_int_equal(kvt_writer_commit_as(w, "no-such-bucket", "k", NULL, NULL), -ENOENT);
+	/* An MD5 ETag needs every byte through the digest from the start. */
+	assert_int_equal(kvt_writer_open(f->st, ".parts", "p/4", NULL, &w), 0);
+	assert_int_equal(kvt_writer_write(w, data, 100), 0);
+	assert_int_equal(kvt_writer_commit_as(w, "bkt", "md5", &md5, NULL), -EINVAL);
+	assert_int_equal(kvt_object_head(f->st, "bkt", "md5", &o), -ENOENT);
+	/* ... and is kept when the writer was opened with it. */
+	assert_int_equal(kvt_writer_open(f->st, ".parts", "p/5", &md5, &w), 0);
+	assert_int_equal(kvt_writer_write(w, "abc", 3), 0);
+	assert_int_equal(kvt_writer_commit_as(w, "bkt", "md5", &md5, NULL), 0);
+	o = head(f->st, "bkt", "md5");
+	assert_string_equal(o->etag, "\"900150983cd24fb0d6963f7d28e17f72\"");
+	kvt_object_free(o);
 	free(data);
 }
 
@@ -2260,6 +2328,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pin, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_keep_pin, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_copy, setup_big, teardown),
+		cmocka_unit_test_setup_teardown(test_commit_as, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_compose, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_key_validation, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_bucket_names, setup_big, teardown),
