@@ -25,6 +25,10 @@ if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mmin -1440 2>
 fi
 # shellcheck disable=SC2086
 apt-get install -y -q --no-install-recommends $packages
+# Node.js and npm run what some tests fetch from npm (s3rver, the AWS SDK for
+# JavaScript). A Node.js installed otherwise brings its own npm and
+# conflicts with Debian's npm package: it is kept.
+command -v npm >/dev/null 2>&1 || apt-get install -y -q --no-install-recommends nodejs npm
 if [ "${1:-}" = bench ]; then
 	# policy-rc.d answering 101 keeps the packages from starting daemons.
 	policy=/usr/sbin/policy-rc.d

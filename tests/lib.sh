@@ -86,6 +86,21 @@ kvt_setup()
 	[ -x "$KVTIER" ] || fail "no kvtier binary at '$KVTIER' (build it first)"
 }
 
+# kvt_npm_install PREFIX SPEC FILE: installs the npm package SPEC into
+# PREFIX (a directory of the build tree) unless FILE, which the package
+# installs, is there already; under a lock, since several tests may want it
+# at once; npm's output goes to PREFIX-npm.log. Skips the test, saying why,
+# where npm or the registry is missing.
+kvt_npm_install()
+{
+	[ -e "$3" ] && return 0
+	command -v npm >/dev/null || skip "no npm to install $2 (Debian: apt-get install npm)"
+	step "installing $2 from npm into $1"
+	(flock 9 && { [ -e "$3" ] || npm install --prefix "$1" --no-audit --no-fund "$2"; }) \
+		9>"$1.lock" >"$1-npm.log" 2>&1 ||
+		skip "npm could not install $2: $(tail -n 3 "$1-npm.log")"
+}
+
 # kvt_run CMD...: runs CMD with its output in $KVT_TMP/out and $KVT_TMP/err,
 # and its exit status in $rc, without tripping `set -e`.
 kvt_run()

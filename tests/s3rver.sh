@@ -12,15 +12,7 @@ s3rver_find()
 	S3RVER=${S3RVER:-$(command -v s3rver || true)}
 	if [ -z "$S3RVER" ]; then
 		S3RVER=$top_builddir/.s3rver/node_modules/.bin/s3rver
-		if [ ! -x "$S3RVER" ]; then
-			command -v npm >/dev/null || skip "no s3rver and no npm to install it"
-			step "installing s3rver from npm into $top_builddir/.s3rver"
-			# Under a lock: other tests may be installing it at the same time.
-			(flock 9 && { [ -x "$S3RVER" ] || npm install --prefix "$top_builddir/.s3rver" \
-				--no-audit --no-fund s3rver@3; }) 9>"$top_builddir/.s3rver.lock" \
-				>"$T/npm.log" 2>&1 ||
-				skip "npm could not install s3rver: $(tail -3 "$T/npm.log")"
-		fi
+		kvt_npm_install "$top_builddir/.s3rver" s3rver@3 "$S3RVER"
 	fi
 	command -v node >/dev/null || skip "no node to run s3rver"
 }
