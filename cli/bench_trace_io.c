@@ -488,12 +488,17 @@ static int bt_fuse_put(struct bt_run *r, struct bt_client *cl, uint64_t id, uint
 		bt_error(r, "create '%s': %s", path, strerror(errno));
 		return -EIO;
 	}
-	/* Set while the file is open, the session goes with the version close publishes. */
+	/*
+	 * Set while the file is open, the session goes with the version close
+	 * publishes. A failure is counted, and the bytes are written anyway:
+	 * close publishes whatever the file holds, and an empty block would
+	 * be counted again, as wrong bytes, by the next read of it.
+	 */
 	if (fsetxattr(fd, "user.kvtier.session", session, strlen(session), 0) < 0) {
 		rc = -errno;
 		bt_error(r, "setxattr '%s' user.kvtier.session: %s", path, strerror(errno));
 	}
-	while (rc == 0 && left > 0) {
+	while (left > 0) {
 		ssize_t n = write(fd, p, left);
 
 		if (n < 0) {

@@ -1372,7 +1372,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	if (rc < 0)
 		goto out;
 	if (strcmp(name, XATTR_SESSION) == 0) {
-		int pending = 0;
+		int pending = 0, writing = 0;
 
 		if (n->type != NODE_FILE && n->type != NODE_SYMLINK) {
 			rc = -EISDIR;
@@ -1383,7 +1383,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 			goto out;
 		}
 		pthread_mutex_lock(&kv->lock);
-		if (n->nwriters > 0) {
+		writing = n->nwriters > 0;
+		if (writing) {
 			/* Versions published by open handles go to this session too. */
 			free(n->psession);
 			n->psession = strdup(v);
@@ -1393,6 +1394,11 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		pthread_mutex_unlock(&kv->lock);
 		if (rc == 0 && !pending)
 			rc = kvt_object_set_session(kv->st, bucket, key, v);
+		/* No version now (deleted through S3, or dropped by reclaim, since
+		 * the open), but one is being written here: close publishes it in
+		 * this session, as for the pin. */
+		if (rc == -ENOENT && writing)
+			rc = 0;
 	} else if (strcmp(name, XATTR_PIN) == 0) {
 		if (size != 1 || (v[0] != '0' && v[0] != '1'))
 			rc = -EINVAL;

@@ -267,6 +267,24 @@ head = subprocess.run([kvtier, "head", "models", "conv1/turn1/blk0"], capture_ou
                       text=True, check=True).stdout
 assert "session:       conv-moved" in head, head
 os.setxattr(os.path.join(d, "conv1"), "user.kvtier.prestage", b"1")
+# The session set on a file open for writing whose stored version went away
+# since the open (removed through S3, or dropped by reclaim): close publishes
+# the new version in that session. It answered ENOENT, and a writer that
+# stopped there published an empty file.
+q = os.path.join(d, "conv1/turn1/blk-gone")
+with open(q, "wb") as f:
+    f.write(b"old")
+fd = os.open(q, os.O_WRONLY | os.O_TRUNC)
+subprocess.run([kvtier, "rm", "models", "conv1/turn1/blk-gone"], check=True)
+os.setxattr(fd, "user.kvtier.session", b"conv-new")
+os.write(fd, b"new bytes")
+os.close(fd)
+head = subprocess.run([kvtier, "head", "models", "conv1/turn1/blk-gone"], capture_output=True,
+                      text=True, check=True).stdout
+assert "session:       conv-new" in head, head
+with open(q, "rb") as f:
+    assert f.read() == b"new bytes"
+os.unlink(q)
 for bad, err in (("user.kvtier.tier", 95), ("user.other", 95)):
     try:
         os.setxattr(p, bad, b"x")
