@@ -276,7 +276,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	struct kvfs_stat s;
 	int64_t now = kvfs_now_ns(), mtime = 0;
 	unsigned mask = 0;
-	int rc = 0, pending;
+	int rc = 0, pending, writing;
 
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
@@ -342,7 +342,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			if (mask & KVT_ATTR_ATIME)
 				n->cposix.atime_ns = p.atime_ns;
 		}
-		if (n->nwriters > 0) {
+		writing = n->nwriters > 0;
+		if (writing) {
 			/* Versions published by open handles carry the change too. */
 			struct node_pend *pd = &n->pend;
 
@@ -364,6 +365,11 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			rc = setattr_store(kv, n, mask, &p, mtime);
 			pthread_rwlock_unlock(&kv->names);
 		}
+		/* No version now (deleted through S3, or dropped by reclaim, since
+		 * the open), but one is being written here, which close publishes
+		 * with the change. */
+		if (rc == -ENOENT && writing && n->type == NODE_FILE)
+			rc = 0;
 		if (rc < 0)
 			goto out;
 	}

@@ -277,6 +277,10 @@ with open(q, "wb") as f:
 fd = os.open(q, os.O_WRONLY | os.O_TRUNC)
 subprocess.run([kvtier, "rm", "models", "conv1/turn1/blk-gone"], check=True)
 os.setxattr(fd, "user.kvtier.session", b"conv-new")
+# The same for chmod, chown and utimens through the descriptor.
+os.fchmod(fd, 0o600)
+os.fchown(fd, 5, 6)
+os.utime(fd, (1000000000, 1000000000))
 os.write(fd, b"new bytes")
 os.close(fd)
 head = subprocess.run([kvtier, "head", "models", "conv1/turn1/blk-gone"], capture_output=True,
@@ -284,6 +288,8 @@ head = subprocess.run([kvtier, "head", "models", "conv1/turn1/blk-gone"], captur
 assert "session:       conv-new" in head, head
 with open(q, "rb") as f:
     assert f.read() == b"new bytes"
+st = os.stat(q)
+assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o600, 5, 6), st
 os.unlink(q)
 for bad, err in (("user.kvtier.tier", 95), ("user.other", 95)):
     try:
