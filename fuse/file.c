@@ -875,8 +875,13 @@ static ssize_t fh_base_read(struct kvfs *kv, struct fh *h, char *buf, size_t siz
 					  (size_t)(MIN(w + KVFS_EXTENT_PAYLOAD, h->size) - w), w);
 		else
 			n = fh_win_copy(kv, h, buf + done, off, end);
+		/*
+		 * The whole READ fails: a reply shorter than asked is the end
+		 * of the file to the kernel, which would show the file cut
+		 * short (and keep that size) instead of the error.
+		 */
 		if (n < 0)
-			return done ? (ssize_t)done : n;
+			return n;
 		if (n == 0)
 			break;
 		done += (uint64_t)n;

@@ -563,7 +563,9 @@ step "a flipped byte on disk: the read fails EIO with a log line, the byte never
 # PATH (extents hold 1 MiB of payload), found in the segment files by its
 # neighbours in SOURCE, then reads PATH whole ("whole") or 128 KiB at a time
 # ("pieces", as cp does, which has the first READ push the rest into the
-# page cache: fh_read_push) and expects EIO, after nothing but good bytes.
+# page cache: fh_read_push), or 1 MiB from 768 KiB with O_DIRECT ("span":
+# one READ over a good extent's tail and the bad one's head), and expects
+# EIO, after nothing but good bytes; never an early end of the file.
 cat >"$T/flip.py" <<'EOF'
 import glob, os, sys
 path, segs, source, how = sys.argv[1:5]
@@ -584,6 +586,15 @@ os.fsync(fd)
 os.close(fd)
 got = b""
 try:
+    if how == "span":
+        import mmap
+        buf = mmap.mmap(-1, 1048576)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            n = os.preadv(fd, [buf], 786432)
+        finally:
+            os.close(fd)
+        raise SystemExit("the read over the damaged extent returned %d bytes" % n)
     with open(path, "rb", buffering=0) as f:
         if how == "whole":
             f.read()
@@ -605,7 +616,10 @@ grep -q "checksum mismatch" "$T/fuse.log" || fail "no log line for the checksum 
 head -c 3145728 /dev/urandom >"$T/flipped2"
 "$K" put models flipped2 "$T/flipped2" >/dev/null	# never in this mount's page cache
 python3 "$T/flip.py" "$B/flipped2" "$KVT_DIR/segments" "$T/flipped2" pieces
-rm "$B/flipped" "$B/flipped2"
+head -c 3145728 /dev/urandom >"$T/flipped3"
+"$K" put models flipped3 "$T/flipped3" >/dev/null
+python3 "$T/flip.py" "$B/flipped3" "$KVT_DIR/segments" "$T/flipped3" span
+rm "$B/flipped" "$B/flipped2" "$B/flipped3"
 
 if [ -x "$top_builddir/kvtier-gateway" ] && python3 -c 'import boto3' 2>/dev/null; then
 	step "the gateway on the same store: mount -> S3 GET and S3 PUT -> mount, byte-exact"
