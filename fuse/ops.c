@@ -267,6 +267,17 @@ out:
 	return rc;
 }
 
+/*
+ * A change to n's stored version (attributes, session, pin) that found none
+ * (deleted through S3, or dropped by reclaim, since the open), while a
+ * version is being written here (writing): close publishes that one with
+ * the change, so the change is done.
+ */
+static int change_kept(int rc, int writing)
+{
+	return rc == -ENOENT && writing ? 0 : rc;
+}
+
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
@@ -365,11 +376,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 			rc = setattr_store(kv, n, mask, &p, mtime);
 			pthread_rwlock_unlock(&kv->names);
 		}
-		/* No version now (deleted through S3, or dropped by reclaim, since
-		 * the open), but one is being written here, which close publishes
-		 * with the change. */
-		if (rc == -ENOENT && writing && n->type == NODE_FILE)
-			rc = 0;
+		rc = change_kept(rc, writing && n->type == NODE_FILE);
 		if (rc < 0)
 			goto out;
 	}
@@ -653,7 +660,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	char *fb = NULL, *fk = NULL, *tb = NULL, *tk = NULL, *fdir = NULL, *tdir = NULL;
 	char *dkey = NULL;
 	struct kvfs_stat src, dst;
-	int rc, pending = 0, dst_exists, locked = 0;
+	int rc, pending = 0, writing = 0, dst_exists, locked = 0;
 
 	if (!p || !np) {
 		rc = -ENOENT;
@@ -686,6 +693,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	if (c) {
 		pthread_mutex_lock(&kv->lock);
 		pending = c->pending;
+		writing = c->type == NODE_FILE && c->nwriters > 0;
 		pthread_mutex_unlock(&kv->lock);
 	}
 	rc = kvfs_stat_key(kv, tb, tk, &dst);
@@ -699,6 +707,14 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		rc = 0;
 	} else {
 		rc = kvfs_stat_key(kv, fb, fk, &src);
+		/* Its stored version went away since the open (deleted through
+		 * S3, dropped by reclaim) while it is written here: it moves as
+		 * a pending file does, and close publishes under the new name. */
+		if (rc == -ENOENT && writing) {
+			pending = 1;
+			src.type = NODE_FILE;
+			rc = 0;
+		}
 		if (rc < 0)
 			goto out;
 	}
@@ -1352,11 +1368,7 @@ static int xattr_pin(struct kvfs *kv, struct node *n, const char *bucket, const 
 	pthread_mutex_unlock(&kv->lock);
 	if (!pending)
 		rc = kvt_object_pin(kv->st, bucket, key, pin);
-	/* No version yet (removed through S3 meanwhile), but one is being
-	 * written here, and close publishes it as asked. */
-	if (rc == -ENOENT && writing)
-		rc = 0;
-	return rc;
+	return change_kept(rc, writing);
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
@@ -1400,11 +1412,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		pthread_mutex_unlock(&kv->lock);
 		if (rc == 0 && !pending)
 			rc = kvt_object_set_session(kv->st, bucket, key, v);
-		/* No version now (deleted through S3, or dropped by reclaim, since
-		 * the open), but one is being written here: close publishes it in
-		 * this session, as for the pin. */
-		if (rc == -ENOENT && writing)
-			rc = 0;
+		rc = change_kept(rc, writing);
 	} else if (strcmp(name, XATTR_PIN) == 0) {
 		if (size != 1 || (v[0] != '0' && v[0] != '1'))
 			rc = -EINVAL;

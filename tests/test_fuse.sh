@@ -281,16 +281,22 @@ os.setxattr(fd, "user.kvtier.session", b"conv-new")
 os.fchmod(fd, 0o600)
 os.fchown(fd, 5, 6)
 os.utime(fd, (1000000000, 1000000000))
+# And a rename: the name moves, and close publishes under the new one (the
+# rename answered ENOENT, and close published under the old name).
+q2 = os.path.join(d, "conv1/turn1/blk-moved")
+os.rename(q, q2)
+assert not os.path.exists(q)
 os.write(fd, b"new bytes")
 os.close(fd)
-head = subprocess.run([kvtier, "head", "models", "conv1/turn1/blk-gone"], capture_output=True,
+head = subprocess.run([kvtier, "head", "models", "conv1/turn1/blk-moved"], capture_output=True,
                       text=True, check=True).stdout
 assert "session:       conv-new" in head, head
-with open(q, "rb") as f:
+with open(q2, "rb") as f:
     assert f.read() == b"new bytes"
-st = os.stat(q)
+assert not os.path.exists(q)
+st = os.stat(q2)
 assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o600, 5, 6), st
-os.unlink(q)
+os.unlink(q2)
 for bad, err in (("user.kvtier.tier", 95), ("user.other", 95)):
     try:
         os.setxattr(p, bad, b"x")
