@@ -436,6 +436,57 @@ static int store_claims_pending(struct kvt_store *st)
 	return pending;
 }
 
+/*
+ * Segments that other live processes append to: their writers' room, or
+ * room left idle until store_seal_idle() seals it there. The segments of
+ * processes that died are recovered first (sealed, freed if nothing in
+ * them was committed).
+ */
+static int store_others_open(struct kvt_store *st)
+{
+	struct cat *c = store_cat(st);
+	uint64_t counts[4], own;
+
+	if (!c || reclaim_recover(st) < 0 || cat_segment_counts(c, counts) < 0)
+		return 0;
+	pthread_mutex_lock(&st->alloc_lock);
+	own = st->nretiring + (st->have_cur ? 1 : 0);
+	pthread_mutex_unlock(&st->alloc_lock);
+	return counts[SEG_OPEN] > own;
+}
+
+/*
+ * A process appends to its open segment until it is full, and no other
+ * process may reopen or reclaim it meanwhile: a daemon that wrote a little
+ * and went idle held it for good, and a writer in another process found
+ * the store full while that room sat unused (ENOSPC in a store of four
+ * segments shared by kvtier-gateway and kvtier-fuse). So above the high
+ * watermark the flusher seals it once no writer has taken room in it for a
+ * whole tick and none still writes there; a writer elsewhere waits for
+ * that (store_alloc), and the next writer here reopens it if nobody did.
+ */
+static void store_seal_idle(struct kvt_store *st)
+{
+	struct store_open_seg seal;
+	int idle;
+
+	pthread_mutex_lock(&st->alloc_lock);
+	idle = st->have_cur && st->cur.refs == 0 && st->nallocs == st->nallocs_seen;
+	st->nallocs_seen = st->nallocs;
+	pthread_mutex_unlock(&st->alloc_lock);
+	if (!idle || !store_above_high(st, NULL))
+		return;
+	pthread_mutex_lock(&st->alloc_lock);
+	idle = st->have_cur && st->cur.refs == 0 && st->nallocs == st->nallocs_seen;
+	if (idle) {
+		seal = st->cur;
+		st->have_cur = 0;
+	}
+	pthread_mutex_unlock(&st->alloc_lock);
+	if (idle)
+		store_seal(st, &seal);
+}
+
 int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 {
 	struct store_thread *t = store_thread(st);
@@ -456,6 +507,7 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 			out->offset = st->cur.off;
 			st->cur.off += space;
 			st->cur.refs++;
+			st->nallocs++;
 			pthread_mutex_unlock(&st->alloc_lock);
 			return 0;
 		}
@@ -484,7 +536,10 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 			 * finds room or they may. Giving up after one try, 32
 			 * writers of 32 MiB failed 24 PUTs a second with ENOSPC
 			 * in a 4 GiB store holding 1 GiB (kvtier bench engine;
-			 * test_object: test_reclaim_racing_writers).
+			 * test_object: test_reclaim_racing_writers). So do
+			 * segments other processes still append to, as their
+			 * writers commit or they seal them idle (test_multiproc:
+			 * test_idle_segment_sealed).
 			 */
 			if (!give_up_ns)
 				give_up_ns = util_now_ns() + st->space_wait_ms * 1000000ll;
@@ -498,6 +553,10 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 					continue;
 				if (!st->demoter_running && store_claims_pending(st)) {
 					usleep(1000);
+					continue;
+				}
+				if (!st->demoter_running && store_others_open(st)) {
+					usleep(10000);
 					continue;
 				}
 			}
@@ -709,6 +768,7 @@ static void *store_flusher(void *arg)
 		kvt_store_flush_access(st);
 		store_checkpoint(st);
 		store_pool_trim(st);
+		store_seal_idle(st);
 		pthread_mutex_lock(&st->access_lock);
 	}
 	pthread_mutex_unlock(&st->access_lock);

@@ -78,6 +78,8 @@ struct kvt_store {
 	struct store_open_seg cur;
 	struct store_open_seg *retiring;
 	size_t nretiring;
+	uint64_t nallocs;	/* from cur, ever; store_seal_idle's last look */
+	uint64_t nallocs_seen;
 	pthread_mutex_t reclaim_lock;
 	struct commit_queue commitq;
 

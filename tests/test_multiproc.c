@@ -15,8 +15,9 @@
  * allowed; anything else makes the child exit non-zero with a message.
  *
  * Also: two processes creating the same bucket at once (one gets -EEXIST),
- * and several committing the same key with IF_NONE_MATCH (exactly one wins,
- * and its bytes are what is stored).
+ * several committing the same key with IF_NONE_MATCH (exactly one wins,
+ * and its bytes are what is stored), and a full store whose last room an
+ * idle process holds.
  */
 #include "config.h"
 
@@ -733,6 +734,73 @@ static void test_append_lock_threads(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * A process that wrote a little and went idle kept appending rights to its
+ * open segment for good, so a writer in another process found the store
+ * full (-ENOSPC at once) with that room unused: a store of four segments
+ * shared by kvtier-gateway and kvtier-fuse. Now the idle process seals it
+ * above the high watermark, and the writer waits for that and takes it.
+ */
+static void test_idle_segment_sealed(void **state)
+{
+	struct kvt_put_opts pin = { .flags = KVT_PUT_PIN };
+	struct test_env env;
+	struct kvt_store *st;
+	struct gate g;
+	int status = -1, rc = 0;
+	char key[16];
+	pid_t pid;
+
+	(void)state;
+	test_env_init(&env, 4u << 20, 1u << 20);
+	env.cfg.store.access_flush_ms = 100;	/* the flusher's tick */
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, BUCKET), 0);
+	kvt_store_close(st);
+	gate_init(&g);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* 4 KiB, pinned, into a segment of its own, then idle until the
+		 * gate opens. */
+		rc = kvt_store_open(&env.cfg, 0, &st);
+		if (rc == 0)
+			rc = test_put_opts(st, BUCKET, "small", 4096, 1, &pin);
+		gate_pass(&g);
+		if (rc == 0)
+			kvt_store_close(st);
+		_exit(rc == 0 ? 0 : 1);
+	}
+	/* The child's put is committed once it passes the gate's first half. */
+	close(g.ready[1]);
+	assert_int_equal(read(g.ready[0], key, 1), 1);
+	st = test_store_open(&env);
+	/* The three other segments, nearly full with pinned objects: reclaim
+	 * cannot make room, and the child holds the fourth: the last put
+	 * must go after the child's 4 KiB there. Nothing is asserted until
+	 * the child is gone: a failed test must not leave it waiting, nor
+	 * fork the next test's children from a process with a store open. */
+	for (int i = 0; i < 4 && rc == 0; i++) {
+		snprintf(key, sizeof(key), "big%d", i);
+		rc = test_put_opts(st, BUCKET, key, 960u << 10, 10 + (uint64_t)i, &pin);
+	}
+	close(g.go[1]);
+	close(g.go[0]);
+	close(g.ready[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (rc == 0)
+		rc = test_check(st, BUCKET, "small", 4096, 1);
+	if (rc == 0)
+		rc = test_check(st, BUCKET, "big3", 960u << 10, 13);
+	kvt_store_close(st);
+	assert_int_equal(rc, 0);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	st = test_store_open(&env);
+	test_fsck_clean(st);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -741,6 +809,7 @@ int main(void)
 		cmocka_unit_test(test_if_none_match_race),
 		cmocka_unit_test(test_stress_two),
 		cmocka_unit_test(test_stress_three),
+		cmocka_unit_test(test_idle_segment_sealed),
 	};
 
 	/* KVT_TEST_FILTER=test_name runs one test (a cmocka pattern). */
