@@ -183,7 +183,8 @@ int demoter_wait(struct kvt_store *st, struct demoter_wait *w)
 	}
 	/* The pass running when the wait began may have looked before this
 	 * writer needed room: only one begun after it counts. */
-	if (st->demoter_passes >= w->pass0 + 2 && st->demoter_last_rc == -ENOSPC) {
+	if (st->demoter_passes >= w->pass0 + 2 && st->demoter_last_rc == -ENOSPC &&
+	    now >= w->patience_ns) {
 		log_err(-ENOSPC, "no room in the hot tier of '%s': the demoter could not free a"
 			" segment (g4 unreachable, or all that is left is pinned)", st->dir);
 		rc = -ENOSPC;

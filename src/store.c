@@ -560,6 +560,14 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 					continue;
 				}
 			}
+			/* The demoter cannot take another process's open segment
+			 * either: give that process time to seal it, which it does
+			 * by its second tick after its last write, or the first
+			 * after the store filled (store_seal_idle), and a tick
+			 * more to spare. */
+			if (st->demoter_running && !wait.deadline_ns && store_others_open(st))
+				wait.patience_ns = util_now_ns() +
+						   3 * (int64_t)st->access_flush_ms * 1000000;
 			if (st->demoter_running && demoter_wait(st, &wait) == 0)
 				continue;
 			return -ENOSPC;

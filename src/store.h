@@ -311,6 +311,7 @@ int store_above_high(struct kvt_store *st, uint64_t *nfree);
 struct demoter_wait {
 	int64_t deadline_ns;	/* 0: not started */
 	uint64_t pass0;
+	int64_t patience_ns;	/* no giving up sooner than this (store_alloc) */
 };
 int demoter_start(struct kvt_store *st);
 void demoter_stop(struct kvt_store *st);
