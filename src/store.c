@@ -440,14 +440,23 @@ static int store_claims_pending(struct kvt_store *st)
  * Segments that other live processes append to: their writers' room, or
  * room left idle until store_seal_idle() seals it there. The segments of
  * processes that died are recovered first (sealed, freed if nothing in
- * them was committed).
+ * them was committed): a scan of every segment, so once a flusher tick of
+ * a writer's wait at most (*next_recover_ns, 0 at the start of the wait).
  */
-static int store_others_open(struct kvt_store *st)
+static int store_others_open(struct kvt_store *st, int64_t *next_recover_ns)
 {
 	struct cat *c = store_cat(st);
+	int64_t now = util_now_ns();
 	uint64_t counts[4], own;
 
-	if (!c || reclaim_recover(st) < 0 || cat_segment_counts(c, counts) < 0)
+	if (!c)
+		return 0;
+	if (now >= *next_recover_ns) {
+		*next_recover_ns = now + (int64_t)st->access_flush_ms * 1000000;
+		if (reclaim_recover(st) < 0)
+			return 0;
+	}
+	if (cat_segment_counts(c, counts) < 0)
 		return 0;
 	pthread_mutex_lock(&st->alloc_lock);
 	own = st->nretiring + (st->have_cur ? 1 : 0);
@@ -492,7 +501,7 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 	struct store_thread *t = store_thread(st);
 	struct store_open_seg fresh, retire = { 0 };
 	struct demoter_wait wait = { 0 };
-	int64_t give_up_ns = 0;
+	int64_t give_up_ns = 0, next_recover_ns = 0;
 	int rc, need_retire, reclaimed = 0;
 
 	if (!t)
@@ -555,7 +564,7 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 					usleep(1000);
 					continue;
 				}
-				if (!st->demoter_running && store_others_open(st)) {
+				if (!st->demoter_running && store_others_open(st, &next_recover_ns)) {
 					usleep(10000);
 					continue;
 				}
@@ -565,7 +574,8 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 			 * by its second tick after its last write, or the first
 			 * after the store filled (store_seal_idle), and a tick
 			 * more to spare. */
-			if (st->demoter_running && !wait.deadline_ns && store_others_open(st))
+			if (st->demoter_running && !wait.deadline_ns &&
+			    store_others_open(st, &next_recover_ns))
 				wait.patience_ns = util_now_ns() +
 						   3 * (int64_t)st->access_flush_ms * 1000000;
 			if (st->demoter_running && demoter_wait(st, &wait) == 0)
