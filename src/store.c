@@ -502,7 +502,7 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 	struct store_open_seg fresh, retire = { 0 };
 	struct demoter_wait wait = { 0 };
 	int64_t give_up_ns = 0, next_recover_ns = 0;
-	int rc, need_retire, reclaimed = 0;
+	int rc, need_retire, reclaimed = 0, others_seen = 0;
 
 	if (!t)
 		return -ENOMEM;
@@ -564,9 +564,18 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 					usleep(1000);
 					continue;
 				}
-				if (!st->demoter_running && store_others_open(st, &next_recover_ns)) {
-					usleep(10000);
-					continue;
+				/* Once they are gone, one more try: a segment sealed
+				 * between the claim and this look is room only a
+				 * claim finds. */
+				if (!st->demoter_running) {
+					int others = store_others_open(st, &next_recover_ns);
+
+					if (others || others_seen) {
+						others_seen = others;
+						if (others)
+							usleep(10000);
+						continue;
+					}
 				}
 			}
 			/* The demoter cannot take another process's open segment
