@@ -565,15 +565,14 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 					continue;
 				}
 				/* Once they are gone, one more try: a segment sealed
-				 * between the claim and this look is room only a
-				 * claim finds. */
+				 * between the claim and this look (its append lock
+				 * let go just after) is room only a claim finds. */
 				if (!st->demoter_running) {
 					int others = store_others_open(st, &next_recover_ns);
 
 					if (others || others_seen) {
 						others_seen = others;
-						if (others)
-							usleep(10000);
+						usleep(10000);
 						continue;
 					}
 				}
