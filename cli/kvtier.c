@@ -92,7 +92,7 @@ static const char *cli_strerror(int rc)
 	case ENOENT:		return "no such bucket or object";
 	case EEXIST:		return "already exists";
 	case ENOTEMPTY:		return "bucket not empty";
-	case ENOSPC:		return "hot tier full";
+	case ENOSPC:		return "no space left (hot tier full, or the disk under the store)";
 	case EIO:		return "I/O or checksum error";
 	case ENAMETOOLONG:	return "key too long (over 1024 bytes)";
 	case EILSEQ:		return "key is not valid UTF-8";

@@ -215,6 +215,8 @@ static unsigned parts_remove(struct kvfs *kv, const char *prefix)
 		struct kvt_list *l = NULL;
 		int rc = kvt_object_list(kv->st, KVFS_PARTS_BUCKET, &lo, &l);
 
+		if (rc == -ENOENT)
+			return removed;	/* no parts bucket yet */
 		if (rc < 0) {
 			log_warn(rc, "cannot list the parts under '%s'", prefix);
 			return removed;
@@ -240,6 +242,8 @@ static void parts_sweep(struct kvfs *kv)
 	struct kvt_list *l = NULL;
 	int rc = kvt_object_list(kv->st, KVFS_PARTS_BUCKET, &lo, &l);
 
+	if (rc == -ENOENT)
+		return;		/* no parts bucket yet */
 	if (rc < 0) {
 		log_warn(rc, "cannot list the parts of earlier mounts");
 		return;
@@ -285,7 +289,9 @@ int kvfs_parts_init(struct kvfs *kv)
 		return rc;
 	}
 	rc = kvt_bucket_create_internal(kv->st, KVFS_PARTS_BUCKET);
-	if (rc < 0) {
+	if (rc == -ENOSPC) {	/* the first part makes it, once there is room */
+		log_warn(rc, "cannot create the internal bucket '%s' yet", KVFS_PARTS_BUCKET);
+	} else if (rc < 0) {
 		log_err(rc, "cannot create the internal bucket '%s'", KVFS_PARTS_BUCKET);
 		return rc;
 	}

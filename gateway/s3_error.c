@@ -87,7 +87,8 @@ static const struct {
 		"The request signature we calculated does not match the signature you provided. "
 		"Check your key and signing method." },
 	[S3_SLOW_DOWN] = { "SlowDown", 503,
-		"The hot tier is full and nothing more can be evicted. Please reduce your request rate." },
+		"No room: the hot tier is full and nothing more can be evicted, or the disk under "
+		"the store is full. Please reduce your request rate." },
 	[S3_AUTH_HEADER_MALFORMED] = { "AuthorizationHeaderMalformed", 400,
 		"The authorization header is malformed." },
 	[S3_CONTENT_SHA256_MISMATCH] = { "XAmzContentSHA256Mismatch", 400,

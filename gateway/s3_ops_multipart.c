@@ -137,7 +137,9 @@ static int s3_uploads_walk(struct gw_server *srv, const char *prefix, const char
 
 		lo.continuation = token;
 		rc = kvt_object_list(srv->st, GW_UPLOADS_BUCKET, &lo, &l);
-		if (rc < 0)
+		if (rc == -ENOENT)
+			rc = 0;		/* not made yet (a full disk at start): no uploads */
+		if (rc < 0 || !l)
 			break;
 		for (size_t i = 0; i < l->nobjects && rc == 0; i++)
 			rc = fn(arg, l->objects[i], NULL);

@@ -65,6 +65,9 @@ int kvt_bucket_create_internal(struct kvt_store *st, const char *name)
 		return -ENOMEM;
 	if (!bucket_internal_name(name))
 		return -EINVAL;
+	/* Asked first: a daemon starting on a full disk must not need a write. */
+	if (cat_bucket_id(c, name, &(int64_t){ 0 }) == 0)
+		return 0;
 	rc = cat_bucket_create(c, name, util_now_ns());
 	return rc == -EEXIST ? 0 : rc;
 }

@@ -140,7 +140,7 @@ static const char *const migrations[] = {
 
 enum stmt_id {
 	S_BEGIN, S_BEGIN_READ, S_COMMIT, S_ROLLBACK, S_SAVEPOINT, S_ROLLBACK_TO, S_RELEASE,
-	S_SETTING_GET, S_SETTING_SET, S_SEG_COUNT, S_SEG_INSERT,
+	S_SETTING_GET, S_SETTING_SET, S_SEG_COUNT, S_SEG_INSERT, S_SEG_TRIM,
 	S_BUCKET_INSERT, S_BUCKET_ID, S_BUCKET_DELETE, S_BUCKET_HAS_OBJECTS,
 	S_BUCKET_LIST,
 	S_OBJ_LOOKUP, S_OBJ_GET, S_OBJ_EXTENTS, S_OBJ_INSERT, S_OBJ_DELETE_ID,
@@ -171,6 +171,7 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_SEG_COUNT] = "SELECT count(*) FROM segments",
 	[S_SEG_INSERT] = "INSERT INTO segments(id, state, gen, live, used, last_access)"
 			 " VALUES(?1, 0, 1, 0, 0, 0)",
+	[S_SEG_TRIM] = "DELETE FROM segments WHERE id >= ?1 AND state = 0",
 	[S_BUCKET_INSERT] = "INSERT INTO buckets(name, ctime) VALUES(?1, ?2)",
 	[S_BUCKET_ID] = "SELECT id FROM buckets WHERE name = ?1",
 	[S_BUCKET_DELETE] = "DELETE FROM buckets WHERE id = ?1",
@@ -288,6 +289,7 @@ struct cat {
 	sqlite3 *db;
 	sqlite3_stmt *stmt[S_COUNT];
 	int writing;		/* holds cat_write_lock */
+	int disk_full;		/* the last write found its file system full */
 	unsigned *wal_frames;	/* cat_watch_wal(), or NULL */
 };
 
@@ -330,7 +332,9 @@ static int cat_errno(struct cat *c, int rc, const char *what)
 	case SQLITE_CONSTRAINT:
 		return -EEXIST;
 	case SQLITE_FULL:
-		log_err(0, "catalog full during %s", what);
+		c->disk_full = 1;
+		log_err(0, "catalog cannot grow during %s: the file system holding '%s' is full",
+			what, sqlite3_db_filename(c->db, "main"));
 		return -ENOSPC;
 	case SQLITE_NOMEM:
 		return -ENOMEM;
@@ -340,6 +344,12 @@ static int cat_errno(struct cat *c, int rc, const char *what)
 		log_err(0, "catalog cannot be written during %s: %s", what, sqlite3_errmsg(c->db));
 		return -EACCES;
 	default:
+		if (sqlite3_extended_errcode(c->db) == SQLITE_IOERR_SHMSIZE) {
+			c->disk_full = 1;
+			log_err(0, "catalog cannot be opened: no room for '%s-shm' (file system full)",
+				sqlite3_db_filename(c->db, "main"));
+			return -ENOSPC;
+		}
 		log_err(0, "catalog error during %s: %s", what, sqlite3_errmsg(c->db));
 		return -EIO;
 	}
@@ -497,6 +507,13 @@ int cat_open(const char *path, int create, struct cat **out)
 	}
 	sqlite3_busy_handler(c->db, cat_busy, NULL);
 	/*
+	 * The -wal and -shm files stay when the last connection closes. On a
+	 * full disk the store must still open and serve reads; a first opener
+	 * that has to create the -shm file again cannot (SQLITE_IOERR_SHMSIZE),
+	 * and the WAL's room, kept, lets small commits go on for a while.
+	 */
+	sqlite3_file_control(c->db, "main", SQLITE_FCNTL_PERSIST_WAL, &(int){ 1 });
+	/*
 	 * Checkpoints run in the store's flusher thread (cat_checkpoint), not
 	 * inside whichever commit crosses the threshold: that commit would
 	 * wait for an fsync.
@@ -553,6 +570,7 @@ int cat_begin(struct cat *c)
 	int rc;
 
 	pthread_mutex_lock(&cat_write_lock);
+	c->disk_full = 0;
 	rc = cat_run(c, S_BEGIN, "begin");
 	if (rc < 0)
 		pthread_mutex_unlock(&cat_write_lock);
@@ -608,6 +626,11 @@ void cat_watch_wal(struct cat *c, unsigned *frames)
 	sqlite3_wal_hook(c->db, cat_wal_hook, c);
 }
 
+int cat_disk_full(const struct cat *c)
+{
+	return c->disk_full;
+}
+
 int cat_checkpoint(struct cat *c)
 {
 	int rc = sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
@@ -642,6 +665,29 @@ static int cat_setting_set(struct cat *c, const char *name, int64_t value)
 	sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 2, value);
 	return cat_exec_stmt(c, s, "setting");
+}
+
+int cat_segment_count(struct cat *c, uint32_t *n)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_COUNT);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	rc = sqlite3_step(s);
+	*n = rc == SQLITE_ROW ? (uint32_t)sqlite3_column_int64(s, 0) : 0;
+	cat_done(s);
+	return rc == SQLITE_ROW ? 0 : cat_errno(c, rc, "segment count");
+}
+
+int cat_segment_trim(struct cat *c, uint32_t nsegs)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_TRIM);
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, nsegs);
+	return cat_exec_stmt(c, s, "segment trim");
 }
 
 int cat_init_geometry(struct cat *c, uint64_t segment_size, uint32_t nsegs)

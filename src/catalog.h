@@ -102,12 +102,18 @@ void cat_close(struct cat *c);
 
 /* Geometry fixed at init: refuses a segment size that differs, grows nsegs. */
 int cat_init_geometry(struct cat *c, uint64_t segment_size, uint32_t nsegs);
+/* Segments the catalog knows of. */
+int cat_segment_count(struct cat *c, uint32_t *n);
+/* Forgets free segments from nsegs on: a growth whose files could not be made. */
+int cat_segment_trim(struct cat *c, uint32_t nsegs);
 
 int cat_begin(struct cat *c);		/* BEGIN IMMEDIATE: a write transaction */
 int cat_begin_read(struct cat *c);	/* BEGIN DEFERRED */
 int cat_commit(struct cat *c);
 /* Copies the write-ahead log into the database when nothing is in the way. */
 int cat_checkpoint(struct cat *c);
+/* -ENOSPC from the last write transaction was the disk's, not the hot tier's. */
+int cat_disk_full(const struct cat *c);
 /* After each commit of c, stores the number of frames in the log at *frames. */
 void cat_watch_wal(struct cat *c, unsigned *frames);
 /* A number that changes whenever another connection commits (PRAGMA data_version). */

@@ -188,92 +188,112 @@ static int io_probe_rw(struct io_uring *ring, enum io_op op, int fd, void *buf, 
 	return rc;
 }
 
-/*
- * The probe does its I/O through the ring rather than with pread/pwrite:
- * io_uring_setup alone succeeds on kernels (5.1-5.5) that lack
- * IORING_OP_READ/WRITE, and some file systems accept O_DIRECT at open but
- * fail the I/O itself.
- */
-int io_uring_probe(const char *dir, char *why, size_t whylen)
+/* O_DIRECT through the ring into a new file in dir, read back and compared. */
+static int io_probe_write(struct io_uring *ring, const char *dir, void *wbuf, void *rbuf,
+			  char *why, size_t whylen)
 {
-	struct io_uring ring;
-	int ring_ok = 0;
 	char path[4096];
-	void *wbuf = NULL, *rbuf = NULL;
-	int fd = -1, tmpfd = -1;
-	int rc;
-
-	if (why && whylen > 0)
-		why[0] = '\0';
-	rc = io_uring_queue_init(2, &ring, 0);
-	if (rc < 0) {
-		if (why)
-			snprintf(why, whylen, "io_uring_setup: %s", strerror(-rc));
-		goto out;
-	}
-	ring_ok = 1;
+	int fd, tmpfd, rc;
 
 	if (snprintf(path, sizeof(path), "%s/.kvtier-probe-XXXXXX", dir) >= (int)sizeof(path)) {
-		rc = -ENAMETOOLONG;
-		if (why)
-			snprintf(why, whylen, "'%s': %s", dir, strerror(-rc));
-		goto out;
+		snprintf(why, whylen, "'%s': %s", dir, strerror(ENAMETOOLONG));
+		return -ENAMETOOLONG;
 	}
 	tmpfd = mkstemp(path);
 	if (tmpfd < 0) {
 		rc = -errno;
-		if (why)
-			snprintf(why, whylen, "cannot create a file in '%s': %s", dir, strerror(-rc));
-		goto out;
+		snprintf(why, whylen, "cannot create a file in '%s': %s", dir, strerror(-rc));
+		return rc;
 	}
 	/* tmpfs (and others) refuse O_DIRECT at open with EINVAL. */
 	fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
 	/* Unlink now so that no exit path leaves the probe file behind. */
 	unlink(path);
+	close(tmpfd);
 	if (fd < 0) {
 		rc = -errno;
-		if (why)
-			snprintf(why, whylen, "open '%s' with O_DIRECT: %s", dir, strerror(-rc));
-		goto out;
-	}
-
-	rc = -posix_memalign(&wbuf, IO_ALIGN, IO_ALIGN);
-	if (rc == 0)
-		rc = -posix_memalign(&rbuf, IO_ALIGN, IO_ALIGN);
-	if (rc < 0) {
-		if (why)
-			snprintf(why, whylen, "%s", strerror(-rc));
-		goto out;
+		snprintf(why, whylen, "open '%s' with O_DIRECT: %s", dir, strerror(-rc));
+		return rc;
 	}
 	for (unsigned i = 0; i < IO_ALIGN; i++)
 		((unsigned char *)wbuf)[i] = (unsigned char)(i * 7 + 1);
 	memset(rbuf, 0, IO_ALIGN);
-
-	rc = io_probe_rw(&ring, IO_WRITE, fd, wbuf, IO_ALIGN);
+	rc = io_probe_rw(ring, IO_WRITE, fd, wbuf, IO_ALIGN);
 	if (rc >= 0 && rc != IO_ALIGN)
 		rc = -EIO;
 	if (rc < 0) {
-		if (why)
-			snprintf(why, whylen, "io_uring O_DIRECT write in '%s': %s", dir, strerror(-rc));
+		snprintf(why, whylen, "io_uring O_DIRECT write in '%s': %s", dir, strerror(-rc));
 		goto out;
 	}
-	rc = io_probe_rw(&ring, IO_READ, fd, rbuf, IO_ALIGN);
+	rc = io_probe_rw(ring, IO_READ, fd, rbuf, IO_ALIGN);
 	if (rc >= 0 && (rc != IO_ALIGN || memcmp(wbuf, rbuf, IO_ALIGN) != 0))
 		rc = -EIO;
 	if (rc < 0) {
-		if (why)
-			snprintf(why, whylen, "io_uring O_DIRECT read in '%s': %s", dir, strerror(-rc));
+		snprintf(why, whylen, "io_uring O_DIRECT read in '%s': %s", dir, strerror(-rc));
 		goto out;
 	}
 	rc = 0;
 out:
-	if (fd >= 0)
-		close(fd);
-	if (tmpfd >= 0)
-		close(tmpfd);
+	close(fd);
+	return rc;
+}
+
+/* O_DIRECT through the ring from a file of the store: writes nothing. */
+static int io_probe_read(struct io_uring *ring, const char *path, void *rbuf, char *why,
+			 size_t whylen)
+{
+	int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC), rc;
+
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(why, whylen, "open '%s' with O_DIRECT: %s", path, strerror(-rc));
+		return rc;
+	}
+	rc = io_probe_rw(ring, IO_READ, fd, rbuf, IO_ALIGN);
+	if (rc >= 0 && rc != IO_ALIGN)
+		rc = -EIO;
+	if (rc < 0)
+		snprintf(why, whylen, "io_uring O_DIRECT read of '%s': %s", path, strerror(-rc));
+	close(fd);
+	return rc < 0 ? rc : 0;
+}
+
+/*
+ * The probe does its I/O through the ring rather than with pread/pwrite:
+ * io_uring_setup alone succeeds on kernels (5.1-5.5) that lack
+ * IORING_OP_READ/WRITE, and some file systems accept O_DIRECT at open but
+ * fail the I/O itself. It reads `existing` if that file is there: a probe
+ * that wrote would fail with ENOSPC on a full disk and pick sync I/O for a
+ * store that has all its room preallocated.
+ */
+int io_uring_probe(const char *dir, const char *existing, char *why, size_t whylen)
+{
+	struct io_uring ring;
+	void *wbuf = NULL, *rbuf = NULL;
+	char scratch[8];
+	int rc;
+
+	if (!why || whylen == 0) {
+		why = scratch;
+		whylen = sizeof(scratch);
+	}
+	why[0] = '\0';
+	rc = io_uring_queue_init(2, &ring, 0);
+	if (rc < 0) {
+		snprintf(why, whylen, "io_uring_setup: %s", strerror(-rc));
+		return rc;
+	}
+	rc = -posix_memalign(&wbuf, IO_ALIGN, IO_ALIGN);
+	if (rc == 0)
+		rc = -posix_memalign(&rbuf, IO_ALIGN, IO_ALIGN);
+	if (rc < 0)
+		snprintf(why, whylen, "%s", strerror(-rc));
+	else if (existing && access(existing, F_OK) == 0)
+		rc = io_probe_read(&ring, existing, rbuf, why, whylen);
+	else
+		rc = io_probe_write(&ring, dir, wbuf, rbuf, why, whylen);
 	free(wbuf);
 	free(rbuf);
-	if (ring_ok)
-		io_uring_queue_exit(&ring);
+	io_uring_queue_exit(&ring);
 	return rc;
 }

@@ -93,10 +93,11 @@ ssize_t io_run(struct io_ctx *io, enum io_op op, int fd, void *buf, int buf_inde
 
 /*
  * Probes whether this kernel and the file system under dir support io_uring
- * and O_DIRECT. Returns 0 if both work, else a negative errno and a reason
- * in why ("io_uring_setup: Operation not permitted").
+ * and O_DIRECT, by reading `existing` if that file exists, else by writing a
+ * scratch file in dir. Returns 0 if both work, else a negative errno and a
+ * reason in why ("io_uring_setup: Operation not permitted").
  */
-int io_uring_probe(const char *dir, char *why, size_t whylen);
+int io_uring_probe(const char *dir, const char *existing, char *why, size_t whylen);
 
 /* Shared helpers for backends (io.c). */
 int io_bufs_alloc(struct io_ctx *io, unsigned nbufs, size_t buf_size);

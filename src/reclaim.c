@@ -611,6 +611,12 @@ int reclaim_recover(struct kvt_store *st)
 		} else if (rc == -ESTALE) {
 			rc = 0;		/* changed meanwhile by someone alive */
 		}
+		if (rc == -ENOSPC && cat_disk_full(c)) {
+			/* A later open, or a writer's claim, recovers it. */
+			log_warn(0, "segment %u of a process that died stays unrecovered: no room for the catalog",
+				 s->id);
+			rc = 0;
+		}
 		store_append_unlock(st, s->id);
 	}
 	free(ra.segs);

@@ -111,6 +111,11 @@ int seg_header_check(const struct seg_header *h, uint64_t vid, uint32_t seq, uin
 	return -EIO;
 }
 
+void seg_file_path(const char *dir, uint32_t id, char *path, size_t len)
+{
+	snprintf(path, len, "%s/segments/%06u", dir, id);
+}
+
 /*
  * Preallocates a segment file by writing zeros, not with fallocate(): on
  * ext4 and XFS a first write into fallocated space must convert the extent
@@ -156,7 +161,7 @@ static int seg_file_open(struct seg_files *sf, uint32_t id, int create)
 	struct stat sb;
 	int fd, rc;
 
-	snprintf(path, sizeof(path), "%s/segments/%06u", sf->dir, id);
+	seg_file_path(sf->dir, id, path, sizeof(path));
 	fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0) | (sf->direct ? O_DIRECT : 0),
 		  0600);
 	if (fd < 0) {
@@ -328,7 +333,7 @@ int seg_cached_fd(struct seg_files *sf, uint32_t id)
 	fd = __atomic_load_n(&sf->cfds[id], __ATOMIC_ACQUIRE);
 	if (fd >= 0)
 		return fd;
-	snprintf(path, sizeof(path), "%s/segments/%06u", sf->dir, id);
+	seg_file_path(sf->dir, id, path, sizeof(path));
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		log_err(-errno, "cannot open segment '%s'", path);

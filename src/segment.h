@@ -135,6 +135,9 @@ void seg_header_fill(struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t 
 int seg_header_check(const struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t gen,
 		     uint32_t segment, uint32_t length);
 
+/* The file of segment id in the store at dir. */
+void seg_file_path(const char *dir, uint32_t id, char *path, size_t len);
+
 struct seg_files;
 
 /*

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -535,6 +536,8 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
 				store_reclaim_if_idle(st);
 		}
 		rc = store_claim(st, space, &fresh);
+		if (rc == -ENOSPC && cat_disk_full(t->cat))
+			return rc;	/* the disk under the catalog, not the hot tier */
 		if (rc == -ENOSPC && !t->in_reclaim) {
 			/*
 			 * What needs no upload goes now; session state G4 lacks
@@ -940,16 +943,110 @@ static int store_map_rebuild(struct kvt_store *st, struct cat *c)
 static enum kvt_io_kind store_pick_io(const struct kvt_config *cfg)
 {
 	static int warned;
-	char why[256];
+	char why[256], seg0[4200];
 
 	if (cfg->store.io != KVT_IO_URING)
 		return cfg->store.io;
-	if (io_uring_probe(cfg->store.dir, why, sizeof(why)) == 0)
+	seg_file_path(cfg->store.dir, 0, seg0, sizeof(seg0));
+	if (io_uring_probe(cfg->store.dir, seg0, why, sizeof(why)) == 0)
 		return KVT_IO_URING;
 	if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
 		log_warn(0, "io_uring with O_DIRECT is unavailable in '%s' (%s): using sync I/O",
 			 cfg->store.dir, why);
 	return KVT_IO_SYNC;
+}
+
+/* Free room below which opening a store warns: the catalog grows into it. */
+#define STORE_CATALOG_ROOM ((uint64_t)64 << 20)
+
+/*
+ * Segment files are written in full before use (seg_file_fill), so a
+ * capacity the file system under the store cannot hold is refused here,
+ * before any is written, rather than by ENOSPC part way through. What the
+ * catalog then needs is what is left: warn when that is little.
+ */
+static int store_room_check(const struct kvt_store *st)
+{
+	uint64_t need = 0, avail;
+	char path[4200];
+	struct statvfs vfs;
+	struct stat sb;
+
+	for (uint32_t i = 0; i < st->nsegs; i++) {
+		seg_file_path(st->dir, i, path, sizeof(path));
+		if (stat(path, &sb) < 0)
+			need += st->seg_size;
+		else if ((uint64_t)sb.st_size < st->seg_size)
+			need += st->seg_size - (uint64_t)sb.st_size;
+	}
+	if (need == 0 || statvfs(st->dir, &vfs) < 0)
+		return 0;
+	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	if (need > avail) {
+		log_err(0, "capacity %llu MiB needs %llu MiB more for segment files in '%s', "
+			"which has %llu MiB free: lower [store] capacity or make room",
+			(unsigned long long)(st->nsegs * st->seg_size >> 20),
+			(unsigned long long)(need >> 20), st->dir, (unsigned long long)(avail >> 20));
+		return -ENOSPC;
+	}
+	if (avail - need < STORE_CATALOG_ROOM)
+		log_warn(0, "'%s' keeps only %llu MiB free beside the segment files for the catalog",
+			 st->dir, (unsigned long long)((avail - need) >> 20));
+	return 0;
+}
+
+/* Removes what a first open that failed had made: nothing was stored yet. */
+static void store_unmake(const char *dir)
+{
+	static const char *const names[] = { "catalog.db", "catalog.db-wal", "catalog.db-shm",
+					     "segments.map" };
+	char path[4200];
+
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/segments", dir);
+	rmdir(path);
+}
+
+/*
+ * The catalog says what the segment files must be, and the files are made
+ * after it says so. If they cannot be (the disk filled meanwhile), the
+ * segments this open added are forgotten and their files removed: a later
+ * open with a smaller capacity must not find the store grown. A store made
+ * by this open is removed whole.
+ */
+static int store_open_segments(struct kvt_store *st, const char *catalog_path, int fresh)
+{
+	struct cat *c = NULL;
+	uint32_t had = 0;
+	char path[4200];
+	int rc;
+
+	rc = cat_open(catalog_path, 1, &c);
+	if (rc == 0)
+		rc = cat_segment_count(c, &had);
+	if (rc == 0 && had < st->nsegs && (rc = store_room_check(st)) < 0)
+		goto out;
+	if (rc == 0)
+		rc = cat_init_geometry(c, st->seg_size, st->nsegs);
+	if (rc < 0) {
+		log_err(rc, "cannot open the catalog '%s'", catalog_path);
+		goto out;
+	}
+	rc = seg_files_open(st->dir, st->nsegs, st->seg_size, st->io_kind == KVT_IO_URING, 1, &st->sf);
+	if (rc < 0 && had < st->nsegs && cat_segment_trim(c, had) == 0) {
+		for (uint32_t i = had; i < st->nsegs; i++) {
+			seg_file_path(st->dir, i, path, sizeof(path));
+			unlink(path);
+		}
+	}
+out:
+	cat_close(c);
+	if (rc < 0 && fresh)
+		store_unmake(st->dir);
+	return rc;
 }
 
 int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_store **out)
@@ -958,12 +1055,13 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	struct store_thread *t;
 	char path[4200];
 	struct stat sb;
-	int rc, key_made = 0;
+	int rc, fresh, key_made = 0;
 
 	if (!cfg->store.dir || !*cfg->store.dir)
 		return -EINVAL;
 	snprintf(path, sizeof(path), "%s/catalog.db", cfg->store.dir);
-	if (!(flags & KVT_OPEN_CREATE) && stat(path, &sb) < 0) {
+	fresh = stat(path, &sb) < 0;
+	if (!(flags & KVT_OPEN_CREATE) && fresh) {
 		log_err(0, "'%s' is not a kvtier store (run 'kvtier init' first)", cfg->store.dir);
 		return -ENOENT;
 	}
@@ -1037,20 +1135,7 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	key_made = 1;
 	st->io_kind = store_pick_io(cfg);
 
-	/* The catalog first: it says what the segment files must be. */
-	{
-		struct cat *c = NULL;
-
-		rc = cat_open(path, 1, &c);
-		if (rc == 0)
-			rc = cat_init_geometry(c, st->seg_size, st->nsegs);
-		cat_close(c);
-		if (rc < 0) {
-			log_err(rc, "cannot open the catalog '%s'", path);
-			goto fail;
-		}
-	}
-	rc = seg_files_open(st->dir, st->nsegs, st->seg_size, st->io_kind == KVT_IO_URING, 1, &st->sf);
+	rc = store_open_segments(st, path, fresh);
 	if (rc < 0)
 		goto fail;
 	st->lock_fd = seg_lock_fd_open(st->sf);

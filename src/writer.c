@@ -137,6 +137,12 @@ static int writer_target(struct kvt_writer *w, const char *bucket, const char *k
 	if (!opts)
 		opts = &none;
 	rc = store_bucket_id_cached(w->st, bucket, &w->bucket_id, &w->bucket_cached);
+	if (rc == -ENOENT && bucket_internal_name(bucket)) {
+		/* A daemon that started on a full disk could not make its own. */
+		rc = kvt_bucket_create_internal(w->st, bucket);
+		if (rc == 0)
+			rc = store_bucket_id_cached(w->st, bucket, &w->bucket_id, &w->bucket_cached);
+	}
 	if (rc < 0)
 		return rc;
 	w->bucket = strdup(bucket);

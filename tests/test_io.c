@@ -163,7 +163,7 @@ static int group_setup(void **state)
 			uring_dir[0] = '\0';
 			continue;
 		}
-		if (io_uring_probe(uring_dir, why, sizeof(why)) == 0)
+		if (io_uring_probe(uring_dir, NULL, why, sizeof(why)) == 0)
 			return 0;
 		snprintf(uring_why, sizeof(uring_why), "%s", why);
 		rm_dir(uring_dir);
@@ -593,18 +593,18 @@ static void test_probe(void **state)
 	(void)state;
 	/* A directory that does not exist is reported, with its name. */
 	snprintf(dir, sizeof(dir), "%s/does-not-exist", sync_dir);
-	rc = io_uring_probe(dir, why, sizeof(why));
+	rc = io_uring_probe(dir, NULL, why, sizeof(why));
 	assert_true(rc < 0);
 	assert_true(why[0] != '\0');
 	/* NULL why is fine. */
-	assert_true(io_uring_probe(dir, NULL, 0) < 0);
+	assert_true(io_uring_probe(dir, NULL, NULL, 0) < 0);
 
 	if (uring_dir[0]) {
 		/* It worked in setup; it works again and leaves no file behind. */
 		snprintf(dir, sizeof(dir), "%s/probe-XXXXXX", uring_dir);
 		assert_non_null(mkdtemp(dir));
 		strcpy(why, "junk");
-		assert_int_equal(io_uring_probe(dir, why, sizeof(why)), 0);
+		assert_int_equal(io_uring_probe(dir, NULL, why, sizeof(why)), 0);
 		assert_string_equal(why, "");
 		assert_int_equal(count_entries(dir), 0);
 		assert_int_equal(rmdir(dir), 0);
@@ -617,7 +617,7 @@ static void test_probe(void **state)
 	if (uring_dir[0] && statfs("/dev/shm", &sfs) == 0 && sfs.f_type == TMPFS_MAGIC) {
 		snprintf(dir, sizeof(dir), "/dev/shm/kvtier-test-io-XXXXXX");
 		if (mkdtemp(dir)) {
-			rc = io_uring_probe(dir, why, sizeof(why));
+			rc = io_uring_probe(dir, NULL, why, sizeof(why));
 			assert_int_equal(count_entries(dir), 0);
 			rmdir(dir);
 			print_message("probe on tmpfs: %s\n", rc == 0 ? "O_DIRECT works" : why);

@@ -1,0 +1,258 @@
+#!/bin/sh
+# tests/test_full_disk.sh - the file system under the store fills up.
+#
+# The store lives on a file system of its own, 64 MiB: an ext4 image on a
+# loop device, else a tmpfs of that size. Segment files are written whole
+# at init, so what a full disk can break is the catalog. Checked here:
+#   - init with a capacity the disk cannot hold is refused with the reason,
+#     and leaves nothing behind; a later growth past it is refused the same
+#     way and the store opens as before;
+#   - once another file has taken all the room: the CLI still reads every
+#     object byte-exact and fsck passes; kvtier-gateway and kvtier-fuse start
+#     (keeping io_uring) and read every object byte-exact too;
+#   - writes fail at once with a clear error (the CLI: exit 1 and "is full";
+#     the gateway: 503 SlowDown; the mount: ENOSPC at close), nothing half
+#     written shows up, and nothing stored before is lost;
+#   - with room again, every face writes again and fsck is clean.
+#
+# Needs root (mount); skips (77) where no small file system can be mounted.
+# The mount part skips alone where FUSE is missing.
+set -eu
+
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+[ "$(id -u)" -eq 0 ] || skip "mounting a small file system needs root"
+kvt_setup
+# shellcheck source=tests/gateway/lib.sh
+. "$top_srcdir/tests/gateway/lib.sh"
+T=$KVT_TMP
+K=$KVTIER
+FUSE=$top_builddir/kvtier-fuse
+DISK=$T/disk
+M=$T/mnt
+FUSE_PID=
+
+fd_cleanup()
+{
+	if [ -n "$FUSE_PID" ]; then
+		fusermount3 -u -z "$M" 2>/dev/null || :
+		kill -KILL "$FUSE_PID" 2>/dev/null || :
+		wait "$FUSE_PID" 2>/dev/null || :
+	fi
+	for p in $gw_pids; do
+		kill -TERM "$p" 2>/dev/null || :
+		wait "$p" 2>/dev/null || :
+	done
+	umount -l "$DISK" 2>/dev/null || :
+	kvt_cleanup
+}
+trap fd_cleanup EXIT
+
+mkdir "$DISK" "$M"
+if command -v mkfs.ext4 >/dev/null && truncate -s 64M "$T/disk.img" &&
+	mkfs.ext4 -q -F "$T/disk.img" 2>/dev/null && mount -o loop "$T/disk.img" "$DISK" 2>/dev/null; then
+	echo "    the store's disk: a 64 MiB ext4 image on a loop device"
+elif mount -t tmpfs -o size=64m kvtier-test "$DISK" 2>/dev/null; then
+	echo "    the store's disk: a 64 MiB tmpfs"
+else
+	skip "cannot mount a 64 MiB file system (loop device or tmpfs)"
+fi
+
+# gw_start makes its store in $T/NAME: here, on the small disk.
+mkdir "$DISK/store"
+ln -s "$DISK/store" "$T/full"
+CONF=$T/full.conf
+export KVTIER_CONF=$CONF
+
+SKIPINIT=1
+step "a capacity the disk cannot hold: init refuses, naming the room, and leaves nothing"
+gw_config "$CONF" "$T/full" 128M 8M
+kvt_expect 1 "$K" init
+kvt_grep err "capacity 128 MiB needs 128 MiB more for segment files in '$T/full', which has [0-9]+ MiB free: lower \[store\] capacity or make room"
+[ -z "$(ls -A "$DISK/store")" ] || fail "a refused init left files: $(ls -A "$DISK/store")"
+
+step "a store that fits (40 MiB), with objects in it"
+gw_config "$CONF" "$T/full" 40M 8M
+kvt_expect 0 "$K" init
+kvt_expect 0 "$K" mb bkt
+for i in 0 1 2 3 4 5; do
+	head -c $((262144 * (i + 1) + i)) /dev/urandom >"$T/in.$i"
+	kvt_expect 0 "$K" put bkt "before/$i" "$T/in.$i"
+done
+
+step "growing past the disk is refused the same way; the store opens as before"
+gw_config "$CONF" "$T/full" 256M 8M
+kvt_expect 1 "$K" stat
+kvt_grep err "lower \[store\] capacity or make room"
+gw_config "$CONF" "$T/full" 40M 8M
+kvt_expect 0 "$K" stat
+kvt_grep out "^capacity: +40\.0 MiB"
+
+s3curl()
+{
+	s3c_out=$1
+	shift
+	curl -s -o "$s3c_out" -w "%{http_code}" --aws-sigv4 "aws:amz:us-east-1:s3" \
+		-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
+		--user "$GW_ACCESS:$GW_SECRET" "$@"
+}
+
+# check_all WHEN: every object stored so far reads back byte-exact through
+# the CLI, and through the gateway and the mount once they run; fsck passes.
+gw=0 fuse=0 stored_full=
+check_all()
+{
+	for i in 0 1 2 3 4 5; do
+		kvt_expect 0 "$K" get bkt "before/$i" "$T/back"
+		cmp -s "$T/in.$i" "$T/back" || fail "$1: before/$i differs (CLI)"
+		if [ "$gw" = 1 ]; then
+			[ "$(s3curl "$T/back" "$GW_ENDPOINT/bkt/before/$i")" = 200 ] ||
+				fail "$1: gateway GET of before/$i"
+			cmp -s "$T/in.$i" "$T/back" || fail "$1: before/$i differs (gateway)"
+		fi
+		if [ "$fuse" = 1 ]; then
+			cmp -s "$T/in.$i" "$M/bkt/before/$i" || fail "$1: before/$i differs (mount)"
+		fi
+	done
+	for k in $stored_full; do
+		kvt_expect 0 "$K" get bkt "$k" "$T/back"
+		cmp -s "$T/small" "$T/back" || fail "$1: $k, stored while the disk was full, differs"
+	done
+	kvt_expect 0 "$K" fsck
+	kvt_grep out "^status: +clean"
+}
+
+step "another file takes all the room left"
+dd if=/dev/zero of="$DISK/filler" bs=64k 2>/dev/null || :
+avail=$(df -k --output=avail "$DISK" | tail -1 | tr -d ' ')
+[ "$avail" -lt 64 ] || fail "the disk still has $avail KiB free"
+
+step "a full disk: the CLI reads every object; fsck passes"
+check_all "disk full"
+
+step "a full disk: kvtier-gateway and kvtier-fuse start, and read every object"
+gw_start full 40M 8M
+gw=1
+if grep -q "unavailable" "$GW_LOG" && ! grep -q " $DISK tmpfs" /proc/mounts; then
+	fail "the gateway gave up io_uring on a full disk: $(cat "$GW_LOG")"
+fi
+if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
+	"$FUSE" -c "$CONF" "$M" -f 2>"$T/fuse.log" &
+	FUSE_PID=$!
+	i=0
+	until grep -q " $M fuse" /proc/mounts; do
+		kill -0 "$FUSE_PID" 2>/dev/null || { FUSE_PID=; break; }
+		i=$((i + 1))
+		[ "$i" -lt 300 ] || fail "kvtier-fuse did not mount in 30 s: $(cat "$T/fuse.log")"
+		sleep 0.1
+	done
+	if [ -n "$FUSE_PID" ]; then
+		fuse=1
+	elif grep -q "fuse: device not found\|Operation not permitted\|Permission denied" "$T/fuse.log"; then
+		echo "    SKIP the mount: this machine refuses FUSE mounts: $(tail -1 "$T/fuse.log")"
+	else
+		fail "kvtier-fuse exited on a full disk: $(cat "$T/fuse.log")"
+	fi
+else
+	echo "    SKIP the mount: no /dev/fuse or fusermount3 here"
+fi
+check_all "disk full, daemons running"
+
+step "a full disk: writes fail at once with a clear error, and nothing half written shows"
+head -c 4096 /dev/urandom >"$T/small"
+# The catalog's log may still hold a few commits: write until one fails.
+failed=0
+i=0
+while [ "$i" -lt 300 ]; do
+	t0=$(date +%s)
+	kvt_run "$K" put bkt "full/$i" "$T/small"
+	if [ "$rc" -ne 0 ]; then
+		[ "$rc" -eq 1 ] || fail "a put on a full disk exited $rc, expected 1"
+		kvt_grep err "the file system holding '.*catalog\.db' is full"
+		kvt_grep err "^kvtier: put: 'bkt/full/$i': no space left \(hot tier full, or the disk under the store\)$"
+		[ $(($(date +%s) - t0)) -le 5 ] || fail "a put on a full disk took over 5 s to fail"
+		failed=1
+		break
+	fi
+	stored_full="$stored_full full/$i"
+	i=$((i + 1))
+done
+[ "$failed" = 1 ] || fail "300 puts on a full disk all succeeded"
+echo "    put $i failed as it should, after $i that the catalog's log still held"
+kvt_expect 1 "$K" head bkt "full/$i"
+# Between failures a checkpoint may free room in the catalog's log for a
+# commit or two: each face writes until it fails, and what it wrote counts.
+j=0
+while :; do
+	[ "$j" -lt 300 ] || fail "300 gateway PUTs on a full disk all succeeded"
+	code=$(s3curl "$T/gwout" -T "$T/small" "$GW_ENDPOINT/bkt/full/gw$j")
+	[ "$code" = 200 ] || break
+	stored_full="$stored_full full/gw$j"
+	j=$((j + 1))
+done
+[ "$code" = 503 ] || fail "gateway PUT on a full disk answered $code: $(cat "$T/gwout")"
+grep -q "<Code>SlowDown</Code>" "$T/gwout" || fail "gateway PUT on a full disk: $(cat "$T/gwout")"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$GW_ENDPOINT/health")" = 200 ] ||
+	fail "the gateway is unhealthy after a failed PUT"
+kvt_expect 1 "$K" head bkt "full/gw$j"
+if [ "$fuse" = 1 ]; then
+	j=0
+	while cp "$T/small" "$M/bkt/fuse-full$j" 2>"$T/cp.err"; do
+		stored_full="$stored_full fuse-full$j"
+		j=$((j + 1))
+		[ "$j" -lt 300 ] || fail "300 copies into the mount on a full disk all succeeded"
+	done
+	grep -q "No space left on device" "$T/cp.err" || fail "cp on a full disk: $(cat "$T/cp.err")"
+	kvt_expect 1 "$K" head bkt "fuse-full$j"
+fi
+check_all "after failed writes"
+
+step "room again: every face writes again; fsck is clean"
+rm "$DISK/filler"
+kvt_expect 0 "$K" put bkt after/cli "$T/small"
+kvt_expect 0 "$K" get bkt after/cli "$T/back"
+cmp -s "$T/small" "$T/back" || fail "after/cli differs"
+[ "$(s3curl /dev/null -T "$T/small" "$GW_ENDPOINT/bkt/after/gw")" = 200 ] ||
+	fail "gateway PUT once the disk had room"
+# The gateway started on the full disk without its uploads bucket: the
+# first multipart upload makes it.
+if python3 -c 'import boto3' 2>/dev/null; then
+	head -c $((6 << 20)) /dev/urandom >"$T/big"
+	GW_ENDPOINT=$GW_ENDPOINT python3 - "$T/big" <<'EOP' || fail "multipart upload once the disk had room"
+import os, sys
+import boto3
+from botocore.config import Config
+s3 = boto3.client("s3", endpoint_url=os.environ["GW_ENDPOINT"], region_name="us-east-1",
+                  aws_access_key_id=os.environ["GW_ACCESS"],
+                  aws_secret_access_key=os.environ["GW_SECRET"],
+                  config=Config(s3={"addressing_style": "path"}))
+data = open(sys.argv[1], "rb").read()
+up = s3.create_multipart_upload(Bucket="bkt", Key="after/multi")["UploadId"]
+parts = []
+for n, off in enumerate(range(0, len(data), 5 << 20), 1):
+    r = s3.upload_part(Bucket="bkt", Key="after/multi", UploadId=up, PartNumber=n,
+                       Body=data[off:off + (5 << 20)])
+    parts.append({"PartNumber": n, "ETag": r["ETag"]})
+s3.complete_multipart_upload(Bucket="bkt", Key="after/multi", UploadId=up,
+                             MultipartUpload={"Parts": parts})
+assert s3.get_object(Bucket="bkt", Key="after/multi")["Body"].read() == data
+EOP
+else
+	echo "    SKIP the multipart upload: no boto3 (Debian: apt-get install python3-boto3)"
+fi
+if [ "$fuse" = 1 ]; then
+	cp "$T/small" "$M/bkt/after/fuse" || fail "cp into the mount once the disk had room"
+	kvt_expect 0 "$K" get bkt after/fuse "$T/back"
+	cmp -s "$T/small" "$T/back" || fail "after/fuse differs"
+	fusermount3 -u "$M" || fail "fusermount3 -u"
+	fuse_rc=0
+	wait "$FUSE_PID" || fuse_rc=$?
+	FUSE_PID=
+	[ "$fuse_rc" -eq 0 ] || fail "kvtier-fuse exited $fuse_rc: $(tail -5 "$T/fuse.log")"
+fi
+gw_stop "$GW_PID"
+kvt_expect 0 "$K" fsck
+kvt_grep out "^status: +clean"
+kvt_expect 0 "$K" stat
+echo "ok"
