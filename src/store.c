@@ -1015,7 +1015,9 @@ static void store_unmake(const char *dir)
  * after it says so. If they cannot be (the disk filled meanwhile), the
  * segments this open added are forgotten and their files removed: a later
  * open with a smaller capacity must not find the store grown. A store made
- * by this open is removed whole.
+ * by this open that did not fit is removed whole (only then: a daemon
+ * started beside another on a new store may fail for other reasons while
+ * the other goes on in it).
  */
 static int store_open_segments(struct kvt_store *st, const char *catalog_path, int fresh)
 {
@@ -1044,7 +1046,7 @@ static int store_open_segments(struct kvt_store *st, const char *catalog_path, i
 	}
 out:
 	cat_close(c);
-	if (rc < 0 && fresh)
+	if (rc == -ENOSPC && fresh)
 		store_unmake(st->dir);
 	return rc;
 }
