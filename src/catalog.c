@@ -317,6 +317,9 @@ static int cat_busy(void *arg, int n)
 	return 1;
 }
 
+/* When a full disk was last logged: it is said once per 10 s, not per commit. */
+static int64_t cat_full_logged;
+
 /* Maps an SQLite result code to a negative errno: one place for it. */
 static int cat_errno(struct cat *c, int rc, const char *what)
 {
@@ -333,8 +336,9 @@ static int cat_errno(struct cat *c, int rc, const char *what)
 		return -EEXIST;
 	case SQLITE_FULL:
 		c->disk_full = 1;
-		log_err(0, "catalog cannot grow during %s: the file system holding '%s' is full",
-			what, sqlite3_db_filename(c->db, "main"));
+		if (log_every(&cat_full_logged, 10))
+			log_err(0, "catalog cannot grow during %s: the file system holding '%s' is full",
+				what, sqlite3_db_filename(c->db, "main"));
 		return -ENOSPC;
 	case SQLITE_NOMEM:
 		return -ENOMEM;

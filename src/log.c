@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "util.h"
 
 static enum kvt_log_level log_level = KVT_LOG_INFO;
 static const char *log_ident = "kvtier";
@@ -51,4 +52,14 @@ void log_msg(enum kvt_log_level level, int err, const char *fmt, ...)
 	line[n++] = '\n';
 	if (write(STDERR_FILENO, line, n) < 0)
 		return;
+}
+
+int log_every(int64_t *last_ns, int seconds)
+{
+	int64_t now = util_now_ns(), last = __atomic_load_n(last_ns, __ATOMIC_RELAXED);
+
+	if (last && now - last < (int64_t)seconds * 1000000000)
+		return 0;
+	return __atomic_compare_exchange_n(last_ns, &last, now, 0, __ATOMIC_RELAXED,
+					   __ATOMIC_RELAXED);
 }

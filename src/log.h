@@ -19,4 +19,11 @@ void log_msg(enum kvt_log_level level, int err, const char *fmt, ...)
 #define log_info(...) log_msg(KVT_LOG_INFO, 0, __VA_ARGS__)
 #define log_debug(...) log_msg(KVT_LOG_DEBUG, 0, __VA_ARGS__)
 
+/*
+ * For a condition that repeats until an operator acts (a full disk): true
+ * at most once per `seconds` for one *last, so the log says it without
+ * saying it every tick.
+ */
+int log_every(int64_t *last_ns, int seconds);
+
 #endif /* KVT_LOG_H */

@@ -732,7 +732,7 @@ int kvt_store_flush_access(struct kvt_store *st)
 		free(e->session);
 		free(e);
 	}
-	if (rc < 0)
+	if (rc < 0 && log_every(&st->access_warned, 60))
 		log_warn(rc, "cannot record access times (they are only hints)");
 	return rc;
 }

@@ -96,6 +96,7 @@ struct kvt_store {
 	int64_t *seg_access;		/* per segment, last read or write (ns) */
 	uint8_t *seg_written;		/* per segment, written here since kvt_store_sync() */
 	unsigned access_flush_ms;
+	int64_t access_warned;		/* log_every() of a failed access flush */
 	uint64_t cached_read_max;	/* extents up to this payload: page cache reads */
 	pthread_t flusher;
 	int flusher_running;

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "testlib.h"
 #include "util.h"
 
@@ -382,6 +383,21 @@ static void test_thread_start_blocks_signals(void **state)
 	assert_int_equal(sigismember(&seen, SIGTERM), sigismember(&caller, SIGTERM));
 }
 
+/* log_every: the first time yes, again within the interval no, after it yes. */
+static void test_log_every(void **state)
+{
+	int64_t last = 0;
+
+	(void)state;
+	assert_true(log_every(&last, 10));
+	assert_true(last != 0);
+	assert_false(log_every(&last, 10));
+	assert_false(log_every(&last, 10));
+	last -= 11 * 1000000000ll;	/* as if 11 s had passed */
+	assert_true(log_every(&last, 10));
+	assert_false(log_every(&last, 10));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -398,6 +414,7 @@ int main(void)
 		cmocka_unit_test(test_aligned_alloc),
 		cmocka_unit_test(test_big_alloc),
 		cmocka_unit_test(test_thread_start_blocks_signals),
+		cmocka_unit_test(test_log_every),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
