@@ -979,6 +979,8 @@ static void cli_stat_json(const struct cli *c, const struct kvt_store_stat *s)
 		{ "segment_size", s->segment_size },
 		{ "used_bytes", s->used_bytes },
 		{ "live_bytes", s->live_bytes },
+		{ "catalog_bytes", s->catalog_bytes },
+		{ "disk_free_bytes", s->disk_free_bytes },
 		{ "segments", s->segments },
 		{ "segments_free", s->segments_free },
 		{ "segments_open", s->segments_open },
@@ -1021,6 +1023,9 @@ static void cli_stat_text(const struct cli *c, const struct kvt_store_stat *s)
 	       cli_human(s->live_bytes, h1, sizeof(h1)), s->live_bytes);
 	printf("segments:            %" PRIu64 " free, %" PRIu64 " open, %" PRIu64 " sealed\n",
 	       s->segments_free, s->segments_open, s->segments_sealed);
+	printf("catalog:             %s, %s left on its disk\n",
+	       cli_human(s->catalog_bytes, h1, sizeof(h1)),
+	       cli_human(s->disk_free_bytes, h2, sizeof(h2)));
 	printf("buckets:             %" PRIu64 "\n", s->buckets);
 	printf("objects:             %" PRIu64 " (%s, %" PRIu64 " bytes)\n", s->objects,
 	       cli_human(s->object_bytes, h1, sizeof(h1)), s->object_bytes);

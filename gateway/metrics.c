@@ -142,6 +142,11 @@ void metrics_render(struct gw_buf *b, struct kvt_store *st)
 		"# TYPE kvtier_hot_used_bytes gauge\nkvtier_hot_used_bytes %llu\n"
 		"# HELP kvtier_hot_live_bytes Bytes of committed extents.\n"
 		"# TYPE kvtier_hot_live_bytes gauge\nkvtier_hot_live_bytes %llu\n"
+		"# HELP kvtier_catalog_bytes Bytes of the catalog (catalog.db and its -wal).\n"
+		"# TYPE kvtier_catalog_bytes gauge\nkvtier_catalog_bytes %llu\n"
+		"# HELP kvtier_disk_free_bytes Room left on the file system under the store; "
+		"the catalog grows into it, and writes fail when it is gone.\n"
+		"# TYPE kvtier_disk_free_bytes gauge\nkvtier_disk_free_bytes %llu\n"
 		"# HELP kvtier_objects Objects in the catalog.\n"
 		"# TYPE kvtier_objects gauge\nkvtier_objects %llu\n"
 		"# HELP kvtier_object_bytes Sum of object sizes.\n"
@@ -159,7 +164,8 @@ void metrics_render(struct gw_buf *b, struct kvt_store *st)
 		"# HELP kvtier_recalled_objects_total Objects brought back from G4.\n"
 		"# TYPE kvtier_recalled_objects_total counter\nkvtier_recalled_objects_total %llu\n",
 		(unsigned long long)ss.capacity, (unsigned long long)ss.used_bytes,
-		(unsigned long long)ss.live_bytes, (unsigned long long)ss.objects,
+		(unsigned long long)ss.live_bytes, (unsigned long long)ss.catalog_bytes,
+		(unsigned long long)ss.disk_free_bytes, (unsigned long long)ss.objects,
 		(unsigned long long)ss.object_bytes, (unsigned long long)ss.buckets,
 		(unsigned long long)ss.sessions, (unsigned long long)ss.evicted_objects,
 		(unsigned long long)ss.reclaimed_segments, (unsigned long long)ss.checksum_failures,

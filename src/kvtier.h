@@ -145,6 +145,9 @@ struct kvt_store_stat {
 	uint64_t segments_sealed;
 	uint64_t used_bytes;		/* bytes in segments that are not free */
 	uint64_t live_bytes;		/* bytes of committed extents */
+	uint64_t catalog_bytes;		/* catalog.db and its -wal */
+	uint64_t disk_free_bytes;	/* what the file system under the store has left
+					 * (for the catalog: segments are written whole) */
 	uint64_t buckets;
 	uint64_t objects;
 	uint64_t object_bytes;		/* sum of object sizes */

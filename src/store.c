@@ -1265,6 +1265,23 @@ void kvt_store_close(struct kvt_store *st)
 
 /* ---- stat and sync ------------------------------------------------------- */
 
+/* The catalog's size and the room left for it on its file system. */
+static void store_disk_stat(const struct kvt_store *st, struct kvt_store_stat *out)
+{
+	static const char *const names[] = { "catalog.db", "catalog.db-wal" };
+	char path[4200];
+	struct statvfs vfs;
+	struct stat sb;
+
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		snprintf(path, sizeof(path), "%s/%s", st->dir, names[i]);
+		if (stat(path, &sb) == 0)
+			out->catalog_bytes += (uint64_t)sb.st_size;
+	}
+	if (statvfs(st->dir, &vfs) == 0)
+		out->disk_free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+}
+
 int kvt_store_stat(struct kvt_store *st, struct kvt_store_stat *out)
 {
 	struct cat *c = store_cat(st);
@@ -1281,6 +1298,7 @@ int kvt_store_stat(struct kvt_store *st, struct kvt_store_stat *out)
 	out->used_bytes = (out->segments - out->segments_free) * st->seg_size;
 	out->io = st->io_kind == KVT_IO_URING ? "uring" : "sync";
 	commit_stats(st, &out->commit_groups, &out->commit_puts, &out->commit_largest);
+	store_disk_stat(st, out);
 	return 0;
 }
 

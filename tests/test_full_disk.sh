@@ -128,8 +128,13 @@ dd if=/dev/zero of="$DISK/filler" bs=64k 2>/dev/null || :
 avail=$(df -k --output=avail "$DISK" | tail -1 | tr -d ' ')
 [ "$avail" -lt 64 ] || fail "the disk still has $avail KiB free"
 
-step "a full disk: the CLI reads every object; fsck passes"
+step "a full disk: the CLI reads every object; fsck passes; stat says so"
 check_all "disk full"
+kvt_expect 0 "$K" stat
+kvt_grep out "^catalog: +[0-9.]+ [KM]iB, [0-9.]+ [KM]?i?B left on its disk$"
+kvt_expect 0 "$K" stat --json
+free=$(sed -n 's/.*"disk_free_bytes":\([0-9]*\).*/\1/p' "$T/out")
+[ -n "$free" ] && [ "$free" -lt 65536 ] || fail "stat --json: disk_free_bytes '$free' on a full disk"
 
 step "a full disk: kvtier-gateway and kvtier-fuse start, and read every object"
 gw_start full 40M 8M
@@ -158,6 +163,10 @@ else
 	echo "    SKIP the mount: no /dev/fuse or fusermount3 here"
 fi
 check_all "disk full, daemons running"
+curl -s "$GW_ENDPOINT/metrics" >"$T/metrics"
+free=$(sed -n 's/^kvtier_disk_free_bytes \([0-9]*\)$/\1/p' "$T/metrics")
+[ -n "$free" ] && [ "$free" -lt 65536 ] || fail "/metrics: kvtier_disk_free_bytes '$free' on a full disk"
+grep -Eq '^kvtier_catalog_bytes [1-9][0-9]*$' "$T/metrics" || fail "/metrics: no kvtier_catalog_bytes"
 
 step "a full disk: writes fail at once with a clear error, and nothing half written shows"
 head -c 4096 /dev/urandom >"$T/small"
