@@ -1026,6 +1026,13 @@ static int store_open_segments(struct kvt_store *st, const char *catalog_path, i
 	char path[4200];
 	int rc;
 
+	seg_file_path(st->dir, 0, path, sizeof(path));
+	if (fresh && access(path, F_OK) == 0) {
+		/* A new catalog would name none of what they hold, and reuse them. */
+		log_err(0, "'%s' has segment files but no catalog: not making a new store over them "
+			"(restore catalog.db, or remove the segments directory to start afresh)", st->dir);
+		return -EEXIST;
+	}
 	rc = cat_open(catalog_path, 1, &c);
 	if (rc == 0)
 		rc = cat_segment_count(c, &had);
@@ -1036,6 +1043,12 @@ static int store_open_segments(struct kvt_store *st, const char *catalog_path, i
 	if (rc < 0) {
 		log_err(rc, "cannot open the catalog '%s'", catalog_path);
 		goto out;
+	}
+	for (uint32_t i = 0; i < had; i++) {
+		seg_file_path(st->dir, i, path, sizeof(path));
+		if (access(path, F_OK) < 0 && errno == ENOENT)
+			log_err(0, "segment file '%s' is missing: made again, empty; the objects it held "
+				"are lost ('kvtier fsck --repair' forgets them)", path);
 	}
 	rc = seg_files_open(st->dir, st->nsegs, st->seg_size, st->io_kind == KVT_IO_URING, 1, &st->sf);
 	if (rc < 0 && had < st->nsegs && cat_segment_trim(c, had) == 0) {

@@ -3,7 +3,8 @@
 # a scratch store. Round trips are compared byte for byte with cmp, exit
 # statuses are those kvtier(1) documents (0 done, 1 failed, 2 usage or
 # configuration, 3 damage), and a byte flipped on disk must turn into a failed
-# get and a failing fsck, never into wrong data.
+# get and a failing fsck, never into wrong data; a deleted segment file is
+# reported, and segment files whose catalog is gone are not made a new store.
 set -eu
 
 # shellcheck source=tests/lib.sh
@@ -225,6 +226,28 @@ kvt_grep out "^status: +repaired$"
 kvt_expect 1 "$K" head damage victim
 kvt_grep err "^kvtier: head: no such object 'damage/victim'$"
 kvt_expect 0 "$K" fsck
+
+step "a deleted segment file: the next open says so, fsck --repair forgets what it held"
+kvt_expect 0 "$K" put damage gone "$T/victim"
+rm "$seg"
+kvt_expect 0 "$K" ls damage
+kvt_grep err "^kvtier: error: segment file '$seg' is missing: made again, empty; the objects it held are lost"
+kvt_expect 1 "$K" get damage gone -
+kvt_expect 3 "$K" fsck
+kvt_expect 0 "$K" fsck --repair
+kvt_expect 1 "$K" head damage gone
+kvt_expect 0 "$K" fsck
+kvt_grep out "^status: +clean$"
+
+step "segment files without their catalog: init will not make a new store over them"
+mv "$T/fresh/catalog.db" "$T/catalog.db.away"
+rm -f "$T/fresh/catalog.db-wal" "$T/fresh/catalog.db-shm"
+kvt_expect 1 "$K" init
+kvt_grep err "has segment files but no catalog: not making a new store over them"
+[ ! -e "$T/fresh/catalog.db" ] || fail "init made a new catalog over old segment files"
+mv "$T/catalog.db.away" "$T/fresh/catalog.db"
+kvt_expect 0 "$K" init
+kvt_grep out "^opened existing store"
 KVTIER_CONF=$T/kvtier.conf
 
 step "errors: usage, configuration, missing objects, bad names and keys"
