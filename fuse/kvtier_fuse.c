@@ -31,6 +31,7 @@
 
 #include "kvfs.h"
 #include "log.h"
+#include "util.h"
 
 struct cli_opts {
 	char *config;
@@ -170,21 +171,6 @@ static int redirect_stdio(const char *log)
 	if (err >= 0)
 		close(err);
 	return 0;
-}
-
-/*
- * Every file staged for a random write holds a temp file open here, and
- * thousands of files may be open through the mount at once.
- */
-static void raise_nofile(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
-			log_warn(-errno, "cannot raise the open file limit");
-	}
 }
 
 /*
@@ -344,7 +330,9 @@ int main(int argc, char **argv)
 	if (!kv.staging)
 		goto out;
 
-	raise_nofile();
+	/* Every file staged for a random write holds a temp file open here,
+	 * and thousands of files may be open through the mount at once. */
+	util_raise_nofile(UINT64_MAX);
 	/* Options first: a bad one must not cost a store creation. */
 	kv.se = fuse_session_new(&args, &kvfs_ops, sizeof(kvfs_ops), &kv);
 	if (!kv.se) {

@@ -995,6 +995,32 @@ static int store_room_check(const struct kvt_store *st)
 	return 0;
 }
 
+/*
+ * A process holds every segment file open, and a second descriptor of each
+ * it reads through the page cache (seg_fd_cached): a store of 30 TB in
+ * segments of 256 MiB is 120,000 of them, and a shell's usual limit is
+ * 1,024. The soft limit goes up to the hard one; below what the segments
+ * need, the open is refused with what to change, not with EMFILE halfway.
+ */
+static int store_nofile_check(const struct kvt_store *st)
+{
+	uint64_t need = (uint64_t)st->nsegs + 64, want = 2 * (uint64_t)st->nsegs + 256;
+	uint64_t have = util_raise_nofile(want);
+
+	if (have < need) {
+		log_err(0, "the store in '%s' has %u segments, and a process holds each open: "
+			"the open-file limit is %llu; raise it to at least %llu (ulimit -n, "
+			"LimitNOFILE=) or use a larger segment_size", st->dir, st->nsegs,
+			(unsigned long long)have, (unsigned long long)want);
+		return -EMFILE;
+	}
+	if (have < want)
+		log_warn(0, "the open-file limit (%llu) is below the %llu that the %u segments of '%s' "
+			 "may need", (unsigned long long)have, (unsigned long long)want, st->nsegs,
+			 st->dir);
+	return 0;
+}
+
 /* Removes what a first open that failed had made: nothing was stored yet. */
 static void store_unmake(const char *dir)
 {
@@ -1026,6 +1052,9 @@ static int store_open_segments(struct kvt_store *st, const char *catalog_path, i
 	char path[4200];
 	int rc;
 
+	rc = store_nofile_check(st);
+	if (rc < 0)
+		return rc;
 	seg_file_path(st->dir, 0, path, sizeof(path));
 	if (fresh && access(path, F_OK) == 0) {
 		/* A new catalog would name none of what they hold, and reuse them. */

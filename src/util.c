@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -155,6 +156,22 @@ int util_boot_id(char out[37])
 		return -EIO;
 	out[36] = '\0';
 	return 0;
+}
+
+uint64_t util_raise_nofile(uint64_t want)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return want;	/* cannot tell: let open() say */
+	if (rl.rlim_cur < want && rl.rlim_cur < rl.rlim_max) {
+		rlim_t cur = rl.rlim_cur;
+
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			rl.rlim_cur = cur;
+	}
+	return rl.rlim_cur;
 }
 
 int util_mkdir_p(const char *dir)

@@ -30,6 +30,12 @@ int util_boot_id(char out[37]);
 /* Create dir and its parents (mode 0755); exists already is fine. */
 int util_mkdir_p(const char *dir);
 
+/*
+ * Raises this process's soft limit on open files to its hard limit if it is
+ * below `want`; returns the soft limit then in force.
+ */
+uint64_t util_raise_nofile(uint64_t want);
+
 /* Aligned allocation for O_DIRECT; free with free(). NULL on failure. */
 void *util_aligned_alloc(size_t align, size_t size);
 

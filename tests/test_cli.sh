@@ -250,6 +250,18 @@ kvt_expect 0 "$K" init
 kvt_grep out "^opened existing store"
 KVTIER_CONF=$T/kvtier.conf
 
+step "a store of more segments than the soft open-file limit: raised to the hard one, else refused"
+printf '[store]\ndir = %s\ncapacity = 160M\nsegment_size = 1M\n' "$T/many" >"$T/many.conf"
+# A process holds all 160 segment files open; 64 is below that.
+(ulimit -Sn 64 && "$K" -c "$T/many.conf" init) >"$T/out" 2>"$T/err" ||
+	fail "init under a soft limit of 64 failed: $(cat "$T/err")"
+kvt_grep out "segments: +160 of 1\\.0 MiB"
+rc=0
+(ulimit -Sn 64 && ulimit -Hn 128 && "$K" -c "$T/many.conf" stat) >"$T/out" 2>"$T/err" || rc=$?
+[ "$rc" -eq 1 ] || fail "stat under a hard limit of 128 exited $rc, expected 1"
+kvt_grep err "has 160 segments, and a process holds each open: the open-file limit is 128; raise it to at least 576"
+rm -rf "$T/many"
+
 step "errors: usage, configuration, missing objects, bad names and keys"
 kvt_expect 2 "$K" frobnicate
 kvt_grep err "^kvtier: unknown command 'frobnicate'"
