@@ -289,7 +289,7 @@ int kvfs_parts_init(struct kvfs *kv)
 		return rc;
 	}
 	rc = kvt_bucket_create_internal(kv->st, KVFS_PARTS_BUCKET);
-	if (rc == -ENOSPC) {	/* the first part makes it, once there is room */
+	if (rc == -ENOSPC || rc == -EROFS) {	/* the first part makes it, once it can */
 		log_warn(rc, "cannot create the internal bucket '%s' yet", KVFS_PARTS_BUCKET);
 	} else if (rc < 0) {
 		log_err(rc, "cannot create the internal bucket '%s'", KVFS_PARTS_BUCKET);

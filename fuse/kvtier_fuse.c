@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -270,6 +271,7 @@ int main(int argc, char **argv)
 	struct fuse_cmdline_opts fo;
 	struct cli_opts o = { .max_streams = 32 };
 	struct fuse_loop_config *loop = NULL;
+	struct statvfs vfs;
 	static struct kvfs kv;
 	char err[512];
 	int status = 1, notify_fd = -1, mounted = 0, signals = 0, rc;
@@ -333,6 +335,11 @@ int main(int argc, char **argv)
 	/* Every file staged for a random write holds a temp file open here,
 	 * and thousands of files may be open through the mount at once. */
 	util_raise_nofile(UINT64_MAX);
+	/* A store on a read-only file system opens to be read (kvt_store_open):
+	 * mounted read-only, the kernel answers EROFS to every write. */
+	if (statvfs(kv.cfg.store.dir, &vfs) == 0 && (vfs.f_flag & ST_RDONLY) &&
+	    fuse_opt_add_arg(&args, "-oro") != 0)
+		goto out;
 	/* Options first: a bad one must not cost a store creation. */
 	kv.se = fuse_session_new(&args, &kvfs_ops, sizeof(kvfs_ops), &kv);
 	if (!kv.se) {
@@ -346,7 +353,7 @@ int main(int argc, char **argv)
 		log_err(rc, "cannot open the store in '%s'", kv.cfg.store.dir);
 		goto out;
 	}
-	if (kvfs_parts_init(&kv) < 0 || node_table_init(&kv) < 0)
+	if ((!kvt_store_readonly(kv.st) && kvfs_parts_init(&kv) < 0) || node_table_init(&kv) < 0)
 		goto out;
 	if (fuse_set_signal_handlers(kv.se) != 0 || kvfs_notify_start(&kv) < 0)
 		goto out;

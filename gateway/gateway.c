@@ -477,7 +477,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	rc = kvt_bucket_create_internal(srv.st, GW_UPLOADS_BUCKET);
-	if (rc == -ENOSPC)	/* the first upload makes it, once there is room */
+	if (rc == -ENOSPC || rc == -EROFS)	/* the first upload makes it, once it can */
 		log_warn(rc, "cannot create the internal bucket '%s' yet", GW_UPLOADS_BUCKET);
 	else if (rc < 0) {
 		log_err(rc, "cannot create the internal bucket '%s'", GW_UPLOADS_BUCKET);

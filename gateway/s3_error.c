@@ -102,6 +102,8 @@ static const struct {
 	 * Retry-After is what every SDK already backs off on. */
 	[S3_TOO_MANY_UPLOADS] = { "SlowDown", 503,
 		"Too many multipart uploads are open. Complete or abort some, or retry later." },
+	[S3_READ_ONLY] = { "ServiceUnavailable", 503,
+		"The store is on a read-only file system: it serves reads and refuses writes." },
 };
 
 /*
@@ -132,6 +134,8 @@ static const struct {
 	/* -ESTALE: reclaim took the version being read; a retry reads the new one. */
 	{ ESTALE, S3_CTX_ANY, S3_SLOW_DOWN },
 	{ ENOMEM, S3_CTX_ANY, S3_SERVICE_UNAVAILABLE },
+	/* -EROFS: the store's file system went read-only (kvt_store_readonly). */
+	{ EROFS, S3_CTX_ANY, S3_READ_ONLY },
 	/* -EHOSTUNREACH: a cold object's recall found G4 not answering. */
 	{ EHOSTUNREACH, S3_CTX_ANY, S3_SERVICE_UNAVAILABLE },
 	/* -ENODATA: the object is only in G4 (cold) until it is recalled. */

@@ -17,6 +17,7 @@
  */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -342,9 +343,13 @@ static int cat_errno(struct cat *c, int rc, const char *what)
 		return -ENOSPC;
 	case SQLITE_NOMEM:
 		return -ENOMEM;
+	case SQLITE_READONLY:
+		if (sqlite3_db_readonly(c->db, "main") == 1)
+			return -EROFS;	/* a store opened read-only: the caller says so */
+		log_err(0, "catalog cannot be written during %s: %s", what, sqlite3_errmsg(c->db));
+		return -EACCES;
 	case SQLITE_CANTOPEN:
 	case SQLITE_PERM:
-	case SQLITE_READONLY:
 		log_err(0, "catalog cannot be written during %s: %s", what, sqlite3_errmsg(c->db));
 		return -EACCES;
 	default:
@@ -495,16 +500,50 @@ static void cat_library_init(void)
 	sqlite3_initialize();
 }
 
-int cat_open(const char *path, int create, struct cat **out)
+/*
+ * A catalog on a read-only file system. With its -wal file there (kvtier
+ * keeps it) SQLite reads it as usual; without, SQLite cannot open a WAL
+ * database read-only at all, and the database file alone is the whole
+ * catalog: it is opened immutable.
+ */
+static int cat_open_readonly(const char *path, sqlite3 **db)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	int flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI;
+	char wal[4200], uri[3 * 4096 + 32], *u = uri;
+
+	snprintf(wal, sizeof(wal), "%s-wal", path);
+	if (access(wal, F_OK) == 0 || errno != ENOENT)
+		return sqlite3_open_v2(path, db, flags & ~SQLITE_OPEN_URI, NULL);
+	if (strlen(path) > 4096)
+		return SQLITE_CANTOPEN;
+	u += sprintf(u, "file:");
+	for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+		if (isalnum(*p) || strchr("/-._~", *p)) {
+			*u++ = (char)*p;
+		} else {
+			*u++ = '%';
+			*u++ = hex[*p >> 4];
+			*u++ = hex[*p & 15];
+		}
+	}
+	strcpy(u, "?immutable=1");
+	return sqlite3_open_v2(uri, db, flags, NULL);
+}
+
+int cat_open(const char *path, unsigned flags, struct cat **out)
 {
 	struct cat *c = calloc(1, sizeof(*c));
-	int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
+	int readonly = (flags & CAT_READONLY) != 0;
 	int rc;
 
 	if (!c)
 		return -ENOMEM;
 	pthread_once(&cat_library_once, cat_library_init);
-	rc = sqlite3_open_v2(path, &c->db, flags, NULL);
+	rc = readonly ? cat_open_readonly(path, &c->db)
+		      : sqlite3_open_v2(path, &c->db,
+					SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX |
+					(flags & CAT_CREATE ? SQLITE_OPEN_CREATE : 0), NULL);
 	if (rc != SQLITE_OK) {
 		rc = rc == SQLITE_CANTOPEN ? -ENOENT : cat_errno(c, rc, "open");
 		goto fail;
@@ -534,12 +573,13 @@ int cat_open(const char *path, int create, struct cat **out)
 	 * loses: kvt_object_head with 1,000,000 objects fell from 88k to 58k-72k
 	 * per CPU-second, still above the 50k goal.
 	 */
-	rc = cat_exec(c, "PRAGMA journal_mode = WAL;"
-			 "PRAGMA synchronous = NORMAL;"
-			 "PRAGMA wal_autocheckpoint = 0;"
-			 "PRAGMA mmap_size = 0;"
-			 "PRAGMA cache_size = -8192;"
-			 "PRAGMA temp_store = MEMORY;");
+	rc = readonly ? 0 : cat_exec(c, "PRAGMA journal_mode = WAL;");
+	if (rc == 0)
+		rc = cat_exec(c, "PRAGMA synchronous = NORMAL;"
+				 "PRAGMA wal_autocheckpoint = 0;"
+				 "PRAGMA mmap_size = 0;"
+				 "PRAGMA cache_size = -8192;"
+				 "PRAGMA temp_store = MEMORY;");
 	if (rc < 0)
 		goto fail;
 	rc = cat_migrate(c);
@@ -698,8 +738,16 @@ int cat_init_geometry(struct cat *c, uint64_t segment_size, uint32_t nsegs)
 {
 	sqlite3_stmt *s;
 	int64_t have_size = 0, have = 0;
-	int rc = cat_begin(c);
+	uint32_t count;
+	int rc;
 
+	/* Asked first, without the write lock: most opens change nothing, and
+	 * a store on a read-only file system can change nothing. */
+	if (cat_setting_get(c, "segment_size", &have_size) == 0 &&
+	    (uint64_t)have_size == segment_size && cat_segment_count(c, &count) == 0 &&
+	    count == nsegs)
+		return 0;
+	rc = cat_begin(c);
 	if (rc < 0)
 		return rc;
 	rc = cat_setting_get(c, "segment_size", &have_size);

@@ -97,7 +97,12 @@ struct cat_put {
 	const struct cat_extent *extents;
 };
 
-int cat_open(const char *path, int create, struct cat **out);
+enum {
+	CAT_CREATE = 1,		/* make the catalog if it is missing */
+	CAT_READONLY = 2,	/* on a read-only file system: read it, write nothing */
+};
+
+int cat_open(const char *path, unsigned flags, struct cat **out);
 void cat_close(struct cat *c);
 
 /* Geometry fixed at init: refuses a segment size that differs, grows nsegs. */

@@ -167,6 +167,12 @@ struct kvt_store_stat {
 
 int kvt_store_stat(struct kvt_store *st, struct kvt_store_stat *out);
 
+/*
+ * 1 if the store is on a read-only file system: it was opened to be read,
+ * and every write answers -EROFS.
+ */
+int kvt_store_readonly(const struct kvt_store *st);
+
 /* Make everything committed so far durable against power loss. */
 int kvt_store_sync(struct kvt_store *st);
 

@@ -41,6 +41,7 @@ struct seg_files {
 	uint32_t nsegs;
 	uint64_t size;
 	int direct;
+	int readonly;		/* SEG_READONLY: nothing here is written */
 	int *fds;
 	int *cfds;		/* without O_DIRECT, opened on first use; -1: not yet */
 	int map_fd;
@@ -162,8 +163,8 @@ static int seg_file_open(struct seg_files *sf, uint32_t id, int create)
 	int fd, rc;
 
 	seg_file_path(sf->dir, id, path, sizeof(path));
-	fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0) | (sf->direct ? O_DIRECT : 0),
-		  0600);
+	fd = open(path, (sf->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | (create ? O_CREAT : 0) |
+			(sf->direct ? O_DIRECT : 0), 0600);
 	if (fd < 0) {
 		rc = -errno;
 		log_err(rc, "cannot open segment '%s'", path);
@@ -201,7 +202,8 @@ static int seg_map_open(struct seg_files *sf, int create)
 	int rc;
 
 	snprintf(path, sizeof(path), "%s/segments.map", sf->dir);
-	sf->map_fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+	sf->map_fd = open(path, (sf->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | (create ? O_CREAT : 0),
+			  0600);
 	if (sf->map_fd < 0) {
 		rc = -errno;
 		log_err(rc, "cannot open '%s'", path);
@@ -211,12 +213,15 @@ static int seg_map_open(struct seg_files *sf, int create)
 	if (fstat(sf->map_fd, &sb) < 0)
 		return -errno;
 	/* Growing is safe under concurrent openers: ftruncate only extends. */
-	if ((size_t)sb.st_size < sf->map_len && ftruncate(sf->map_fd, (off_t)sf->map_len) < 0) {
-		rc = -errno;
+	if ((size_t)sb.st_size < sf->map_len &&
+	    (sf->readonly || ftruncate(sf->map_fd, (off_t)sf->map_len) < 0)) {
+		rc = sf->readonly ? -EROFS : -errno;
 		log_err(rc, "cannot size '%s'", path);
 		return rc;
 	}
-	sf->map = mmap(NULL, sf->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, sf->map_fd, 0);
+	/* Read-only, the map is this process's copy: rebuilt here if stale. */
+	sf->map = mmap(NULL, sf->map_len, PROT_READ | PROT_WRITE,
+		       sf->readonly ? MAP_PRIVATE : MAP_SHARED, sf->map_fd, 0);
 	if (sf->map == MAP_FAILED) {
 		sf->map = NULL;
 		return -errno;
@@ -231,10 +236,11 @@ static int seg_map_open(struct seg_files *sf, int create)
 	return 0;
 }
 
-int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, int create,
+int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, unsigned flags,
 		   struct seg_files **out)
 {
 	struct seg_files *sf = calloc(1, sizeof(*sf));
+	int create = (flags & SEG_CREATE) && !(flags & SEG_READONLY);
 	char path[4200];
 	int rc;
 
@@ -247,6 +253,7 @@ int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, i
 	sf->nsegs = nsegs;
 	sf->size = size;
 	sf->direct = direct;
+	sf->readonly = (flags & SEG_READONLY) != 0;
 	sf->fds = malloc(nsegs * sizeof(*sf->fds));
 	sf->cfds = malloc(nsegs * sizeof(*sf->cfds));
 	sf->maps = calloc(nsegs, sizeof(*sf->maps));
@@ -481,7 +488,7 @@ int seg_lock_fd_open(struct seg_files *sf)
 	int fd;
 
 	snprintf(path, sizeof(path), "%s/segments.map", sf->dir);
-	fd = open(path, O_RDWR | O_CLOEXEC);
+	fd = open(path, (sf->readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
 	return fd < 0 ? -errno : fd;
 }
 

@@ -140,11 +140,17 @@ void seg_file_path(const char *dir, uint32_t id, char *path, size_t len);
 
 struct seg_files;
 
+enum {
+	SEG_CREATE = 1,		/* make (and fill) what is missing */
+	SEG_READONLY = 2,	/* a read-only file system: open to read, write nothing */
+};
+
 /*
- * Opens (with create: makes) the segment files of dir: nsegs files of size
- * bytes each, and the shared map. direct: open segment files with O_DIRECT.
+ * Opens (with SEG_CREATE: makes) the segment files of dir: nsegs files of
+ * size bytes each, and the shared map. direct: open segment files with
+ * O_DIRECT.
  */
-int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, int create,
+int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, unsigned flags,
 		   struct seg_files **out);
 void seg_files_close(struct seg_files *sf);
 

@@ -112,7 +112,7 @@ struct store_thread *store_thread(struct kvt_store *st)
 	t->st = st;
 	t->rng = util_random64();
 	snprintf(path, sizeof(path), "%s/catalog.db", st->dir);
-	rc = cat_open(path, 0, &t->cat);
+	rc = cat_open(path, st->readonly ? CAT_READONLY : 0, &t->cat);
 	if (rc < 0) {
 		log_err(rc, "cannot open the catalog of '%s' for a thread", st->dir);
 		store_thread_free(t);
@@ -675,6 +675,8 @@ void store_touch(struct kvt_store *st, int64_t bucket_id, const char *session,
 	struct access_entry *e;
 	unsigned h;
 
+	if (st->readonly)
+		return;		/* nothing to record them in */
 	for (size_t i = 0; i < nextents; i++)
 		if (extents[i].segment < st->nsegs)
 			__atomic_store_n(&st->seg_access[extents[i].segment], now, __ATOMIC_RELAXED);
@@ -706,6 +708,8 @@ int kvt_store_flush_access(struct kvt_store *st)
 
 	if (!c)
 		return -ENOMEM;
+	if (st->readonly)
+		return 0;	/* store_touch() recorded nothing */
 	pthread_mutex_lock(&st->access_lock);
 	for (unsigned i = 0; i < ACCESS_BUCKETS; i++) {
 		for (e = st->access[i]; e; e = next) {
@@ -1037,6 +1041,38 @@ static void store_unmake(const char *dir)
 }
 
 /*
+ * A store on a read-only file system (ext4 remounts so after an I/O error;
+ * a snapshot mounted for a backup) opens to be read: its catalog as it is,
+ * its segment files to read, its map in this process's memory. It cannot
+ * grow, and nothing is recovered, reclaimed, demoted or recorded.
+ */
+static int store_open_segments_readonly(struct kvt_store *st, const char *catalog_path)
+{
+	struct cat *c = NULL;
+	uint32_t had = 0;
+	int rc;
+
+	log_warn(0, "'%s' is on a read-only file system: opened to read only", st->dir);
+	rc = cat_open(catalog_path, CAT_READONLY, &c);
+	if (rc == 0)
+		rc = cat_segment_count(c, &had);
+	if (rc == 0 && had != st->nsegs) {
+		log_err(0, "the store in '%s' has %u segments and cannot grow to the %u that "
+			"capacity asks for on a read-only file system", st->dir, had, st->nsegs);
+		rc = -EROFS;
+	}
+	if (rc == 0)
+		rc = cat_init_geometry(c, st->seg_size, st->nsegs);
+	if (rc < 0)
+		log_err(rc, "cannot open the catalog '%s'", catalog_path);
+	cat_close(c);
+	if (rc == 0)
+		rc = seg_files_open(st->dir, st->nsegs, st->seg_size, st->io_kind == KVT_IO_URING,
+				    SEG_READONLY, &st->sf);
+	return rc;
+}
+
+/*
  * The catalog says what the segment files must be, and the files are made
  * after it says so. If they cannot be (the disk filled meanwhile), the
  * segments this open added are forgotten and their files removed: a later
@@ -1055,6 +1091,8 @@ static int store_open_segments(struct kvt_store *st, const char *catalog_path, i
 	rc = store_nofile_check(st);
 	if (rc < 0)
 		return rc;
+	if (st->readonly)
+		return store_open_segments_readonly(st, catalog_path);
 	seg_file_path(st->dir, 0, path, sizeof(path));
 	if (fresh && access(path, F_OK) == 0) {
 		/* A new catalog would name none of what they hold, and reuse them. */
@@ -1062,7 +1100,7 @@ static int store_open_segments(struct kvt_store *st, const char *catalog_path, i
 			"(restore catalog.db, or remove the segments directory to start afresh)", st->dir);
 		return -EEXIST;
 	}
-	rc = cat_open(catalog_path, 1, &c);
+	rc = cat_open(catalog_path, CAT_CREATE, &c);
 	if (rc == 0)
 		rc = cat_segment_count(c, &had);
 	if (rc == 0 && had < st->nsegs && (rc = store_room_check(st)) < 0)
@@ -1079,7 +1117,8 @@ static int store_open_segments(struct kvt_store *st, const char *catalog_path, i
 			log_err(0, "segment file '%s' is missing: made again, empty; the objects it held "
 				"are lost ('kvtier fsck --repair' forgets them)", path);
 	}
-	rc = seg_files_open(st->dir, st->nsegs, st->seg_size, st->io_kind == KVT_IO_URING, 1, &st->sf);
+	rc = seg_files_open(st->dir, st->nsegs, st->seg_size, st->io_kind == KVT_IO_URING,
+			    SEG_CREATE, &st->sf);
 	if (rc < 0 && had < st->nsegs && cat_segment_trim(c, had) == 0) {
 		for (uint32_t i = had; i < st->nsegs; i++) {
 			seg_file_path(st->dir, i, path, sizeof(path));
@@ -1177,6 +1216,11 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 		goto fail;
 	}
 	key_made = 1;
+	{
+		struct statvfs vfs;
+
+		st->readonly = !fresh && statvfs(st->dir, &vfs) == 0 && (vfs.f_flag & ST_RDONLY);
+	}
 	st->io_kind = store_pick_io(cfg);
 
 	rc = store_open_segments(st, path, fresh);
@@ -1196,6 +1240,10 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 		rc = store_map_rebuild(st, t->cat);
 		if (rc < 0)
 			goto fail;
+	}
+	if (st->readonly) {
+		*out = st;
+		return 0;
 	}
 	rc = reclaim_recover(st);
 	if (rc < 0)
@@ -1324,6 +1372,11 @@ static void store_disk_stat(const struct kvt_store *st, struct kvt_store_stat *o
 		out->disk_free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 }
 
+int kvt_store_readonly(const struct kvt_store *st)
+{
+	return st->readonly;
+}
+
 int kvt_store_stat(struct kvt_store *st, struct kvt_store_stat *out)
 {
 	struct cat *c = store_cat(st);
@@ -1383,6 +1436,8 @@ int kvt_store_sync(struct kvt_store *st)
 
 	if (!c)
 		return -ENOMEM;
+	if (st->readonly)
+		return 0;	/* nothing was written */
 	/* Through an I/O context: a backend may keep writes that the kernel never saw. */
 	rc = store_io_get(st, &io);
 	for (uint32_t i = 0; rc == 0 && i < st->nsegs; i++) {

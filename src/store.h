@@ -97,6 +97,7 @@ struct kvt_store {
 	uint8_t *seg_written;		/* per segment, written here since kvt_store_sync() */
 	unsigned access_flush_ms;
 	int64_t access_warned;		/* log_every() of a failed access flush */
+	int readonly;			/* on a read-only file system: reads only */
 	uint64_t cached_read_max;	/* extents up to this payload: page cache reads */
 	pthread_t flusher;
 	int flusher_running;

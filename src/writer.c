@@ -163,7 +163,7 @@ int kvt_writer_open(struct kvt_store *st, const char *bucket, const char *key,
 		return -ENOMEM;
 	w->st = st;
 	w->cur = -1;
-	rc = writer_target(w, bucket, key, opts);
+	rc = kvt_store_readonly(st) ? -EROFS : writer_target(w, bucket, key, opts);
 	if (rc < 0)
 		goto fail;
 	if (w->flags & KVT_PUT_MD5_ETAG) {

@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "testlib.h"
 #include "catalog.h"
@@ -221,6 +223,50 @@ static void test_schema_create_reopen(void **state)
 	c2 = NULL;
 	assert_int_equal(cat_open(missing, 0, &c2), -ENOENT);
 	assert_null(c2);
+}
+
+/*
+ * CAT_READONLY (a store on a read-only file system): with the -wal file
+ * there it reads as usual; without it, the database file is opened
+ * immutable, through a URI, so a path with '%', '?', '#' and a space must
+ * still name the file. Writes answer -EROFS.
+ */
+static void test_open_readonly(void **state)
+{
+	struct fixture *f = *state;
+	char dir[512], path[600], side[620];
+	struct cat *c = NULL, *ro = NULL;
+	int64_t id = -1, v = -1;
+
+	snprintf(dir, sizeof(dir), "%s/odd %%3F?#dir", f->env.dir);
+	assert_int_equal(mkdir(dir, 0700), 0);
+	snprintf(path, sizeof(path), "%s/catalog.db", dir);
+	assert_int_equal(cat_open(path, CAT_CREATE, &c), 0);
+	assert_int_equal(cat_bucket_create(c, "keep", 7), 0);
+	assert_int_equal(cat_bucket_id(c, "keep", &id), 0);
+	cat_close(c);
+
+	/* The -wal and -shm files stay after the last close (persistent WAL). */
+	snprintf(side, sizeof(side), "%s-wal", path);
+	assert_int_equal(access(side, F_OK), 0);
+	assert_int_equal(cat_open(path, CAT_READONLY, &ro), 0);
+	assert_int_equal(cat_bucket_id(ro, "keep", &v), 0);
+	assert_int_equal(v, id);
+	assert_int_equal(cat_bucket_create(ro, "more", 8), -EROFS);
+	cat_close(ro);
+
+	/* Without them: immutable. */
+	assert_int_equal(unlink(side), 0);
+	snprintf(side, sizeof(side), "%s-shm", path);
+	unlink(side);
+	ro = NULL;
+	assert_int_equal(cat_open(path, CAT_READONLY, &ro), 0);
+	v = -1;
+	assert_int_equal(cat_bucket_id(ro, "keep", &v), 0);
+	assert_int_equal(v, id);
+	assert_int_equal(cat_bucket_create(ro, "more", 8), -EROFS);
+	assert_int_equal(cat_bucket_id(ro, "more", &v), -ENOENT);
+	cat_close(ro);
 }
 
 /* A catalog from a newer kvtier is refused untouched, not half understood. */
@@ -1359,6 +1405,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sessions_touch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stat, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_walk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_open_readonly, setup, teardown),
 	};
 
 	kvt_log_set_level(KVT_LOG_ERR);

@@ -13,7 +13,10 @@
 #   - writes fail at once with a clear error (the CLI: exit 1 and "is full";
 #     the gateway: 503 SlowDown; the mount: ENOSPC at close), nothing half
 #     written shows up, and nothing stored before is lost;
-#   - with room again, every face writes again and fsck is clean.
+#   - with room again, every face writes again and fsck is clean;
+#   - remounted read-only (as ext4 does after an I/O error), the store opens
+#     to be read: every face reads, writes answer EROFS (the CLI, the mount)
+#     or 503 (the gateway), even with the catalog's -wal and -shm gone.
 #
 # Needs root (mount); skips (77) where no small file system can be mounted.
 # The mount part skips alone where FUSE is missing.
@@ -98,6 +101,45 @@ s3curl()
 		--user "$GW_ACCESS:$GW_SECRET" "$@"
 }
 
+# fd_mount: kvtier-fuse on the store at $M, fuse=1; where this machine
+# cannot mount, fuse=0 and the mount's checks are skipped, said so.
+fd_mount()
+{
+	fuse=0
+	if ! [ -c /dev/fuse ] || ! command -v fusermount3 >/dev/null; then
+		echo "    SKIP the mount: no /dev/fuse or fusermount3 here"
+		return 0
+	fi
+	"$FUSE" -c "$CONF" "$M" -f 2>"$T/fuse.log" &
+	FUSE_PID=$!
+	i=0
+	until grep -q " $M fuse" /proc/mounts; do
+		kill -0 "$FUSE_PID" 2>/dev/null || { FUSE_PID=; break; }
+		i=$((i + 1))
+		[ "$i" -lt 300 ] || fail "kvtier-fuse did not mount in 30 s: $(cat "$T/fuse.log")"
+		sleep 0.1
+	done
+	if [ -n "$FUSE_PID" ]; then
+		fuse=1
+	elif grep -q "fuse: device not found\|Operation not permitted\|Permission denied" "$T/fuse.log"; then
+		echo "    SKIP the mount: this machine refuses FUSE mounts: $(tail -1 "$T/fuse.log")"
+	else
+		fail "kvtier-fuse exited: $(cat "$T/fuse.log")"
+	fi
+}
+
+# fd_umount: kvtier-fuse must exit 0 on fusermount3 -u.
+fd_umount()
+{
+	[ "$fuse" = 1 ] || return 0
+	fusermount3 -u "$M" || fail "fusermount3 -u"
+	fuse_rc=0
+	wait "$FUSE_PID" || fuse_rc=$?
+	FUSE_PID=
+	fuse=0
+	[ "$fuse_rc" -eq 0 ] || fail "kvtier-fuse exited $fuse_rc: $(tail -5 "$T/fuse.log")"
+}
+
 # check_all WHEN: every object stored so far reads back byte-exact through
 # the CLI, and through the gateway and the mount once they run; fsck passes.
 gw=0 fuse=0 stored_full=
@@ -142,26 +184,7 @@ gw=1
 if grep -q "unavailable" "$GW_LOG" && ! grep -q " $DISK tmpfs" /proc/mounts; then
 	fail "the gateway gave up io_uring on a full disk: $(cat "$GW_LOG")"
 fi
-if [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
-	"$FUSE" -c "$CONF" "$M" -f 2>"$T/fuse.log" &
-	FUSE_PID=$!
-	i=0
-	until grep -q " $M fuse" /proc/mounts; do
-		kill -0 "$FUSE_PID" 2>/dev/null || { FUSE_PID=; break; }
-		i=$((i + 1))
-		[ "$i" -lt 300 ] || fail "kvtier-fuse did not mount in 30 s: $(cat "$T/fuse.log")"
-		sleep 0.1
-	done
-	if [ -n "$FUSE_PID" ]; then
-		fuse=1
-	elif grep -q "fuse: device not found\|Operation not permitted\|Permission denied" "$T/fuse.log"; then
-		echo "    SKIP the mount: this machine refuses FUSE mounts: $(tail -1 "$T/fuse.log")"
-	else
-		fail "kvtier-fuse exited on a full disk: $(cat "$T/fuse.log")"
-	fi
-else
-	echo "    SKIP the mount: no /dev/fuse or fusermount3 here"
-fi
+fd_mount
 check_all "disk full, daemons running"
 curl -s "$GW_ENDPOINT/metrics" >"$T/metrics"
 free=$(sed -n 's/^kvtier_disk_free_bytes \([0-9]*\)$/\1/p' "$T/metrics")
@@ -254,14 +277,44 @@ if [ "$fuse" = 1 ]; then
 	cp "$T/small" "$M/bkt/after/fuse" || fail "cp into the mount once the disk had room"
 	kvt_expect 0 "$K" get bkt after/fuse "$T/back"
 	cmp -s "$T/small" "$T/back" || fail "after/fuse differs"
-	fusermount3 -u "$M" || fail "fusermount3 -u"
-	fuse_rc=0
-	wait "$FUSE_PID" || fuse_rc=$?
-	FUSE_PID=
-	[ "$fuse_rc" -eq 0 ] || fail "kvtier-fuse exited $fuse_rc: $(tail -5 "$T/fuse.log")"
 fi
+fd_umount
 gw_stop "$GW_PID"
+gw=0
 kvt_expect 0 "$K" fsck
 kvt_grep out "^status: +clean"
 kvt_expect 0 "$K" stat
+
+step "the disk goes read-only: every face still reads; writes answer EROFS, 503"
+mount -o remount,ro "$DISK" || fail "cannot remount the disk read-only"
+kvt_expect 1 "$K" put bkt ro/cli "$T/small"
+kvt_grep err "^kvtier: put: 'bkt/ro/cli': Read-only file system$"
+kvt_grep err "is on a read-only file system: opened to read only"
+check_all "read-only"
+gw_start full 40M 8M
+gw=1
+fd_mount
+check_all "read-only, daemons running"
+code=$(s3curl "$T/gwout" -T "$T/small" "$GW_ENDPOINT/bkt/ro/gw")
+[ "$code" = 503 ] || fail "gateway PUT on a read-only store answered $code: $(cat "$T/gwout")"
+grep -q "read-only file system" "$T/gwout" || fail "gateway PUT on a read-only store: $(cat "$T/gwout")"
+if [ "$fuse" = 1 ]; then
+	if cp "$T/small" "$M/bkt/ro-fuse" 2>"$T/cp.err"; then
+		fail "cp into a read-only store's mount succeeded"
+	fi
+	grep -q "Read-only file system" "$T/cp.err" || fail "cp into a read-only mount: $(cat "$T/cp.err")"
+fi
+fd_umount
+gw_stop "$GW_PID"
+gw=0
+
+step "read-only without the catalog's -wal and -shm files: still reads"
+mount -o remount,rw "$DISK"
+rm -f "$DISK/store/catalog.db-wal" "$DISK/store/catalog.db-shm"
+mount -o remount,ro "$DISK"
+check_all "read-only, no -wal"
+mount -o remount,rw "$DISK"
+kvt_expect 0 "$K" put bkt after/rw "$T/small"
+kvt_expect 0 "$K" fsck
+kvt_grep out "^status: +clean"
 echo "ok"
