@@ -393,6 +393,10 @@ static int cmd_init(struct cli *c, int argc, char **argv)
 	if (cli_plain_args(c, argc, argv, 0, 0, &status) < 0)
 		return status;
 	existed = cli_store_exists(c->cfg.store.dir);
+	/* Writing the segment files of a large store takes minutes: on a
+	 * terminal, show the engine's progress lines. */
+	if (c->verbose == 0 && isatty(STDERR_FILENO))
+		kvt_log_set_level(KVT_LOG_INFO);
 	rc = kvt_store_open(&c->cfg, KVT_OPEN_CREATE, &c->st);
 	if (rc < 0) {
 		cli_error(c, "cannot create a store in '%s': %s", c->cfg.store.dir,

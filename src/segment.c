@@ -42,6 +42,7 @@ struct seg_files {
 	uint64_t size;
 	int direct;
 	int readonly;		/* SEG_READONLY: nothing here is written */
+	int64_t progress_ns;	/* log_every() of seg_files_open() */
 	int *fds;
 	int *cfds;		/* without O_DIRECT, opened on first use; -1: not yet */
 	int map_fd;
@@ -270,10 +271,13 @@ int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, u
 		log_err(rc, "cannot create '%s'", path);
 		goto fail;
 	}
-	for (uint32_t i = 0; i < nsegs; i++) {
+	/* Making a large store writes its whole capacity once: say how far. */
+	for (uint32_t i = 0, said = 0; i < nsegs; i++) {
 		rc = seg_file_open(sf, i, create);
 		if (rc < 0)
 			goto fail;
+		if (create && log_every(&sf->progress_ns, 5) && said++)
+			log_info("segment files of '%s': %u of %u ready", dir, i + 1, nsegs);
 	}
 	rc = seg_map_open(sf, create);
 	if (rc < 0)
