@@ -243,6 +243,12 @@ int main(int argc, char **argv)
 			cfg.store.dir, strerror(-rc));
 		goto out;
 	}
+	if (kvt_store_readonly(st)) {
+		fprintf(stderr, "kvtier-migrate: the store in '%s' is on a read-only file system: "
+			"nothing can be demoted, recalled or imported\n", cfg.store.dir);
+		status = 1;
+		goto out;
+	}
 	snprintf(lockpath, sizeof(lockpath), "%s/migrate.lock", cfg.store.dir);
 	lock_fd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (lock_fd < 0) {

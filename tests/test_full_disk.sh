@@ -291,6 +291,8 @@ kvt_expect 1 "$K" put bkt ro/cli "$T/small"
 kvt_grep err "^kvtier: put: 'bkt/ro/cli': Read-only file system$"
 kvt_grep err "is on a read-only file system: opened to read only"
 check_all "read-only"
+kvt_expect 1 "$top_builddir/kvtier-migrate"
+kvt_grep err "is on a read-only file system: nothing can be demoted, recalled or imported"
 gw_start full 40M 8M
 gw=1
 fd_mount
