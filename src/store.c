@@ -1112,10 +1112,17 @@ static int store_open_segments(struct kvt_store *st, const char *catalog_path, i
 		goto out;
 	}
 	for (uint32_t i = 0; i < had; i++) {
+		struct stat sb;
+
 		seg_file_path(st->dir, i, path, sizeof(path));
-		if (access(path, F_OK) < 0 && errno == ENOENT)
+		rc = stat(path, &sb) < 0 ? -errno : 0;
+		if (rc == -ENOENT)
 			log_err(0, "segment file '%s' is missing: made again, empty; the objects it held "
 				"are lost ('kvtier fsck --repair' forgets them)", path);
+		else if (rc == 0 && (uint64_t)sb.st_size < st->seg_size)
+			log_err(0, "segment file '%s' was cut to %lld bytes: filled up again with zeros; "
+				"what it held past that is lost ('kvtier fsck --repair' forgets it)",
+				path, (long long)sb.st_size);
 	}
 	rc = seg_files_open(st->dir, st->nsegs, st->seg_size, st->io_kind == KVT_IO_URING,
 			    SEG_CREATE, &st->sf);

@@ -227,7 +227,7 @@ kvt_expect 1 "$K" head damage victim
 kvt_grep err "^kvtier: head: no such object 'damage/victim'$"
 kvt_expect 0 "$K" fsck
 
-step "a deleted segment file: the next open says so, fsck --repair forgets what it held"
+step "a deleted or cut segment file: the next open says so, fsck --repair forgets what it held"
 kvt_expect 0 "$K" put damage gone "$T/victim"
 rm "$seg"
 kvt_expect 0 "$K" ls damage
@@ -238,6 +238,13 @@ kvt_expect 0 "$K" fsck --repair
 kvt_expect 1 "$K" head damage gone
 kvt_expect 0 "$K" fsck
 kvt_grep out "^status: +clean$"
+kvt_expect 0 "$K" put damage cut "$T/victim"
+truncate -s 4096 "$seg"
+kvt_expect 0 "$K" ls damage
+kvt_grep err "^kvtier: error: segment file '$seg' was cut to 4096 bytes: filled up again with zeros"
+kvt_expect 3 "$K" fsck
+kvt_expect 0 "$K" fsck --repair
+kvt_expect 1 "$K" head damage cut
 
 step "segment files without their catalog: init will not make a new store over them"
 mv "$T/fresh/catalog.db" "$T/catalog.db.away"
