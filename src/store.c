@@ -1025,6 +1025,33 @@ static int store_nofile_check(const struct kvt_store *st)
 	return 0;
 }
 
+/*
+ * A segment file that held objects and is gone or shorter than a segment
+ * (deleted or cut by mistake) is made whole again by seg_files_open: say
+ * what that lost. One never used (an init killed while it wrote the files)
+ * lost nothing.
+ */
+static int store_check_segment_file(void *arg, const struct cat_segment *s)
+{
+	const struct kvt_store *st = arg;
+	char path[4200];
+	struct stat sb;
+	int rc;
+
+	if (s->state == SEG_FREE && s->gen <= 1)
+		return 0;
+	seg_file_path(st->dir, s->id, path, sizeof(path));
+	rc = stat(path, &sb) < 0 ? -errno : 0;
+	if (rc == -ENOENT)
+		log_err(0, "segment file '%s' is missing: made again, empty; the objects it held "
+			"are lost ('kvtier fsck --repair' forgets them)", path);
+	else if (rc == 0 && (uint64_t)sb.st_size < st->seg_size)
+		log_err(0, "segment file '%s' was cut to %lld bytes: filled up again with zeros; "
+			"what it held past that is lost ('kvtier fsck --repair' forgets it)",
+			path, (long long)sb.st_size);
+	return 0;
+}
+
 /* Removes what a first open that failed had made: nothing was stored yet. */
 static void store_unmake(const char *dir)
 {
@@ -1111,19 +1138,7 @@ static int store_open_segments(struct kvt_store *st, const char *catalog_path, i
 		log_err(rc, "cannot open the catalog '%s'", catalog_path);
 		goto out;
 	}
-	for (uint32_t i = 0; i < had; i++) {
-		struct stat sb;
-
-		seg_file_path(st->dir, i, path, sizeof(path));
-		rc = stat(path, &sb) < 0 ? -errno : 0;
-		if (rc == -ENOENT)
-			log_err(0, "segment file '%s' is missing: made again, empty; the objects it held "
-				"are lost ('kvtier fsck --repair' forgets them)", path);
-		else if (rc == 0 && (uint64_t)sb.st_size < st->seg_size)
-			log_err(0, "segment file '%s' was cut to %lld bytes: filled up again with zeros; "
-				"what it held past that is lost ('kvtier fsck --repair' forgets it)",
-				path, (long long)sb.st_size);
-	}
+	cat_segment_list(c, store_check_segment_file, st);
 	rc = seg_files_open(st->dir, st->nsegs, st->seg_size, st->io_kind == KVT_IO_URING,
 			    SEG_CREATE, &st->sf);
 	if (rc < 0 && had < st->nsegs && cat_segment_trim(c, had) == 0) {
