@@ -737,15 +737,15 @@ int cat_segment_trim(struct cat *c, uint32_t nsegs)
 int cat_init_geometry(struct cat *c, uint64_t segment_size, uint32_t nsegs)
 {
 	sqlite3_stmt *s;
-	int64_t have_size = 0, have = 0;
-	uint32_t count;
+	int64_t have_size = 0;
+	uint32_t have = 0;
 	int rc;
 
 	/* Asked first, without the write lock: most opens change nothing, and
 	 * a store on a read-only file system can change nothing. */
 	if (cat_setting_get(c, "segment_size", &have_size) == 0 &&
-	    (uint64_t)have_size == segment_size && cat_segment_count(c, &count) == 0 &&
-	    count == nsegs)
+	    (uint64_t)have_size == segment_size && cat_segment_count(c, &have) == 0 &&
+	    have == nsegs)
 		return 0;
 	rc = cat_begin(c);
 	if (rc < 0)
@@ -763,22 +763,17 @@ int cat_init_geometry(struct cat *c, uint64_t segment_size, uint32_t nsegs)
 		rc = -EINVAL;
 		goto fail;
 	}
-	s = cat_stmt(c, S_SEG_COUNT);
-	if (!s) {
-		rc = -EIO;
+	rc = cat_segment_count(c, &have);
+	if (rc < 0)
 		goto fail;
-	}
-	if (sqlite3_step(s) == SQLITE_ROW)
-		have = sqlite3_column_int64(s, 0);
-	cat_done(s);
 	/* Capacity may grow; shrinking would strand the objects in the tail. */
 	if (have > nsegs) {
-		log_err(0, "the store has %lld segments; capacity now allows %u (shrinking is not supported)",
-			(long long)have, nsegs);
+		log_err(0, "the store has %u segments; capacity now allows %u (shrinking is not supported)",
+			have, nsegs);
 		rc = -EINVAL;
 		goto fail;
 	}
-	for (int64_t i = have; i < nsegs; i++) {
+	for (uint32_t i = have; i < nsegs; i++) {
 		s = cat_stmt(c, S_SEG_INSERT);
 		if (!s) {
 			rc = -EIO;
