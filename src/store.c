@@ -25,6 +25,12 @@
  *
  * Checkpoints. The same thread copies the catalog's write-ahead log into the
  * database (store_checkpoint) when that is cheap or overdue, see there.
+ *
+ * Opening (store_open_segments). The segment files are written whole when
+ * the store is made or grows, so the disk's room is checked first; after
+ * that, a full disk only stops the catalog from growing (writes fail with
+ * -ENOSPC, reads go on). On a read-only file system the store opens to be
+ * read (store_open_segments_readonly): no recovery, flusher or demoter.
  */
 #include "config.h"
 
