@@ -257,9 +257,13 @@ static void http_op_health(struct gw_req *rq)
 		http_send_buf(rq, 503, "text/plain", &b);
 		return;
 	}
-	gw_buf_printf(&b, "ok\nobjects: %llu\nhot_used_bytes: %llu\nhot_capacity_bytes: %llu\n",
+	/* Alive, and serving reads, either way: 200. What a write would meet
+	 * is said for the operator and a readiness check to read. */
+	gw_buf_printf(&b, "ok\nobjects: %llu\nhot_used_bytes: %llu\nhot_capacity_bytes: %llu\n"
+		      "disk_free_bytes: %llu\nwrites: %s\n",
 		      (unsigned long long)ss.objects, (unsigned long long)ss.used_bytes,
-		      (unsigned long long)ss.capacity);
+		      (unsigned long long)ss.capacity, (unsigned long long)ss.disk_free_bytes,
+		      kvt_store_readonly(rq->srv->st) ? "refused (read-only file system)" : "ok");
 	http_send_buf(rq, 200, "text/plain", &b);
 }
 

@@ -300,6 +300,8 @@ check_all "read-only, daemons running"
 code=$(s3curl "$T/gwout" -T "$T/small" "$GW_ENDPOINT/bkt/ro/gw")
 [ "$code" = 503 ] || fail "gateway PUT on a read-only store answered $code: $(cat "$T/gwout")"
 grep -q "read-only file system" "$T/gwout" || fail "gateway PUT on a read-only store: $(cat "$T/gwout")"
+curl -s "$GW_ENDPOINT/health" >"$T/health"
+grep -q "^writes: refused (read-only file system)$" "$T/health" || fail "/health: $(cat "$T/health")"
 if [ "$fuse" = 1 ]; then
 	if cp "$T/small" "$M/bkt/ro-fuse" 2>"$T/cp.err"; then
 		fail "cp into a read-only store's mount succeeded"
