@@ -267,6 +267,14 @@ rc=0
 (ulimit -Sn 64 && ulimit -Hn 128 && "$K" -c "$T/many.conf" stat) >"$T/out" 2>"$T/err" || rc=$?
 [ "$rc" -eq 1 ] || fail "stat under a hard limit of 128 exited $rc, expected 1"
 kvt_grep err "has 160 segments, and a process holds each open: the open-file limit is 128; raise it to at least 576"
+
+step "init killed while it writes the segment files: the next init finishes, nothing reported lost"
+rm -rf "$T/many"
+timeout -s KILL 0.1 "$K" -c "$T/many.conf" init >/dev/null 2>&1 || :
+kvt_expect 0 "$K" -c "$T/many.conf" init
+kvt_grep out "segments: +160 of 1\\.0 MiB"
+! grep -q "error" "$T/err" || fail "the init after a killed one reported: $(cat "$T/err")"
+kvt_expect 0 "$K" -c "$T/many.conf" fsck
 rm -rf "$T/many"
 
 step "errors: usage, configuration, missing objects, bad names and keys"
