@@ -42,6 +42,8 @@ struct seg_files {
 	uint64_t size;
 	int direct;
 	int readonly;		/* SEG_READONLY: nothing here is written */
+	struct seg_made *made;	/* files this open made or filled up, by id */
+	uint32_t nmade, made_cap;
 	int64_t progress_ns;	/* log_every() of seg_files_open() */
 	int *fds;
 	int *cfds;		/* without O_DIRECT, opened on first use; -1: not yet */
@@ -157,6 +159,27 @@ static int seg_file_fill(int fd, uint64_t from, uint64_t size, int direct)
 	return rc;
 }
 
+static int seg_note_made(struct seg_files *sf, uint32_t id, uint64_t size)
+{
+	if (sf->nmade == sf->made_cap) {
+		uint32_t cap = sf->made_cap ? 2 * sf->made_cap : 16;
+		struct seg_made *m = realloc(sf->made, cap * sizeof(*m));
+
+		if (!m)
+			return -ENOMEM;
+		sf->made = m;
+		sf->made_cap = cap;
+	}
+	sf->made[sf->nmade++] = (struct seg_made){ .id = id, .size = size };
+	return 0;
+}
+
+const struct seg_made *seg_files_made(const struct seg_files *sf, uint32_t *n)
+{
+	*n = sf->nmade;
+	return sf->made;
+}
+
 static int seg_file_open(struct seg_files *sf, uint32_t id, int create)
 {
 	char path[4200];
@@ -187,6 +210,9 @@ static int seg_file_open(struct seg_files *sf, uint32_t id, int create)
 			log_err(rc, "cannot preallocate segment '%s'", path);
 			goto fail;
 		}
+		rc = seg_note_made(sf, id, (uint64_t)sb.st_size);
+		if (rc < 0)
+			goto fail;
 	}
 	sf->fds[id] = fd;
 	return 0;
@@ -309,6 +335,7 @@ void seg_files_close(struct seg_files *sf)
 			munmap(sf->maps[i], sf->size);
 	free(sf->maps);
 	free(sf->pins);
+	free(sf->made);
 	if (sf->pin_fd >= 0)
 		close(sf->pin_fd);
 	pthread_mutex_destroy(&sf->pin_lock);

@@ -154,6 +154,15 @@ int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, u
 		   struct seg_files **out);
 void seg_files_close(struct seg_files *sf);
 
+/* A segment file that seg_files_open made, or filled up to size. */
+struct seg_made {
+	uint32_t id;
+	uint64_t size;		/* what it was: 0 if it was missing */
+};
+
+/* The files this open made or filled up, by ascending id; *n of them. */
+const struct seg_made *seg_files_made(const struct seg_files *sf, uint32_t *n);
+
 int seg_fd(struct seg_files *sf, uint32_t id);
 /*
  * A descriptor of segment id that reads through the page cache (the O_DIRECT

@@ -1032,29 +1032,39 @@ static int store_nofile_check(const struct kvt_store *st)
 }
 
 /*
- * A segment file that held objects and is gone or shorter than a segment
- * (deleted or cut by mistake) is made whole again by seg_files_open: say
+ * A segment file that held objects and was gone or shorter than a segment
+ * (deleted or cut by mistake) was made whole again by seg_files_open: say
  * what that lost. One never used (an init killed while it wrote the files)
  * lost nothing.
  */
-static int store_check_segment_file(void *arg, const struct cat_segment *s)
+static int store_report_made(void *arg, const struct cat_segment *s)
 {
 	const struct kvt_store *st = arg;
+	const struct seg_made *made;
 	char path[4200];
-	struct stat sb;
-	int rc;
+	uint32_t n, lo = 0, hi;
 
 	if (s->state == SEG_FREE && s->gen <= 1)
 		return 0;
+	made = seg_files_made(st->sf, &n);
+	for (hi = n; lo < hi;) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (made[mid].id < s->id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == n || made[lo].id != s->id)
+		return 0;
 	seg_file_path(st->dir, s->id, path, sizeof(path));
-	rc = stat(path, &sb) < 0 ? -errno : 0;
-	if (rc == -ENOENT)
-		log_err(0, "segment file '%s' is missing: made again, empty; the objects it held "
+	if (made[lo].size == 0)
+		log_err(0, "segment file '%s' was missing: made again, empty; the objects it held "
 			"are lost ('kvtier fsck --repair' forgets them)", path);
-	else if (rc == 0 && (uint64_t)sb.st_size < st->seg_size)
-		log_err(0, "segment file '%s' was cut to %lld bytes: filled up again with zeros; "
+	else
+		log_err(0, "segment file '%s' was cut to %llu bytes: filled up again with zeros; "
 			"what it held past that is lost ('kvtier fsck --repair' forgets it)",
-			path, (long long)sb.st_size);
+			path, (unsigned long long)made[lo].size);
 	return 0;
 }
 
@@ -1117,7 +1127,7 @@ static int store_open_segments_readonly(struct kvt_store *st, const char *catalo
 static int store_open_segments(struct kvt_store *st, const char *catalog_path, int fresh)
 {
 	struct cat *c = NULL;
-	uint32_t had = 0;
+	uint32_t had = 0, nmade;
 	char path[4200];
 	int rc;
 
@@ -1144,9 +1154,13 @@ static int store_open_segments(struct kvt_store *st, const char *catalog_path, i
 		log_err(rc, "cannot open the catalog '%s'", catalog_path);
 		goto out;
 	}
-	cat_segment_list(c, store_check_segment_file, st);
 	rc = seg_files_open(st->dir, st->nsegs, st->seg_size, st->io_kind == KVT_IO_URING,
 			    SEG_CREATE, &st->sf);
+	if (rc == 0 && had > 0) {
+		seg_files_made(st->sf, &nmade);
+		if (nmade > 0)
+			cat_segment_list(c, store_report_made, st);
+	}
 	if (rc < 0 && had < st->nsegs && cat_segment_trim(c, had) == 0) {
 		for (uint32_t i = had; i < st->nsegs; i++) {
 			seg_file_path(st->dir, i, path, sizeof(path));

@@ -231,7 +231,7 @@ step "a deleted or cut segment file: the next open says so, fsck --repair forget
 kvt_expect 0 "$K" put damage gone "$T/victim"
 rm "$seg"
 kvt_expect 0 "$K" ls damage
-kvt_grep err "^kvtier: error: segment file '$seg' is missing: made again, empty; the objects it held are lost"
+kvt_grep err "^kvtier: error: segment file '$seg' was missing: made again, empty; the objects it held are lost"
 kvt_expect 1 "$K" get damage gone -
 kvt_expect 3 "$K" fsck
 kvt_expect 0 "$K" fsck --repair
