@@ -176,8 +176,11 @@ static void test_files_created(void **state)
 	struct seg_files *sf = NULL;
 	char path[512];
 	struct stat sb;
+	uint32_t nmade = 0;
 
 	assert_int_equal(seg_files_open(f->dir, 3, 2 * MiB, 0, 1, &sf), 0);
+	assert_non_null(seg_files_made(sf, &nmade));
+	assert_int_equal(nmade, 3);
 	assert_int_equal(seg_count(sf), 3);
 	assert_int_equal(seg_size(sf), 2 * MiB);
 	for (uint32_t i = 0; i < 3; i++) {
@@ -241,6 +244,16 @@ static void test_files_created(void **state)
 	assert_int_equal(seg_files_open(f->dir, 3, 2 * MiB, 0, 1, &sf), 0);
 	assert_int_equal(stat(path, &sb), 0);
 	assert_int_equal(sb.st_size, 2 * MiB);
+	/* ... and said so: the store reports what that lost. */
+	{
+		const struct seg_made *made;
+		uint32_t n = 0;
+
+		made = seg_files_made(sf, &n);
+		assert_int_equal(n, 1);
+		assert_int_equal(made[0].id, 2);
+		assert_int_equal(made[0].size, 4096);
+	}
 	seg_files_close(sf);
 
 	/* O_DIRECT descriptors where the file system allows them. */
@@ -262,6 +275,41 @@ static void test_files_created(void **state)
 				      strerror(errno));
 		}
 	}
+}
+
+/*
+ * SEG_READONLY (a store on a read-only file system): the files open to be
+ * read, nothing is made, and the map is this process's copy: a generation
+ * set here never reaches the file.
+ */
+static void test_files_readonly(void **state)
+{
+	struct fixture *f = *state;
+	struct seg_files *sf = NULL, *ro = NULL;
+	uint32_t nmade = 1;
+
+	assert_int_equal(seg_files_open(f->dir, 3, 2 * MiB, 0, SEG_CREATE, &sf), 0);
+	seg_map_set_gen(sf, 1, 7);
+	seg_files_close(sf);
+
+	assert_int_equal(seg_files_open(f->dir, 3, 2 * MiB, 0, SEG_READONLY, &ro), 0);
+	assert_int_equal(fcntl(seg_fd(ro, 0), F_GETFL) & O_ACCMODE, O_RDONLY);
+	seg_files_made(ro, &nmade);
+	assert_int_equal(nmade, 0);
+	assert_int_equal(seg_map_gen(ro, 1), 7);
+	seg_map_set_gen(ro, 1, 9);
+	assert_int_equal(seg_map_gen(ro, 1), 9);
+	seg_files_close(ro);
+	sf = NULL;
+	assert_int_equal(seg_files_open(f->dir, 3, 2 * MiB, 0, 0, &sf), 0);
+	assert_int_equal(seg_map_gen(sf, 1), 7);
+	seg_files_close(sf);
+
+	/* Read-only, a store that would need more segments is not made. */
+	ro = NULL;
+	assert_int_equal(seg_files_open(f->dir, 4, 2 * MiB, 0, SEG_CREATE | SEG_READONLY, &ro),
+			 -ENOENT);
+	assert_null(ro);
 }
 
 static void test_files_missing_dir(void **state)
@@ -725,6 +773,7 @@ int main(void)
 		cmocka_unit_test(test_header_fill_check),
 		cmocka_unit_test(test_payload_crc),
 		cmocka_unit_test_setup_teardown(test_files_created, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_files_readonly, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_files_missing_dir, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_map_shared, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_map_stale, setup, teardown),
