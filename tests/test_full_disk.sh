@@ -68,7 +68,6 @@ ln -s "$DISK/store" "$T/full"
 CONF=$T/full.conf
 export KVTIER_CONF=$CONF
 
-SKIPINIT=1
 step "a capacity the disk cannot hold: init refuses, naming the room, and leaves nothing"
 gw_config "$CONF" "$T/full" 128M 8M
 kvt_expect 1 "$K" init
