@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "util.h"
 
 extern char **environ;
 
@@ -531,15 +532,8 @@ static int bench_keys_delete(struct kvt_store *st, struct bench_keys *k)
 
 static int bench_lat_add(struct bench_worker *me, uint64_t ns)
 {
-	if (me->nlat == me->caplat) {
-		size_t cap = me->caplat ? 2 * me->caplat : 4096;
-		uint64_t *n = realloc(me->lat, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		me->lat = n;
-		me->caplat = cap;
-	}
+	if (UTIL_GROW(me->lat, me->nlat, me->caplat) < 0)
+		return -ENOMEM;
 	me->lat[me->nlat++] = ns;
 	return 0;
 }

@@ -63,6 +63,7 @@
 
 #include "bench_trace.h"
 #include "cli.h"
+#include "util.h"
 
 const char *const bt_cfg_names[BT_NCFGS] = { "kvtier", "unbounded", "nog4" };
 
@@ -510,15 +511,8 @@ static void bt_progress(const struct bt_run *r, const struct bt_sample *s)
 
 static int bt_add_sample(struct bt_run *r, const struct bt_sample *s)
 {
-	if (r->nsamples == r->samples_cap) {
-		size_t cap = r->samples_cap ? 2 * r->samples_cap : 256;
-		struct bt_sample *n = realloc(r->samples, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		r->samples = n;
-		r->samples_cap = cap;
-	}
+	if (UTIL_GROW(r->samples, r->nsamples, r->samples_cap) < 0)
+		return -ENOMEM;
 	r->samples[r->nsamples++] = *s;
 	return 0;
 }

@@ -28,6 +28,7 @@
 
 #include "kvfs.h"
 #include "log.h"
+#include "util.h"
 
 #define DH_PAGE 1000
 
@@ -57,15 +58,8 @@ static int dh_push(struct dh *d, const char *name, size_t len, enum node_type ty
 {
 	struct dent *e;
 
-	if (d->n == d->cap) {
-		size_t cap = d->cap ? 2 * d->cap : 64;
-		struct dent *v = realloc(d->ents, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		d->ents = v;
-		d->cap = cap;
-	}
+	if (UTIL_GROW(d->ents, d->n, d->cap) < 0)
+		return -ENOMEM;
 	e = &d->ents[d->n];
 	e->name = strndup(name, len);
 	if (!e->name)

@@ -39,6 +39,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "s3_xml.h"
+#include "util.h"
 
 static int64_t http_mono_ns(void)
 {
@@ -341,16 +342,9 @@ static enum MHD_Result http_hdr_iter(void *cls, enum MHD_ValueKind kind, const c
 	struct http_hdr_walk *w = cls;
 	struct gw_req *rq = w->rq;
 
-	if (rq->nhdrs == w->cap) {
-		size_t cap = w->cap ? w->cap * 2 : 32;
-		struct auth_hdr *v = realloc(rq->hdrs, cap * sizeof(*v));
-
-		if (!v) {
-			w->failed = true;
-			return MHD_NO;
-		}
-		rq->hdrs = v;
-		w->cap = cap;
+	if (UTIL_GROW(rq->hdrs, rq->nhdrs, w->cap) < 0) {
+		w->failed = true;
+		return MHD_NO;
 	}
 	rq->hdrs[rq->nhdrs].name = key;
 	rq->hdrs[rq->nhdrs].value = value ? value : "";

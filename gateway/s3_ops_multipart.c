@@ -36,6 +36,7 @@
 #include "gw.h"
 #include "log.h"
 #include "s3_xml.h"
+#include "util.h"
 
 #define S3_UPLOAD_ID_LEN 32
 
@@ -222,16 +223,9 @@ static enum s3_code s3_uploads_reserve(struct gw_server *srv, const char *bucket
 		goto out;
 	}
 	if (!c) {
-		if (u->nv == u->cap) {
-			size_t cap = u->cap ? 2 * u->cap : 16;
-			struct gw_upload_count *v = realloc(u->v, cap * sizeof(*v));
-
-			if (!v) {
-				code = S3_SERVICE_UNAVAILABLE;
-				goto out;
-			}
-			u->v = v;
-			u->cap = cap;
+		if (UTIL_GROW(u->v, u->nv, u->cap) < 0) {
+			code = S3_SERVICE_UNAVAILABLE;
+			goto out;
 		}
 		c = &u->v[u->nv++];
 		memcpy(c->bucket, bucket, len);

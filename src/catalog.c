@@ -1332,15 +1332,8 @@ static int cat_object_from_row(sqlite3_stmt *s, struct cat_object **out)
 
 static int cat_extent_push(struct cat_object *co, size_t *cap, const struct cat_extent *e)
 {
-	if (co->nextents == *cap) {
-		size_t ncap = *cap ? 2 * *cap : 8;
-		struct cat_extent *n = realloc(co->extents, ncap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		co->extents = n;
-		*cap = ncap;
-	}
+	if (UTIL_GROW(co->extents, co->nextents, *cap) < 0)
+		return -ENOMEM;
 	co->extents[co->nextents++] = *e;
 	return 0;
 }
@@ -2545,14 +2538,9 @@ int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		struct cat_object *co = NULL;
 
-		if (n == cap) {
-			struct cat_g4_obj *nv = realloc(v, (cap = cap ? 2 * cap : 16) * sizeof(*nv));
-
-			if (!nv) {
-				rc = SQLITE_NOMEM;
-				break;
-			}
-			v = nv;
+		if (UTIL_GROW(v, n, cap) < 0) {
+			rc = SQLITE_NOMEM;
+			break;
 		}
 		if (cat_object_from_row(s, &co) < 0) {
 			rc = SQLITE_NOMEM;

@@ -87,15 +87,8 @@ enum fsck_damage {
 
 static int fsck_push(void **v, size_t *n, size_t *cap, size_t size, const void *item)
 {
-	if (*n == *cap) {
-		size_t ncap = *cap ? 2 * *cap : 256;
-		void *p = realloc(*v, ncap * size);
-
-		if (!p)
-			return -ENOMEM;
-		*v = p;
-		*cap = ncap;
-	}
+	if (util_grow(v, cap, *n, size) < 0)
+		return -ENOMEM;
 	memcpy((char *)*v + *n * size, item, size);
 	(*n)++;
 	return 0;

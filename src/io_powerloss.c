@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "io.h"
+#include "util.h"
 
 struct pl_op {
 	uint64_t off;		/* a write's offset, or the size truncated to */
@@ -151,15 +152,8 @@ static int pl_op_add(struct pl_file *f, uint64_t off, const void *buf, size_t le
 {
 	struct pl_op *op;
 
-	if (f->nops == f->cap) {
-		size_t cap = f->cap ? 2 * f->cap : 16;
-		struct pl_op *n = realloc(f->ops, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		f->ops = n;
-		f->cap = cap;
-	}
+	if (UTIL_GROW(f->ops, f->nops, f->cap) < 0)
+		return -ENOMEM;
 	op = &f->ops[f->nops];
 	op->off = off;
 	op->len = len;

@@ -885,13 +885,8 @@ static int session_collect(void *arg, int64_t bucket_id, const char *bucket, con
 {
 	struct session_list *l = arg;
 
-	if (l->n == l->cap) {
-		struct session_ref *v = realloc(l->v, (l->cap = l->cap ? 2 * l->cap : 16) * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-	}
+	if (UTIL_GROW(l->v, l->n, l->cap) < 0)
+		return -ENOMEM;
 	l->v[l->n].bucket_id = bucket_id;
 	l->v[l->n].bucket = strdup(bucket);
 	l->v[l->n].session = strdup(session);
@@ -1127,13 +1122,8 @@ static int upload_collect(void *arg, const char *url, const char *key, const cha
 	struct upload_list *l = arg;
 
 	(void)started_ns;
-	if (l->n == l->cap) {
-		struct upload_ref *v = realloc(l->v, (l->cap = l->cap ? 2 * l->cap : 8) * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-	}
+	if (UTIL_GROW(l->v, l->n, l->cap) < 0)
+		return -ENOMEM;
 	l->v[l->n] = (struct upload_ref){ strdup(url), strdup(key), strdup(upload_id), pid };
 	if (!l->v[l->n].url || !l->v[l->n].key || !l->v[l->n].id) {
 		free(l->v[l->n].url);
@@ -1209,13 +1199,8 @@ static int dead_collect(void *arg, int64_t id, int64_t bucket_id, const char *bu
 {
 	struct dead_list *l = arg;
 
-	if (l->n == l->cap) {
-		struct dead_ref *v = realloc(l->v, (l->cap = l->cap ? 2 * l->cap : 16) * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-	}
+	if (UTIL_GROW(l->v, l->n, l->cap) < 0)
+		return -ENOMEM;
 	l->v[l->n] = (struct dead_ref){ id, bucket_id, strdup(bucket), strdup(key), strdup(session),
 					g4_key ? strdup(g4_key) : NULL };
 	if (!l->v[l->n].bucket || !l->v[l->n].key || !l->v[l->n].session ||
@@ -1553,14 +1538,8 @@ static int recall_flush(struct recall_sink *rs)
 	struct io_req *req;
 	int rc;
 
-	if (rs->n == rs->cap) {
-		struct cat_extent *v = realloc(rs->ext, (rs->cap = rs->cap ? 2 * rs->cap : 8) *
-					       sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		rs->ext = v;
-	}
+	if (UTIL_GROW(rs->ext, rs->n, rs->cap) < 0)
+		return -ENOMEM;
 	rc = store_alloc(rs->st, space, &a);
 	if (rc < 0)
 		return rc;

@@ -514,15 +514,8 @@ static int list_push_prefix(struct list_state *ls, char *cp)
 {
 	struct kvt_list *l = ls->list;
 
-	if (l->nprefixes == ls->cap_prefixes) {
-		size_t cap = ls->cap_prefixes ? 2 * ls->cap_prefixes : 16;
-		char **v = realloc(l->prefixes, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->prefixes = v;
-		ls->cap_prefixes = cap;
-	}
+	if (UTIL_GROW(l->prefixes, l->nprefixes, ls->cap_prefixes) < 0)
+		return -ENOMEM;
 	l->prefixes[l->nprefixes++] = cp;
 	return 0;
 }
@@ -531,15 +524,8 @@ static int list_push_object(struct list_state *ls, struct kvt_object *o)
 {
 	struct kvt_list *l = ls->list;
 
-	if (l->nobjects == ls->cap_objects) {
-		size_t cap = ls->cap_objects ? 2 * ls->cap_objects : 16;
-		struct kvt_object **v = realloc(l->objects, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->objects = v;
-		ls->cap_objects = cap;
-	}
+	if (UTIL_GROW(l->objects, l->nobjects, ls->cap_objects) < 0)
+		return -ENOMEM;
 	l->objects[l->nobjects++] = o;
 	return 0;
 }

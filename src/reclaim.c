@@ -165,15 +165,8 @@ static int victim_collect(void *arg, int64_t obj, uint64_t vid, int pinned)
 {
 	struct victim_list *l = arg;
 
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 64;
-		struct victim_obj *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (UTIL_GROW(l->v, l->n, l->cap) < 0)
+		return -ENOMEM;
 	l->v[l->n++] = (struct victim_obj){ obj, vid, pinned };
 	return 0;
 }
@@ -567,15 +560,8 @@ static int recover_collect(void *arg, const struct cat_segment *s)
 
 	if (s->state != SEG_OPEN && s->state != SEG_RECLAIMING)
 		return 0;
-	if (ra->n == ra->cap) {
-		size_t cap = ra->cap ? 2 * ra->cap : 16;
-		struct cat_segment *v = realloc(ra->segs, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		ra->segs = v;
-		ra->cap = cap;
-	}
+	if (UTIL_GROW(ra->segs, ra->n, ra->cap) < 0)
+		return -ENOMEM;
 	ra->segs[ra->n++] = *s;
 	return 0;
 }

@@ -43,7 +43,8 @@ struct seg_files {
 	int direct;
 	int readonly;		/* SEG_READONLY: nothing here is written */
 	struct seg_made *made;	/* files this open made or filled up, by id */
-	uint32_t nmade, made_cap;
+	uint32_t nmade;
+	size_t made_cap;
 	int64_t progress_ns;	/* log_every() of seg_files_open() */
 	int *fds;
 	int *cfds;		/* without O_DIRECT, opened on first use; -1: not yet */
@@ -161,15 +162,8 @@ static int seg_file_fill(int fd, uint64_t from, uint64_t size, int direct)
 
 static int seg_note_made(struct seg_files *sf, uint32_t id, uint64_t size)
 {
-	if (sf->nmade == sf->made_cap) {
-		uint32_t cap = sf->made_cap ? 2 * sf->made_cap : 16;
-		struct seg_made *m = realloc(sf->made, cap * sizeof(*m));
-
-		if (!m)
-			return -ENOMEM;
-		sf->made = m;
-		sf->made_cap = cap;
-	}
+	if (UTIL_GROW(sf->made, sf->nmade, sf->made_cap) < 0)
+		return -ENOMEM;
 	sf->made[sf->nmade++] = (struct seg_made){ .id = id, .size = size };
 	return 0;
 }

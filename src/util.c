@@ -205,6 +205,25 @@ int util_mkdir_p(const char *dir)
 	return 0;
 }
 
+int util_grow(void *vp, size_t *cap, size_t n, size_t size)
+{
+	size_t ncap = *cap ? 2 * *cap : 16;
+	void *v, *nv;
+
+	if (n < *cap)
+		return 0;
+	if (ncap > SIZE_MAX / size)
+		return -ENOMEM;
+	/* vp points to a pointer of some object type: copied, not cast. */
+	memcpy(&v, vp, sizeof(v));
+	nv = realloc(v, ncap * size);
+	if (!nv)
+		return -ENOMEM;
+	memcpy(vp, &nv, sizeof(nv));
+	*cap = ncap;
+	return 0;
+}
+
 void *util_aligned_alloc(size_t align, size_t size)
 {
 	void *p = NULL;

@@ -36,6 +36,16 @@ int util_mkdir_p(const char *dir);
  */
 uint64_t util_raise_nofile(uint64_t want);
 
+/*
+ * Makes room for element n of a growing array: when n == *cap, doubles *cap
+ * (16 the first time) and reallocates the array *vp points to. On failure
+ * returns -ENOMEM and leaves the array and *cap as they were. Call it
+ * through UTIL_GROW(array, n, cap), which passes the element's size.
+ * (git's ALLOC_GROW)
+ */
+int util_grow(void *vp, size_t *cap, size_t n, size_t size);
+#define UTIL_GROW(v, n, cap) util_grow(&(v), &(cap), (n), sizeof(*(v)))
+
 /* Aligned allocation for O_DIRECT; free with free(). NULL on failure. */
 void *util_aligned_alloc(size_t align, size_t size);
 

@@ -259,15 +259,8 @@ static int writer_flush(struct kvt_writer *w)
 	struct cat_extent *e;
 	int rc;
 
-	if (w->next == w->capext) {
-		size_t cap = w->capext ? 2 * w->capext : 8;
-		struct cat_extent *n = realloc(w->ext, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		w->ext = n;
-		w->capext = cap;
-	}
+	if (UTIL_GROW(w->ext, w->next, w->capext) < 0)
+		return -ENOMEM;
 	rc = store_alloc(w->st, space, &b->alloc);
 	if (rc < 0)
 		return rc;

@@ -338,6 +338,35 @@ static void test_aligned_alloc(void **state)
  * four I/O buffers of 1 MiB + 4 KiB are not a multiple of it), and the
  * whole size is theirs; the rest of the reservation after it is unmapped.
  */
+static void test_grow(void **state)
+{
+	struct pair { uint64_t a, b; } *v = NULL, *before;
+	size_t n = 0, cap = 0;
+
+	(void)state;
+	for (uint64_t i = 0; i < 1000; i++) {
+		assert_int_equal(UTIL_GROW(v, n, cap), 0);
+		assert_true(n < cap);
+		v[n++] = (struct pair){ i, ~i };
+	}
+	assert_int_equal(cap, 1024);
+	for (uint64_t i = 0; i < n; i++) {
+		assert_int_equal(v[i].a, i);
+		assert_int_equal(v[i].b, ~i);
+	}
+	/* Room left: nothing moves. */
+	before = v;
+	assert_int_equal(UTIL_GROW(v, 1000, cap), 0);
+	assert_ptr_equal(v, before);
+	assert_int_equal(cap, 1024);
+	/* A size that cannot be counted: refused, the array kept. */
+	cap = SIZE_MAX / sizeof(*v) / 2 + 1;
+	assert_int_equal(UTIL_GROW(v, cap, cap), -ENOMEM);
+	assert_ptr_equal(v, before);
+	assert_int_equal(cap, SIZE_MAX / sizeof(*v) / 2 + 1);
+	free(v);
+}
+
 static void test_big_alloc(void **state)
 {
 	const size_t sizes[] = { 1u << 20, 4 * ((1u << 20) + 4096), (4u << 20) + 5 };
@@ -412,6 +441,7 @@ int main(void)
 		cmocka_unit_test(test_clocks),
 		cmocka_unit_test(test_random_and_boot_id),
 		cmocka_unit_test(test_aligned_alloc),
+		cmocka_unit_test(test_grow),
 		cmocka_unit_test(test_big_alloc),
 		cmocka_unit_test(test_thread_start_blocks_signals),
 		cmocka_unit_test(test_log_every),
