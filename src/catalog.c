@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -344,7 +345,8 @@ static int cat_errno(struct cat *c, int rc, const char *what)
 	case SQLITE_NOMEM:
 		return -ENOMEM;
 	case SQLITE_READONLY:
-		if (sqlite3_db_readonly(c->db, "main") == 1)
+		/* No handle: cat_open_readonly() refused, and said why. */
+		if (!c->db || sqlite3_db_readonly(c->db, "main") == 1)
 			return -EROFS;	/* a store opened read-only: the caller says so */
 		log_err(0, "catalog cannot be written during %s: %s", what, sqlite3_errmsg(c->db));
 		return -EACCES;
@@ -501,20 +503,34 @@ static void cat_library_init(void)
 }
 
 /*
- * A catalog on a read-only file system. With its -wal file there (kvtier
- * keeps it) SQLite reads it as usual; without, SQLite cannot open a WAL
- * database read-only at all, and the database file alone is the whole
- * catalog: it is opened immutable.
+ * A catalog on a read-only file system. With its -wal and -shm files there
+ * (kvtier keeps them) SQLite reads it as usual. Without the -shm file
+ * SQLite cannot read a WAL database on such a file system at all, since it
+ * cannot make that file again. Then, if the WAL holds nothing (it is gone,
+ * or empty as the last clean close leaves it), the database file alone is
+ * the whole catalog: it is opened immutable. A WAL with commits in it
+ * cannot be read without its -shm file: refused, saying why.
  */
 static int cat_open_readonly(const char *path, sqlite3 **db)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	int flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI;
-	char wal[4200], uri[3 * 4096 + 32], *u = uri;
+	char wal[4200], shm[4200], uri[3 * 4096 + 32], *u = uri;
+	struct stat sb;
 
 	snprintf(wal, sizeof(wal), "%s-wal", path);
-	if (access(wal, F_OK) == 0 || errno != ENOENT)
+	snprintf(shm, sizeof(shm), "%s-shm", path);
+	if (stat(wal, &sb) < 0) {
+		if (errno != ENOENT)
+			return SQLITE_CANTOPEN;
+	} else if (access(shm, F_OK) == 0) {
 		return sqlite3_open_v2(path, db, flags & ~SQLITE_OPEN_URI, NULL);
+	} else if (sb.st_size > 0) {
+		log_err(0, "the catalog's '%s' file is missing and its file system is read-only: "
+			"the catalog's last changes, in '%s', cannot be read without it; "
+			"open the store once where it can be written", shm, wal);
+		return SQLITE_READONLY;
+	}
 	if (strlen(path) > 4096)
 		return SQLITE_CANTOPEN;
 	u += sprintf(u, "file:");
@@ -554,6 +570,12 @@ int cat_open(const char *path, unsigned flags, struct cat **out)
 	 * full disk the store must still open and serve reads; a first opener
 	 * that has to create the -shm file again cannot (SQLITE_IOERR_SHMSIZE),
 	 * and the WAL's room, kept, lets small commits go on for a while.
+	 *
+	 * journal_size_limit: a WAL that grew while readers held checkpoints
+	 * off is cut back to 16 MiB when it next starts over, rather
+	 * than keep its high-water size for good; and the last clean close,
+	 * which checkpoints it all, leaves it empty, so that the store can
+	 * be read on a read-only file system even without its -shm file.
 	 */
 	sqlite3_file_control(c->db, "main", SQLITE_FCNTL_PERSIST_WAL, &(int){ 1 });
 	/*
@@ -577,6 +599,7 @@ int cat_open(const char *path, unsigned flags, struct cat **out)
 	if (rc == 0)
 		rc = cat_exec(c, "PRAGMA synchronous = NORMAL;"
 				 "PRAGMA wal_autocheckpoint = 0;"
+				 "PRAGMA journal_size_limit = 16777216;"
 				 "PRAGMA mmap_size = 0;"
 				 "PRAGMA cache_size = -8192;"
 				 "PRAGMA temp_store = MEMORY;");

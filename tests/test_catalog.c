@@ -17,6 +17,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,12 +232,28 @@ static void test_schema_create_reopen(void **state)
  * immutable, through a URI, so a path with '%', '?', '#' and a space must
  * still name the file. Writes answer -EROFS.
  */
+/* Copies file `from` to `to`, whole. */
+static void copy_file(const char *from, const char *to)
+{
+	char buf[65536];
+	int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	ssize_t n;
+
+	assert_true(in >= 0 && out >= 0);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		assert_int_equal(write(out, buf, (size_t)n), n);
+	assert_int_equal(n, 0);
+	close(in);
+	close(out);
+}
+
 static void test_open_readonly(void **state)
 {
 	struct fixture *f = *state;
-	char dir[512], path[600], side[620];
+	char dir[512], path[600], side[620], copy[600], cpath[620], cside[640];
 	struct cat *c = NULL, *ro = NULL;
 	int64_t id = -1, v = -1;
+	struct stat sb;
 
 	snprintf(dir, sizeof(dir), "%s/odd %%3F?#dir", f->env.dir);
 	assert_int_equal(mkdir(dir, 0700), 0);
@@ -246,19 +263,50 @@ static void test_open_readonly(void **state)
 	assert_int_equal(cat_bucket_id(c, "keep", &id), 0);
 	cat_close(c);
 
-	/* The -wal and -shm files stay after the last close (persistent WAL). */
+	/*
+	 * The -wal and -shm files stay after the last close (persistent WAL),
+	 * the WAL empty: that close checkpointed it all (journal_size_limit).
+	 */
 	snprintf(side, sizeof(side), "%s-wal", path);
-	assert_int_equal(access(side, F_OK), 0);
+	assert_int_equal(stat(side, &sb), 0);
+	assert_int_equal(sb.st_size, 0);
 	assert_int_equal(cat_open(path, CAT_READONLY, &ro), 0);
 	assert_int_equal(cat_bucket_id(ro, "keep", &v), 0);
 	assert_int_equal(v, id);
 	assert_int_equal(cat_bucket_create(ro, "more", 8), -EROFS);
 	cat_close(ro);
 
-	/* Without them: immutable. */
-	assert_int_equal(unlink(side), 0);
+	/*
+	 * Commits in the WAL and no -shm file (a copy taken while a process
+	 * had the catalog open): SQLite cannot read them on a read-only file
+	 * system, and the database file alone would be an older catalog.
+	 * Refused, not opened stale.
+	 */
+	assert_int_equal(cat_open(path, 0, &c), 0);
+	assert_int_equal(cat_bucket_create(c, "late", 7), 0);
+	snprintf(copy, sizeof(copy), "%s/copy", f->env.dir);
+	assert_int_equal(mkdir(copy, 0700), 0);
+	snprintf(cpath, sizeof(cpath), "%s/catalog.db", copy);
+	copy_file(path, cpath);
+	snprintf(cside, sizeof(cside), "%s-wal", cpath);
+	copy_file(side, cside);
+	assert_int_equal(stat(cside, &sb), 0);
+	assert_true(sb.st_size > 0);
+	cat_close(c);
+	ro = NULL;
+	assert_int_equal(cat_open(cpath, CAT_READONLY, &ro), -EROFS);
+	assert_null(ro);
+
+	/* An empty WAL without its -shm file: the database file is all. */
 	snprintf(side, sizeof(side), "%s-shm", path);
-	unlink(side);
+	assert_int_equal(unlink(side), 0);
+	assert_int_equal(cat_open(path, CAT_READONLY, &ro), 0);
+	assert_int_equal(cat_bucket_id(ro, "late", &v), 0);
+	cat_close(ro);
+
+	/* Neither file: immutable too. */
+	snprintf(side, sizeof(side), "%s-wal", path);
+	assert_int_equal(unlink(side), 0);
 	ro = NULL;
 	assert_int_equal(cat_open(path, CAT_READONLY, &ro), 0);
 	v = -1;

@@ -16,7 +16,9 @@
 #   - with room again, every face writes again and fsck is clean;
 #   - remounted read-only (as ext4 does after an I/O error), the store opens
 #     to be read: every face reads, writes answer EROFS (the CLI, the mount)
-#     or 503 (the gateway), even with the catalog's -wal and -shm gone.
+#     or 503 (the gateway), even with the catalog's -wal and -shm gone;
+#     without the -shm file alone it reads after a clean close, and is
+#     refused with the reason when a killed process left commits in the WAL.
 #
 # Needs root (mount); skips (77) where no small file system can be mounted.
 # The mount part skips alone where FUSE is missing.
@@ -317,6 +319,27 @@ rm -f "$DISK/store/catalog.db-wal" "$DISK/store/catalog.db-shm"
 mount -o remount,ro "$DISK"
 check_all "read-only, no -wal"
 mount -o remount,rw "$DISK"
+
+step "read-only without the -shm file: reads after a clean close; refused with the reason while the WAL holds commits"
+kvt_expect 0 "$K" ls bkt
+rm -f "$DISK/store/catalog.db-shm"
+mount -o remount,ro "$DISK"
+check_all "read-only, no -shm"
+mount -o remount,rw "$DISK"
+gw_start full 40M 8M
+[ "$(s3curl "$T/gwout" -T "$T/small" "$GW_ENDPOINT/bkt/after/killed")" = 200 ] ||
+	fail "gateway PUT before the kill: $(cat "$T/gwout")"
+kill -9 "$GW_PID"
+wait "$GW_PID" 2>/dev/null || :
+rm -f "$DISK/store/catalog.db-shm"
+[ -s "$DISK/store/catalog.db-wal" ] || fail "the killed gateway left no commits in the WAL"
+mount -o remount,ro "$DISK"
+kvt_expect 1 "$K" get bkt after/killed "$T/back"
+kvt_grep err "catalog.db-shm' file is missing and its file system is read-only"
+kvt_grep err "open the store once where it can be written$"
+mount -o remount,rw "$DISK"
+kvt_expect 0 "$K" get bkt after/killed "$T/back"
+cmp -s "$T/small" "$T/back" || fail "after/killed differs once the disk was writable again"
 kvt_expect 0 "$K" put bkt after/rw "$T/small"
 kvt_expect 0 "$K" fsck
 kvt_grep out "^status: +clean"
