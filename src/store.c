@@ -1087,7 +1087,8 @@ static void store_unmake(const char *dir)
  * A store on a read-only file system (ext4 remounts so after an I/O error;
  * a snapshot mounted for a backup) opens to be read: its catalog as it is,
  * its segment files to read, its map in this process's memory. It cannot
- * grow, and nothing is recovered, reclaimed, demoted or recorded.
+ * grow: a capacity raised since is served at the size the store has, and
+ * said. Nothing is recovered, reclaimed, demoted or recorded.
  */
 static int store_open_segments_readonly(struct kvt_store *st, const char *catalog_path)
 {
@@ -1099,10 +1100,11 @@ static int store_open_segments_readonly(struct kvt_store *st, const char *catalo
 	rc = cat_open(catalog_path, CAT_READONLY, &c);
 	if (rc == 0)
 		rc = cat_segment_count(c, &had);
-	if (rc == 0 && had != st->nsegs) {
-		log_err(0, "the store in '%s' has %u segments and cannot grow to the %u that "
-			"capacity asks for on a read-only file system", st->dir, had, st->nsegs);
-		rc = -EROFS;
+	if (rc == 0 && had < st->nsegs) {
+		log_warn(0, "the store in '%s' has %u segments and cannot grow to the %u that "
+			 "capacity asks for on a read-only file system: opened at %u", st->dir,
+			 had, st->nsegs, had);
+		st->nsegs = had;
 	}
 	if (rc == 0)
 		rc = cat_init_geometry(c, st->seg_size, st->nsegs);

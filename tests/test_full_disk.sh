@@ -16,7 +16,8 @@
 #   - with room again, every face writes again and fsck is clean;
 #   - remounted read-only (as ext4 does after an I/O error), the store opens
 #     to be read: every face reads, writes answer EROFS (the CLI, the mount)
-#     or 503 (the gateway), even with the catalog's -wal and -shm gone;
+#     or 503 (the gateway), even with the catalog's -wal and -shm gone, and
+#     with a capacity raised since (served at the store's size);
 #     without the -shm file alone it reads after a clean close, and is
 #     refused with the reason when a killed process left commits in the WAL.
 #
@@ -292,6 +293,12 @@ kvt_expect 1 "$K" put bkt ro/cli "$T/small"
 kvt_grep err "^kvtier: put: 'bkt/ro/cli': Read-only file system$"
 kvt_grep err "is on a read-only file system: opened to read only"
 check_all "read-only"
+# A capacity raised meanwhile cannot be made: served at the store's size.
+gw_config "$CONF" "$T/full" 256M 8M
+kvt_expect 0 "$K" stat
+kvt_grep err "has 5 segments and cannot grow to the 32 that capacity asks for on a read-only file system: opened at 5$"
+kvt_grep out "^capacity: +40\.0 MiB"
+gw_config "$CONF" "$T/full" 40M 8M
 kvt_expect 1 "$top_builddir/kvtier-migrate"
 kvt_grep err "is on a read-only file system: nothing can be demoted, recalled or imported"
 gw_start full 40M 8M
