@@ -350,7 +350,10 @@ step "the sweep by age: uploads under the prefix that no catalog recorded, over 
 # may be another node's upload in flight, and one outside the prefix is not
 # ours: both stay. The gateway's Initiated is its meta object's mtime,
 # which the partner's catalog ages by two days.
-python3 - "$gport" "$T/tls.crt" >"$T/orphans" <<'PY'
+# Once in CI, boto3 found no tls.crt here (FileNotFoundError): not
+# understood, so say what the directory held if it happens again.
+[ -f "$T/tls.crt" ] || fail "'$T/tls.crt' is gone: $(ls -la "$T" 2>&1 | head -40)"
+python3 - "$gport" "$T/tls.crt" >"$T/orphans" 2>"$T/orphans.err" <<'PY' ||
 import os, sys, boto3
 s3 = boto3.client("s3", endpoint_url="https://127.0.0.1:%s" % sys.argv[1], verify=sys.argv[2],
                   region_name="eu-west-3", aws_access_key_id=os.environ["GW_ACCESS"],
@@ -360,6 +363,7 @@ for key in ("pfx/models/orphan/old", "pfx/models/orphan/new", "elsewhere/old"):
     s3.upload_part(Bucket="g4bucket", Key=key, UploadId=u["UploadId"], PartNumber=1, Body=b"x" * 1000)
     print(key, u["UploadId"])
 PY
+	fail "boto3 could not make the uploads: $(tail -5 "$T/orphans.err"; ls -la "$T" 2>&1 | head -40)"
 old_id=$(awk '$1 == "pfx/models/orphan/old" { print $2 }' "$T/orphans")
 new_id=$(awk '$1 == "pfx/models/orphan/new" { print $2 }' "$T/orphans")
 else_id=$(awk '$1 == "elsewhere/old" { print $2 }' "$T/orphans")
