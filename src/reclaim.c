@@ -593,7 +593,8 @@ int reclaim_recover(struct kvt_store *st)
 			if (rc == -EBUSY)
 				rc = 0;	/* committed extents remain: sealed it stays */
 			else if (rc == 0)
-				log_info("recovered segment %u of a process that died", s->id);
+				log_info("recovered segment %u, left open by a process that died "
+					 "or by a seal that failed", s->id);
 		} else if (rc == -ESTALE) {
 			rc = 0;		/* changed meanwhile by someone alive */
 		}

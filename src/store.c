@@ -401,8 +401,14 @@ void store_append_unlock(struct kvt_store *st, uint32_t id)
 	pthread_mutex_unlock(&st->append_lock);
 }
 
-/* Gives up appending: OPEN -> SEALED with the append pointer (another
- * process may reopen it), or FREE if nothing was ever appended. */
+/*
+ * Gives up appending: OPEN -> SEALED with the append pointer (another
+ * process may reopen it), or FREE if nothing was ever appended. If the
+ * catalog cannot say so (an I/O error), the append lock goes all the same,
+ * so that recovery takes the segment as a dead owner's, and the flusher's
+ * next tick runs it: else the segment stayed OPEN, room nobody could use,
+ * until a writer ran out of room or the process restarted.
+ */
 static void store_seal(struct kvt_store *st, const struct store_open_seg *s)
 {
 	struct cat *c = store_cat(st);
@@ -412,9 +418,18 @@ static void store_seal(struct kvt_store *st, const struct store_open_seg *s)
 		rc = cat_segment_set_state(c, s->id, SEG_OPEN, s->off ? SEG_SEALED : SEG_FREE, s->off);
 		rc = rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
 	}
-	if (rc < 0)
+	if (rc < 0) {
 		log_err(rc, "cannot seal segment %u (recovery will)", s->id);
+		__atomic_store_n(&st->seal_failed, 1, __ATOMIC_RELAXED);
+	}
 	store_append_unlock(st, s->id);
+}
+
+/* The flusher's part: recovery of the segments store_seal() could not seal. */
+static void store_recover_unsealed(struct kvt_store *st)
+{
+	if (__atomic_exchange_n(&st->seal_failed, 0, __ATOMIC_RELAXED) && reclaim_recover(st) < 0)
+		__atomic_store_n(&st->seal_failed, 1, __ATOMIC_RELAXED);
 }
 
 int store_above_high(struct kvt_store *st, uint64_t *nfree)
@@ -808,6 +823,7 @@ static void *store_flusher(void *arg)
 		store_checkpoint(st);
 		store_pool_trim(st);
 		store_seal_idle(st);
+		store_recover_unsealed(st);
 		pthread_mutex_lock(&st->access_lock);
 	}
 	pthread_mutex_unlock(&st->access_lock);

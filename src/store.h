@@ -80,6 +80,7 @@ struct kvt_store {
 	size_t nretiring;
 	uint64_t nallocs;	/* from cur, ever; store_seal_idle's last look */
 	uint64_t nallocs_seen;
+	int seal_failed;	/* store_seal() could not: the flusher recovers it */
 	pthread_mutex_t reclaim_lock;
 	struct commit_queue commitq;
 

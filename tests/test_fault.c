@@ -9,13 +9,22 @@
  *
  * The Nth write (read) is moved over every position of a multi-extent put
  * (get), and past its end so that the fault fires in a later request.
+ *
+ * The catalog's own I/O fails through a SQLite VFS shim (the last section):
+ * a put, delete, rename or copy whose catalog write fails reports -EIO and
+ * changes nothing, or (the fault landed in bookkeeping it can do without,
+ * such as sealing a segment) succeeds whole; a sync whose fsync fails says
+ * so; an open whose catalog read fails reports -EIO and holds nothing.
  */
 #include "config.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testlib.h"
 #include "store.h"
@@ -566,6 +575,442 @@ static void test_fsck_under_read_fault(void **state)
 	test_fsck_clean(f->st);
 }
 
+/* ---- catalog faults: a VFS under SQLite ---------------------------------------- */
+
+/*
+ * The catalog's I/O goes through SQLite's VFS, the interface SQLite gives
+ * for this (its own tests use test_vfs.c). This shim passes everything to
+ * the real VFS and fails the nth read, write or sync of the catalog's
+ * database or WAL file made by the thread that armed it: the store's
+ * flusher commits access times and checkpoints on its own thread, at times
+ * no test chooses, and must not take the fault.
+ */
+enum cf_op { CF_READ, CF_WRITE, CF_SYNC };
+
+static struct {
+	sqlite3_vfs vfs, *real;
+	pthread_t thread;
+	int armed;
+	enum cf_op op;
+	unsigned long countdown;
+	unsigned injected;
+} g_cf;
+
+struct cf_file {
+	sqlite3_file base;
+	int catalog;		/* the database or its WAL: faults apply */
+	sqlite3_file *real;	/* follows this struct */
+};
+
+static void cf_arm(enum cf_op op, unsigned long nth)
+{
+	g_cf.thread = pthread_self();
+	g_cf.op = op;
+	g_cf.countdown = nth;
+	g_cf.injected = 0;
+	g_cf.armed = 1;
+}
+
+static void cf_disarm(void)
+{
+	g_cf.armed = 0;
+}
+
+static int cf_fires(const struct cf_file *p, enum cf_op op)
+{
+	if (!p->catalog || !g_cf.armed || g_cf.op != op ||
+	    !pthread_equal(g_cf.thread, pthread_self()) || --g_cf.countdown > 0)
+		return 0;
+	g_cf.armed = 0;
+	g_cf.injected++;
+	return 1;
+}
+
+#define CF_REAL(f) (((struct cf_file *)(f))->real)
+
+static int cf_close(sqlite3_file *f)
+{
+	return CF_REAL(f)->pMethods ? CF_REAL(f)->pMethods->xClose(CF_REAL(f)) : SQLITE_OK;
+}
+
+static int cf_read(sqlite3_file *f, void *buf, int amt, sqlite3_int64 off)
+{
+	if (cf_fires((struct cf_file *)f, CF_READ))
+		return SQLITE_IOERR_READ;
+	return CF_REAL(f)->pMethods->xRead(CF_REAL(f), buf, amt, off);
+}
+
+static int cf_write(sqlite3_file *f, const void *buf, int amt, sqlite3_int64 off)
+{
+	if (cf_fires((struct cf_file *)f, CF_WRITE))
+		return SQLITE_IOERR_WRITE;
+	return CF_REAL(f)->pMethods->xWrite(CF_REAL(f), buf, amt, off);
+}
+
+static int cf_sync(sqlite3_file *f, int flags)
+{
+	if (cf_fires((struct cf_file *)f, CF_SYNC))
+		return SQLITE_IOERR_FSYNC;
+	return CF_REAL(f)->pMethods->xSync(CF_REAL(f), flags);
+}
+
+static int cf_truncate(sqlite3_file *f, sqlite3_int64 size)
+{
+	return CF_REAL(f)->pMethods->xTruncate(CF_REAL(f), size);
+}
+
+static int cf_file_size(sqlite3_file *f, sqlite3_int64 *size)
+{
+	return CF_REAL(f)->pMethods->xFileSize(CF_REAL(f), size);
+}
+
+static int cf_lock(sqlite3_file *f, int l)
+{
+	return CF_REAL(f)->pMethods->xLock(CF_REAL(f), l);
+}
+
+static int cf_unlock(sqlite3_file *f, int l)
+{
+	return CF_REAL(f)->pMethods->xUnlock(CF_REAL(f), l);
+}
+
+static int cf_check_reserved(sqlite3_file *f, int *out)
+{
+	return CF_REAL(f)->pMethods->xCheckReservedLock(CF_REAL(f), out);
+}
+
+static int cf_file_control(sqlite3_file *f, int op, void *arg)
+{
+	return CF_REAL(f)->pMethods->xFileControl(CF_REAL(f), op, arg);
+}
+
+static int cf_sector_size(sqlite3_file *f)
+{
+	return CF_REAL(f)->pMethods->xSectorSize(CF_REAL(f));
+}
+
+static int cf_device_characteristics(sqlite3_file *f)
+{
+	return CF_REAL(f)->pMethods->xDeviceCharacteristics(CF_REAL(f));
+}
+
+static int cf_shm_map(sqlite3_file *f, int pg, int sz, int extend, void volatile **out)
+{
+	return CF_REAL(f)->pMethods->xShmMap(CF_REAL(f), pg, sz, extend, out);
+}
+
+static int cf_shm_lock(sqlite3_file *f, int off, int n, int flags)
+{
+	return CF_REAL(f)->pMethods->xShmLock(CF_REAL(f), off, n, flags);
+}
+
+static void cf_shm_barrier(sqlite3_file *f)
+{
+	CF_REAL(f)->pMethods->xShmBarrier(CF_REAL(f));
+}
+
+static int cf_shm_unmap(sqlite3_file *f, int del)
+{
+	return CF_REAL(f)->pMethods->xShmUnmap(CF_REAL(f), del);
+}
+
+/* Version 2: no xFetch, so that every page SQLite reads is an xRead. */
+static const sqlite3_io_methods cf_methods = {
+	.iVersion = 2,
+	.xClose = cf_close,
+	.xRead = cf_read,
+	.xWrite = cf_write,
+	.xTruncate = cf_truncate,
+	.xSync = cf_sync,
+	.xFileSize = cf_file_size,
+	.xLock = cf_lock,
+	.xUnlock = cf_unlock,
+	.xCheckReservedLock = cf_check_reserved,
+	.xFileControl = cf_file_control,
+	.xSectorSize = cf_sector_size,
+	.xDeviceCharacteristics = cf_device_characteristics,
+	.xShmMap = cf_shm_map,
+	.xShmLock = cf_shm_lock,
+	.xShmBarrier = cf_shm_barrier,
+	.xShmUnmap = cf_shm_unmap,
+};
+
+static int cf_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f, int flags,
+		   int *out_flags)
+{
+	struct cf_file *p = (struct cf_file *)f;
+	int rc;
+
+	(void)vfs;
+	p->real = (sqlite3_file *)(p + 1);
+	p->catalog = (flags & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_WAL)) != 0;
+	p->base.pMethods = NULL;
+	rc = g_cf.real->xOpen(g_cf.real, name, p->real, flags, out_flags);
+	if (rc == SQLITE_OK)
+		p->base.pMethods = &cf_methods;
+	return rc;
+}
+
+/* Makes the shim the default VFS; before any store opens. */
+static int cf_register(void)
+{
+	g_cf.real = sqlite3_vfs_find(NULL);
+	if (!g_cf.real)
+		return -1;
+	g_cf.vfs = *g_cf.real;
+	g_cf.vfs.zName = "catalog-fault";
+	g_cf.vfs.szOsFile = (int)sizeof(struct cf_file) + g_cf.real->szOsFile;
+	g_cf.vfs.xOpen = cf_open;
+	return sqlite3_vfs_register(&g_cf.vfs, 1) == SQLITE_OK ? 0 : -1;
+}
+
+/*
+ * Segments a failed seal left OPEN are recovered by the flusher's next
+ * tick (store_seal): wait for at most 10 s.
+ */
+static void wait_unsealed_recovered(struct kvt_store *st)
+{
+	struct kvt_store_stat s;
+
+	for (int i = 0; i < 1000; i++) {
+		assert_int_equal(kvt_store_stat(st, &s), 0);
+		if (s.segments_open <= 1)
+			return;
+		usleep(10000);
+	}
+	fail_msg("%llu segments stay open", (unsigned long long)s.segments_open);
+}
+
+/*
+ * For every position nth: a two-extent overwrite during which the nth
+ * catalog write of this thread fails. Where the fault lands in the put's
+ * commit, the put fails with -EIO and the key keeps its previous version
+ * whole; where it lands in a segment's seal, the put is not concerned and
+ * succeeds. A new key whose commit fails is not there at all; the next put,
+ * with nothing failing, works, with nothing to repair. The sweep ends at
+ * the first put the fault no longer reaches.
+ */
+static void test_catalog_write_eio_sweep(void **state)
+{
+	struct fixture *f = *state;
+	struct kvt_store *st = f->st;
+	uint64_t cur = 9000;
+	unsigned long nth, failed = 0;
+	int rc;
+
+	assert_int_equal(test_put(st, BUCKET, "cat/ow", TWO, cur), 0);
+	for (nth = 1; nth < 1000; nth++) {
+		cf_arm(CF_WRITE, nth);
+		rc = put_through(st, "cat/ow", TWO, 9000 + nth, 0);
+		cf_disarm();
+		if (!g_cf.injected) {
+			assert_int_equal(rc, 0);
+			cur = 9000 + nth;
+			break;
+		}
+		if (rc == 0) {
+			cur = 9000 + nth;
+		} else {
+			assert_int_equal(rc, -EIO);
+			failed++;
+		}
+		assert_int_equal(get_whole(st, "cat/ow", TWO, cur), 0);
+
+		cf_arm(CF_WRITE, nth);
+		rc = put_through(st, "cat/new", SMALL, nth, 0);
+		cf_disarm();
+		if (rc < 0) {
+			assert_int_equal(rc, -EIO);
+			assert_int_equal(g_cf.injected, 1);
+			assert_true(absent(st, "cat/new"));
+		} else {
+			assert_int_equal(get_whole(st, "cat/new", SMALL, nth), 0);
+			assert_int_equal(kvt_object_delete(st, BUCKET, "cat/new"), 0);
+		}
+
+		assert_int_equal(put_through(st, "cat/after", TWO, nth, 0), 0);
+		assert_int_equal(get_whole(st, "cat/after", TWO, nth), 0);
+		assert_int_equal(kvt_object_delete(st, BUCKET, "cat/after"), 0);
+		check_base(st);
+	}
+	assert_true(nth > 1 && nth < 1000);
+	assert_true(failed > 0);
+	assert_int_equal(get_whole(st, "cat/ow", TWO, cur), 0);
+	wait_unsealed_recovered(st);
+}
+
+/*
+ * A change the catalog alone makes (delete, rename, copy): run with the
+ * nth catalog write failing, for every nth until the change no longer meets
+ * the fault. It fails with -EIO and the objects are as before, or it took
+ * whole. `check` sees which (done) and then puts the objects back as
+ * before the change.
+ */
+struct meta_op {
+	int (*run)(struct kvt_store *st);
+	void (*check)(struct kvt_store *st, int done);
+};
+
+static void meta_fault_sweep(struct fixture *f, const struct meta_op *op)
+{
+	struct kvt_store *st = f->st;
+	unsigned long nth, failed = 0;
+	int rc;
+
+	op->check(st, 0);
+	for (nth = 1; nth < 1000; nth++) {
+		cf_arm(CF_WRITE, nth);
+		rc = op->run(st);
+		cf_disarm();
+		if (rc < 0) {
+			assert_int_equal(rc, -EIO);
+			assert_int_equal(g_cf.injected, 1);
+			failed++;
+		} else {
+			assert_int_equal(rc, 0);
+		}
+		op->check(st, rc == 0);
+		if (!g_cf.injected)
+			break;
+	}
+	assert_true(nth > 1 && nth < 1000);
+	assert_true(failed > 0);
+	wait_unsealed_recovered(st);
+}
+
+static int delete_run(struct kvt_store *st)
+{
+	return kvt_object_delete(st, BUCKET, "cat/del");
+}
+
+static void delete_check(struct kvt_store *st, int done)
+{
+	if (done) {
+		assert_true(absent(st, "cat/del"));
+		assert_int_equal(test_put(st, BUCKET, "cat/del", TWO, 77), 0);
+	}
+	assert_int_equal(get_whole(st, "cat/del", TWO, 77), 0);
+}
+
+/* cat/ra renamed over cat/rb, which it replaces. */
+static int rename_run(struct kvt_store *st)
+{
+	return kvt_object_rename(st, BUCKET, "cat/ra", "cat/rb", 0);
+}
+
+static void rename_check(struct kvt_store *st, int done)
+{
+	if (done) {
+		assert_true(absent(st, "cat/ra"));
+		assert_int_equal(get_whole(st, "cat/rb", TWO, 79), 0);
+		assert_int_equal(kvt_object_rename(st, BUCKET, "cat/rb", "cat/ra", 0), 0);
+	} else if (absent(st, "cat/ra")) {
+		assert_int_equal(test_put(st, BUCKET, "cat/ra", TWO, 79), 0);
+	} else {
+		assert_int_equal(get_whole(st, "cat/ra", TWO, 79), 0);
+	}
+	if (done || absent(st, "cat/rb"))
+		assert_int_equal(test_put(st, BUCKET, "cat/rb", SMALL, 80), 0);
+	assert_int_equal(get_whole(st, "cat/rb", SMALL, 80), 0);
+}
+
+/* cat/cs copied over cat/cd. */
+static int copy_run(struct kvt_store *st)
+{
+	return kvt_object_copy(st, BUCKET, "cat/cs", BUCKET, "cat/cd", NULL, NULL);
+}
+
+static void copy_check(struct kvt_store *st, int done)
+{
+	if (absent(st, "cat/cs"))
+		assert_int_equal(test_put(st, BUCKET, "cat/cs", TWO, 81), 0);
+	assert_int_equal(get_whole(st, "cat/cs", TWO, 81), 0);
+	if (done) {
+		assert_int_equal(get_whole(st, "cat/cd", TWO, 81), 0);
+		assert_int_equal(test_put(st, BUCKET, "cat/cd", SMALL, 82), 0);
+	} else if (absent(st, "cat/cd")) {
+		assert_int_equal(test_put(st, BUCKET, "cat/cd", SMALL, 82), 0);
+	}
+	assert_int_equal(get_whole(st, "cat/cd", SMALL, 82), 0);
+}
+
+static void test_catalog_delete_eio_sweep(void **state)
+{
+	static const struct meta_op op = { delete_run, delete_check };
+
+	assert_int_equal(test_put(((struct fixture *)*state)->st, BUCKET, "cat/del", TWO, 77), 0);
+	meta_fault_sweep(*state, &op);
+}
+
+static void test_catalog_rename_eio_sweep(void **state)
+{
+	static const struct meta_op op = { rename_run, rename_check };
+
+	meta_fault_sweep(*state, &op);
+}
+
+static void test_catalog_copy_eio_sweep(void **state)
+{
+	static const struct meta_op op = { copy_run, copy_check };
+
+	meta_fault_sweep(*state, &op);
+}
+
+/*
+ * kvt_store_sync() whose catalog fsync fails reports it; the next one, and
+ * the data, are fine.
+ */
+static void test_catalog_sync_eio(void **state)
+{
+	struct fixture *f = *state;
+	struct kvt_store *st = f->st;
+
+	assert_int_equal(test_put(st, BUCKET, "cat/sync", TWO, 78), 0);
+	cf_arm(CF_SYNC, 1);
+	assert_int_equal(kvt_store_sync(st), -EIO);
+	cf_disarm();
+	assert_int_equal(g_cf.injected, 1);
+	assert_int_equal(kvt_store_sync(st), 0);
+	assert_int_equal(get_whole(st, "cat/sync", TWO, 78), 0);
+}
+
+/*
+ * Opening a store while its catalog's nth read fails: the open fails with
+ * -EIO and leaves nothing behind, or (a read it makes again in its write
+ * transaction) succeeds; either way the next open works and every object
+ * reads back. The sweep ends at the first open the fault no longer reaches.
+ */
+static void test_catalog_open_read_eio_sweep(void **state)
+{
+	struct fixture *f = *state;
+	struct kvt_store *st = NULL;
+	unsigned long nth, failed = 0;
+	int rc;
+
+	for (nth = 1; nth < 1000; nth++) {
+		kvt_store_close(f->st);
+		f->st = NULL;
+		cf_arm(CF_READ, nth);
+		rc = kvt_store_open(&f->env.cfg, 0, &st);
+		cf_disarm();
+		if (rc < 0) {
+			assert_int_equal(rc, -EIO);
+			assert_int_equal(g_cf.injected, 1);
+			assert_null(st);
+			failed++;
+			rc = kvt_store_open(&f->env.cfg, 0, &st);
+		}
+		assert_int_equal(rc, 0);
+		f->st = st;
+		st = NULL;
+		check_base(f->st);
+		if (!g_cf.injected)
+			break;
+	}
+	assert_true(nth > 1 && nth < 1000);
+	assert_true(failed > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -582,8 +1027,16 @@ int main(void)
 		cmocka_unit_test_teardown(test_read_fault_ranges, check_after),
 		cmocka_unit_test_teardown(test_read_sticky, check_after),
 		cmocka_unit_test_teardown(test_fsck_under_read_fault, check_after),
+		cmocka_unit_test_teardown(test_catalog_write_eio_sweep, check_after),
+		cmocka_unit_test_teardown(test_catalog_delete_eio_sweep, check_after),
+		cmocka_unit_test_teardown(test_catalog_rename_eio_sweep, check_after),
+		cmocka_unit_test_teardown(test_catalog_copy_eio_sweep, check_after),
+		cmocka_unit_test_teardown(test_catalog_sync_eio, check_after),
+		cmocka_unit_test_teardown(test_catalog_open_read_eio_sweep, check_after),
 	};
 
+	if (cf_register() < 0)
+		return 1;
 	/* KVT_TEST_FILTER=test_name runs one test (a cmocka pattern). */
 	if (getenv("KVT_TEST_FILTER"))
 		cmocka_set_test_filter(getenv("KVT_TEST_FILTER"));
