@@ -569,13 +569,14 @@ int cat_open(const char *path, unsigned flags, struct cat **out)
 	 * The -wal and -shm files stay when the last connection closes. On a
 	 * full disk the store must still open and serve reads; a first opener
 	 * that has to create the -shm file again cannot (SQLITE_IOERR_SHMSIZE),
-	 * and the WAL's room, kept, lets small commits go on for a while.
+	 * and the WAL's room, kept while a process has the store open, lets
+	 * small commits go on for a while.
 	 *
 	 * journal_size_limit: a WAL that grew while readers held checkpoints
-	 * off is cut back to 16 MiB when it next starts over, rather
-	 * than keep its high-water size for good; and the last clean close,
-	 * which checkpoints it all, leaves it empty, so that the store can
-	 * be read on a read-only file system even without its -shm file.
+	 * off is cut back to 16 MiB when it next starts over, rather than
+	 * keep its high-water size for good; and the last clean close, which
+	 * checkpoints it all, leaves it empty, so that the store can be read
+	 * on a read-only file system even without its -shm file.
 	 */
 	sqlite3_file_control(c->db, "main", SQLITE_FCNTL_PERSIST_WAL, &(int){ 1 });
 	/*
