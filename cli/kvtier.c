@@ -94,6 +94,7 @@ static const char *cli_strerror(int rc)
 	case ENOTEMPTY:		return "bucket not empty";
 	case ENOSPC:		return "no space left (hot tier full, or the disk under the store)";
 	case EIO:		return "I/O or checksum error";
+	case EUCLEAN:		return "the catalog is damaged (kvtier(1), DAMAGED CATALOG)";
 	case ENAMETOOLONG:	return "key too long (over 1024 bytes)";
 	case EILSEQ:		return "key is not valid UTF-8";
 	case EINVAL:		return "invalid argument";
@@ -1077,6 +1078,12 @@ static int cmd_fsck(struct cli *c, int argc, char **argv)
 		return rc;
 	memset(&rep, 0, sizeof(rep));
 	rc = kvt_store_fsck(c->st, repair ? KVT_FSCK_REPAIR : 0, &rep);
+	if (rc == -EUCLEAN) {
+		/* Damage, though not of a kind any repair here mends. */
+		cli_fail(c, rc, NULL, NULL);
+		printf("status:              catalog damaged\n");
+		return CLI_DAMAGED;
+	}
 	if (rc < 0)
 		return cli_fail(c, rc, NULL, NULL);
 	printf("objects checked:     %" PRIu64 "\n", rep.objects_checked);

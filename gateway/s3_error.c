@@ -144,6 +144,8 @@ static const struct {
 	{ EPERM, S3_CTX_ANY, S3_ACCESS_DENIED },
 	{ EFBIG, S3_CTX_ANY, S3_ENTITY_TOO_LARGE },
 	{ EIO, S3_CTX_ANY, S3_INTERNAL_ERROR },
+	/* -EUCLEAN: the catalog is damaged (the log says how). */
+	{ EUCLEAN, S3_CTX_ANY, S3_INTERNAL_ERROR },
 };
 
 const char *s3_err_name(enum s3_code code)

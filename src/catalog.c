@@ -321,6 +321,8 @@ static int cat_busy(void *arg, int n)
 
 /* When a full disk was last logged: it is said once per 10 s, not per commit. */
 static int64_t cat_full_logged;
+/* The same for a damaged catalog, which every query after may meet. */
+static int64_t cat_damage_logged;
 
 /* Maps an SQLite result code to a negative errno: one place for it. */
 static int cat_errno(struct cat *c, int rc, const char *what)
@@ -344,6 +346,14 @@ static int cat_errno(struct cat *c, int rc, const char *what)
 		return -ENOSPC;
 	case SQLITE_NOMEM:
 		return -ENOMEM;
+	case SQLITE_CORRUPT:
+	case SQLITE_NOTADB:
+		/* -EUCLEAN, as file systems answer for their own damage: not an
+		 * I/O error a retry may get past, nor a damaged extent. */
+		if (log_every(&cat_damage_logged, 10))
+			log_err(0, "the catalog '%s' is damaged (%s, during %s): see kvtier fsck",
+				sqlite3_db_filename(c->db, "main"), sqlite3_errmsg(c->db), what);
+		return -EUCLEAN;
 	case SQLITE_READONLY:
 		/* No handle: cat_open_readonly() refused, and said why. */
 		if (!c->db || sqlite3_db_readonly(c->db, "main") == 1)
@@ -697,6 +707,35 @@ void cat_watch_wal(struct cat *c, unsigned *frames)
 int cat_disk_full(const struct cat *c)
 {
 	return c->disk_full;
+}
+
+int cat_quick_check(struct cat *c, char *msg, size_t len)
+{
+	sqlite3_stmt *s = NULL;
+	const char *r;
+	int rc;
+
+	msg[0] = '\0';
+	rc = sqlite3_prepare_v2(c->db, "PRAGMA quick_check(1)", -1, &s, NULL);
+	if (rc == SQLITE_OK)
+		rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW) {
+		r = (const char *)sqlite3_column_text(s, 0);
+		if (r && strcmp(r, "ok") == 0) {
+			rc = 0;
+		} else {
+			snprintf(msg, len, "%s", r ? r : "no answer");
+			rc = -EUCLEAN;
+		}
+	} else {
+		/* Damage that stops the check itself: SQLite's message says what. */
+		snprintf(msg, len, "%s", sqlite3_errmsg(c->db));
+		rc = cat_errno(c, rc, "quick check");
+	}
+	sqlite3_finalize(s);
+	for (char *p = msg; (p = strchr(p, '\n')); )
+		*p = ' ';	/* one log line */
+	return rc;
 }
 
 int cat_checkpoint(struct cat *c)

@@ -119,6 +119,12 @@ int cat_commit(struct cat *c);
 int cat_checkpoint(struct cat *c);
 /* -ENOSPC from the last write transaction was the disk's, not the hot tier's. */
 int cat_disk_full(const struct cat *c);
+/*
+ * SQLite's quick_check of the whole catalog (every page and record, not the
+ * indexes' agreement with the tables): 0 if sound; -EUCLEAN if damaged,
+ * with SQLite's first finding in msg; or a negative errno.
+ */
+int cat_quick_check(struct cat *c, char *msg, size_t len);
 /* After each commit of c, stores the number of frames in the log at *frames. */
 void cat_watch_wal(struct cat *c, unsigned *frames);
 /* A number that changes whenever another connection commits (PRAGMA data_version). */

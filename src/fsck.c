@@ -424,6 +424,7 @@ int kvt_store_fsck(struct kvt_store *st, unsigned flags, struct kvt_fsck_report 
 	struct fsck_state fs = { .st = st, .rep = rep };
 	struct cat *c = store_cat(st);
 	unsigned unfixable = 0;
+	char damage[256];
 	int rc;
 
 	memset(rep, 0, sizeof(*rep));
@@ -440,6 +441,15 @@ int kvt_store_fsck(struct kvt_store *st, unsigned flags, struct kvt_fsck_report 
 		goto out;
 	/* Make the catalog's view of access times and writes current first. */
 	kvt_store_flush_access(st);
+	/*
+	 * A damaged catalog first: what follows would stop at the first
+	 * damaged page it reads, with no word of the rest.
+	 */
+	rc = cat_quick_check(c, damage, sizeof(damage));
+	if (rc == -EUCLEAN)
+		log_err(0, "the catalog of '%s' is damaged: %s", st->dir, damage);
+	if (rc < 0)
+		goto out;
 
 	/* Suspect: one snapshot, from its first read to the rollback. */
 	rc = cat_begin_read(c);

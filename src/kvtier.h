@@ -554,7 +554,8 @@ enum { KVT_FSCK_REPAIR = 1 << 0 };
  * wrong is checked again against the catalog as it is now, and only what is
  * still wrong is reported (logged) and repaired (fsck.c). Returns 0 when
  * the store is clean (or was repaired), 1 when problems remain, or a
- * negative errno.
+ * negative errno: -EUCLEAN when the catalog itself is damaged (SQLite's
+ * finding logged), which no repair here can mend.
  */
 int kvt_store_fsck(struct kvt_store *st, unsigned flags, struct kvt_fsck_report *rep);
 

@@ -277,6 +277,24 @@ kvt_grep out "segments: +160 of 1\\.0 MiB"
 kvt_expect 0 "$K" -c "$T/many.conf" fsck
 rm -rf "$T/many"
 
+step "a damaged catalog page: commands say so, and fsck first of all (exit 3)"
+db=$KVT_DIR/catalog.db
+root=$(sqlite3 "$db" "SELECT rootpage FROM sqlite_schema WHERE name = 'objects'")
+psize=$(sqlite3 "$db" "PRAGMA page_size")
+[ -n "$root" ] && [ -n "$psize" ] || fail "cannot find the objects table's page in $db"
+cp "$db" "$T/catalog.db.good"
+head -c "$psize" /dev/zero | tr "\\0" Z | dd of="$db" bs="$psize" seek=$((root - 1)) conv=notrunc 2>/dev/null
+kvt_expect 1 "$K" ls models
+kvt_grep err "^kvtier: error: the catalog '$db' is damaged \(.*\): see kvtier fsck$"
+kvt_grep err "^kvtier: ls: 'models': the catalog is damaged \(kvtier\(1\), DAMAGED CATALOG\)$"
+kvt_expect 3 "$K" fsck
+kvt_grep err "^kvtier: error: the catalog of '$KVT_DIR' is damaged: "
+kvt_grep out "^status: +catalog damaged$"
+kvt_expect 3 "$K" fsck --repair
+cp "$T/catalog.db.good" "$db"
+kvt_expect 0 "$K" fsck
+kvt_grep out "^status: +clean$"
+
 step "errors: usage, configuration, missing objects, bad names and keys"
 kvt_expect 2 "$K" frobnicate
 kvt_grep err "^kvtier: unknown command 'frobnicate'"
