@@ -419,6 +419,36 @@ static int fsck_confirm_segment(struct fsck_state *fs, uint32_t id, unsigned fla
 	return 0;
 }
 
+/*
+ * segments.map holds each segment's generation for the readers of every
+ * process (segment.h). A process sets it only after the catalog committed
+ * it, so read first it is never ahead of the catalog read after it. Ahead
+ * for a segment that holds committed extents, the file was damaged (it is
+ * never synced; an open after a reboot rebuilds it, but only raises what
+ * it holds): every read of those objects fails as if they were reclaimed,
+ * which the object pass cannot tell from a real reclaim. Lowering it here
+ * could race a reclaim in another process, so it is reported, with the
+ * cure, and not repaired.
+ */
+static int fsck_check_map(struct fsck_state *fs, uint32_t id, unsigned *unfixable)
+{
+	uint64_t mapped = seg_map_gen(fs->st->sf, id);
+	struct cat_segment s;
+	int rc = cat_segment_get(store_cat(fs->st), id, &s);
+
+	if (rc < 0)
+		return rc == -ENOENT ? 0 : rc;
+	if (mapped <= s.gen || s.live == 0)
+		return 0;
+	log_err(0, "'%s/segments.map' gives segment %u generation %llu, the catalog %llu: its objects "
+		"read as reclaimed; stop every kvtier process on the store and remove that file "
+		"(the next open makes it again)", fs->st->dir, id, (unsigned long long)mapped,
+		(unsigned long long)s.gen);
+	fs->rep->catalog_errors++;
+	(*unfixable)++;
+	return 0;
+}
+
 int kvt_store_fsck(struct kvt_store *st, unsigned flags, struct kvt_fsck_report *rep)
 {
 	struct fsck_state fs = { .st = st, .rep = rep };
@@ -469,6 +499,8 @@ int kvt_store_fsck(struct kvt_store *st, unsigned flags, struct kvt_fsck_report 
 			continue;
 		rc = fsck_confirm_segment(&fs, i, flags, &unfixable);
 	}
+	for (uint32_t i = 0; i < st->nsegs && rc == 0; i++)
+		rc = fsck_check_map(&fs, i, &unfixable);
 	if (rc == 0)
 		unfixable += fsck_overlaps(&fs);
 	for (size_t i = 0; i < fs.nsuspects && rc == 0; i++)
