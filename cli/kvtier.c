@@ -1095,6 +1095,7 @@ static int cmd_fsck(struct cli *c, int argc, char **argv)
 	printf("repaired:            %" PRIu64 "\n", rep.repaired);
 	if (rc > 0) {
 		printf("status:              damaged%s\n",
+		       rep.unrepairable ? " (some of it no repair mends: see the log)" :
 		       repair ? "" : " (run 'kvtier fsck --repair')");
 		return CLI_DAMAGED;
 	}

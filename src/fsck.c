@@ -391,6 +391,7 @@ static unsigned fsck_overlaps(struct fsck_state *fs)
 			(long long)p->object, (long long)r->object, r->segment,
 			(unsigned long long)r->offset);
 		fs->rep->catalog_errors++;
+		fs->rep->unrepairable++;
 		n++;
 	}
 	return n;
@@ -445,6 +446,7 @@ static int fsck_check_map(struct fsck_state *fs, uint32_t id, unsigned *unfixabl
 		"(the next open makes it again)", fs->st->dir, id, (unsigned long long)mapped,
 		(unsigned long long)s.gen);
 	fs->rep->catalog_errors++;
+	fs->rep->unrepairable++;
 	(*unfixable)++;
 	return 0;
 }

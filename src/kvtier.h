@@ -542,6 +542,8 @@ struct kvt_fsck_report {
 	uint64_t header_errors;		/* extent header does not name its object */
 	uint64_t catalog_errors;	/* extents out of bounds, overlaps, bad accounting */
 	uint64_t repaired;		/* objects removed or accounting fixed */
+	uint64_t unrepairable;		/* of the errors, those no repair here mends
+					 * (overlapping extents, a damaged segments.map) */
 };
 
 enum { KVT_FSCK_REPAIR = 1 << 0 };

@@ -702,6 +702,7 @@ static void test_segment_map_ahead(void **state)
 			 -ESTALE);
 	assert_int_equal(kvt_store_fsck(f->st, KVT_FSCK_REPAIR, &rep), 1);
 	assert_true(rep.catalog_errors >= 1);
+	assert_int_equal(rep.unrepairable, rep.catalog_errors);
 	assert_int_equal(rep.repaired, 0);
 	kvt_store_close(f->st);
 
