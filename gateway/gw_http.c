@@ -253,6 +253,12 @@ static void http_op_health(struct gw_req *rq)
 	struct gw_buf b;
 
 	gw_buf_init(&b);
+	/* Some reads may still work; the node should be drained all the same. */
+	if (kvt_store_catalog_damaged(rq->srv->st)) {
+		gw_buf_puts(&b, "catalog: damaged (see the log and kvtier fsck)\n");
+		http_send_buf(rq, 503, "text/plain", &b);
+		return;
+	}
 	if (kvt_store_stat(rq->srv->st, &ss) < 0) {
 		gw_buf_puts(&b, "store: unavailable\n");
 		http_send_buf(rq, 503, "text/plain", &b);

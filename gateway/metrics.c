@@ -131,6 +131,9 @@ void metrics_render(struct gw_buf *b, struct kvt_store *st)
 			      (double)metrics_get(&metrics_latency_sum_us[op]) / 1e6,
 			      s3_op_name((enum s3_op)op), (unsigned long long)cum);
 	}
+	gw_buf_printf(b, "# HELP kvtier_catalog_damaged 1 once this process met a damaged catalog page.\n"
+		      "# TYPE kvtier_catalog_damaged gauge\nkvtier_catalog_damaged %d\n",
+		      kvt_store_catalog_damaged(st));
 	if (kvt_store_stat(st, &ss) < 0) {
 		gw_buf_puts(b, "# kvt_store_stat failed: hot-tier figures left out\n");
 		return;

@@ -323,6 +323,8 @@ static int cat_busy(void *arg, int n)
 static int64_t cat_full_logged;
 /* The same for a damaged catalog, which every query after may meet. */
 static int64_t cat_damage_logged;
+/* Set for good once any query of this process met a damaged page. */
+static int cat_damage_flag;
 
 /* Maps an SQLite result code to a negative errno: one place for it. */
 static int cat_errno(struct cat *c, int rc, const char *what)
@@ -350,6 +352,7 @@ static int cat_errno(struct cat *c, int rc, const char *what)
 	case SQLITE_NOTADB:
 		/* -EUCLEAN, as file systems answer for their own damage: not an
 		 * I/O error a retry may get past, nor a damaged extent. */
+		__atomic_store_n(&cat_damage_flag, 1, __ATOMIC_RELAXED);
 		if (log_every(&cat_damage_logged, 10))
 			log_err(0, "the catalog '%s' is damaged (%s, during %s): see kvtier fsck",
 				sqlite3_db_filename(c->db, "main"), sqlite3_errmsg(c->db), what);
@@ -709,6 +712,11 @@ int cat_disk_full(const struct cat *c)
 	return c->disk_full;
 }
 
+int cat_damage_seen(void)
+{
+	return __atomic_load_n(&cat_damage_flag, __ATOMIC_RELAXED);
+}
+
 int cat_quick_check(struct cat *c, char *msg, size_t len)
 {
 	sqlite3_stmt *s = NULL;
@@ -725,6 +733,7 @@ int cat_quick_check(struct cat *c, char *msg, size_t len)
 			rc = 0;
 		} else {
 			snprintf(msg, len, "%s", r ? r : "no answer");
+			__atomic_store_n(&cat_damage_flag, 1, __ATOMIC_RELAXED);
 			rc = -EUCLEAN;
 		}
 	} else {

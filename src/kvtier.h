@@ -173,6 +173,13 @@ int kvt_store_stat(struct kvt_store *st, struct kvt_store_stat *out);
  */
 int kvt_store_readonly(const struct kvt_store *st);
 
+/*
+ * 1 once this process met a damaged page of the store's catalog (every
+ * query that meets one fails with -EUCLEAN): for /health and /metrics,
+ * which must say so even when kvt_store_stat() itself fails on it.
+ */
+int kvt_store_catalog_damaged(const struct kvt_store *st);
+
 /* Make everything committed so far durable against power loss. */
 int kvt_store_sync(struct kvt_store *st);
 

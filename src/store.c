@@ -1437,6 +1437,12 @@ int kvt_store_readonly(const struct kvt_store *st)
 	return st->readonly;
 }
 
+int kvt_store_catalog_damaged(const struct kvt_store *st)
+{
+	(void)st;	/* one store a process in every kvtier program */
+	return cat_damage_seen();
+}
+
 int kvt_store_stat(struct kvt_store *st, struct kvt_store_stat *out)
 {
 	struct cat *c = store_cat(st);

@@ -657,7 +657,9 @@ static void test_catalog_page_damaged(void **state)
 	assert_int_equal(pwrite(fd, junk, size, off), (ssize_t)size);
 
 	f->st = test_store_open(&f->env);
+	assert_int_equal(kvt_store_catalog_damaged(f->st), 0);
 	assert_int_equal(kvt_object_head(f->st, BUCKET, "other/small", &o), -EUCLEAN);
+	assert_int_equal(kvt_store_catalog_damaged(f->st), 1);
 	assert_null(o);
 	assert_int_equal(test_check(f->st, BUCKET, "other/three", others[2].len, others[2].seed),
 			 -EUCLEAN);
