@@ -19,7 +19,10 @@
 #     or 503 (the gateway), even with the catalog's -wal and -shm gone, and
 #     with a capacity raised since (served at the store's size);
 #     without the -shm file alone it reads after a clean close, and is
-#     refused with the reason when a killed process left commits in the WAL.
+#     refused with the reason when a killed process left commits in the WAL;
+#   - G4 (file://) on a full disk: kvtier-migrate fails with the reason,
+#     every object stays readable, nothing is left half written in G4, and
+#     the next run, with room, demotes everything.
 #
 # Needs root (mount); skips (77) where no small file system can be mounted.
 # The mount part skips alone where FUSE is missing.
@@ -349,5 +352,38 @@ kvt_expect 0 "$K" get bkt after/killed "$T/back"
 cmp -s "$T/small" "$T/back" || fail "after/killed differs once the disk was writable again"
 kvt_expect 0 "$K" put bkt after/rw "$T/small"
 kvt_expect 0 "$K" fsck
+kvt_grep out "^status: +clean"
+
+step "G4 (file://) on a full disk: demotion fails with the reason and loses nothing; with room it completes"
+# A store of its own, off the small disk; its G4 directory on it.
+G4C=$T/g4.conf
+gw_config "$G4C" "$T/g4store" 32M 8M
+printf '[g4]\nurl = file://%s/g4\n' "$DISK" >>"$G4C"
+kvt_expect 0 "$K" -c "$G4C" init
+kvt_expect 0 "$K" -c "$G4C" mb g4b
+for i in 0 1 2 3 4 5; do
+	head -c $((700000 + i)) /dev/urandom >"$T/g4in.$i"
+	kvt_expect 0 "$K" -c "$G4C" put g4b "conv/s$((i % 2))/b$i" "$T/g4in.$i"
+done
+dd if=/dev/zero of="$DISK/filler" bs=64k 2>/dev/null || :
+kvt_expect 1 "$top_builddir/kvtier-migrate" -c "$G4C" --idle 0s
+kvt_grep err "No space left on device"
+kvt_grep err "demote: .*[1-9][0-9]* failures"
+for i in 0 1 2 3 4 5; do
+	kvt_expect 0 "$K" -c "$G4C" get g4b "conv/s$((i % 2))/b$i" "$T/back"
+	cmp -s "$T/g4in.$i" "$T/back" || fail "conv/s$((i % 2))/b$i differs after a demotion into a full G4"
+done
+[ -z "$(find "$DISK/g4" -path '*/.kvtier/tmp/*' -type f 2>/dev/null)" ] ||
+	fail "the failed demotion left temporary files in G4: $(find "$DISK/g4" -path '*/.kvtier/tmp/*')"
+rm "$DISK/filler"
+kvt_expect 0 "$top_builddir/kvtier-migrate" -c "$G4C" --idle 0s
+kvt_grep err "demote: .* 0 failures"
+for i in 0 1 2 3 4 5; do
+	kvt_expect 0 "$K" -c "$G4C" head g4b "conv/s$((i % 2))/b$i"
+	kvt_grep out "^tier: +cold$"
+	kvt_expect 0 "$K" -c "$G4C" get g4b "conv/s$((i % 2))/b$i" "$T/back"
+	cmp -s "$T/g4in.$i" "$T/back" || fail "conv/s$((i % 2))/b$i differs once recalled"
+done
+kvt_expect 0 "$K" -c "$G4C" fsck
 kvt_grep out "^status: +clean"
 echo "ok"
