@@ -751,9 +751,15 @@ int cat_quick_check(struct cat *c, char *msg, size_t len)
 	return rc;
 }
 
-int cat_checkpoint(struct cat *c)
+int cat_checkpoint(struct cat *c, int restart)
 {
 	int rc = sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+
+	if (restart && (rc == SQLITE_OK || rc == SQLITE_BUSY)) {
+		sqlite3_busy_timeout(c->db, 100);
+		rc = sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_RESTART, NULL, NULL);
+		sqlite3_busy_handler(c->db, cat_busy, NULL);
+	}
 
 	/* Busy: a reader or another checkpoint is in the way; next time. */
 	return rc == SQLITE_OK || rc == SQLITE_BUSY ? 0 : cat_errno(c, rc, "checkpoint");

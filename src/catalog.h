@@ -115,8 +115,13 @@ int cat_segment_trim(struct cat *c, uint32_t nsegs);
 int cat_begin(struct cat *c);		/* BEGIN IMMEDIATE: a write transaction */
 int cat_begin_read(struct cat *c);	/* BEGIN DEFERRED */
 int cat_commit(struct cat *c);
-/* Copies the write-ahead log into the database when nothing is in the way. */
-int cat_checkpoint(struct cat *c);
+/*
+ * Copies the write-ahead log into the database when nothing is in the way
+ * (PASSIVE). With `restart`, then makes the next writer start the log over
+ * (RESTART): writers wait for it, so it waits at most 100 ms for readers of
+ * older snapshots, and gives up until the next call if they are not done.
+ */
+int cat_checkpoint(struct cat *c, int restart);
 /* -ENOSPC from the last write transaction was the disk's, not the hot tier's. */
 int cat_disk_full(const struct cat *c);
 /*

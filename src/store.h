@@ -104,6 +104,7 @@ struct kvt_store {
 	int flusher_running;
 	int stopping;
 	unsigned wal_frames;		/* in the catalog's log at this process's last commit */
+	unsigned ckpt_frames;		/* CKPT_WAL_FRAMES (store.c); tests make it small */
 	int64_t ckpt_version;		/* the catalog's data version at the last tick */
 	int64_t ckpt_ns;		/* when the flusher last checkpointed */
 
