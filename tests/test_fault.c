@@ -602,26 +602,27 @@ struct cf_file {
 	sqlite3_file *real;	/* follows this struct */
 };
 
+/* The other threads look at `armed` only: the rest is the arming thread's. */
 static void cf_arm(enum cf_op op, unsigned long nth)
 {
 	g_cf.thread = pthread_self();
 	g_cf.op = op;
 	g_cf.countdown = nth;
 	g_cf.injected = 0;
-	g_cf.armed = 1;
+	__atomic_store_n(&g_cf.armed, 1, __ATOMIC_RELEASE);
 }
 
 static void cf_disarm(void)
 {
-	g_cf.armed = 0;
+	__atomic_store_n(&g_cf.armed, 0, __ATOMIC_RELEASE);
 }
 
 static int cf_fires(const struct cf_file *p, enum cf_op op)
 {
-	if (!p->catalog || !g_cf.armed || g_cf.op != op ||
-	    !pthread_equal(g_cf.thread, pthread_self()) || --g_cf.countdown > 0)
+	if (!p->catalog || !__atomic_load_n(&g_cf.armed, __ATOMIC_ACQUIRE) ||
+	    !pthread_equal(g_cf.thread, pthread_self()) || g_cf.op != op || --g_cf.countdown > 0)
 		return 0;
-	g_cf.armed = 0;
+	cf_disarm();
 	g_cf.injected++;
 	return 1;
 }
