@@ -579,28 +579,21 @@ static void test_fsck_under_read_fault(void **state)
 
 /*
  * The catalog's I/O goes through SQLite's VFS, the interface SQLite gives
- * for this (its own tests use test_vfs.c). This shim passes everything to
- * the real VFS and fails the nth read, write or sync of the catalog's
- * database or WAL file made by the thread that armed it: the store's
- * flusher commits access times and checkpoints on its own thread, at times
- * no test chooses, and must not take the fault.
+ * for this (testlib's shim, test_vfs_register). These hooks fail the nth
+ * read, write or sync of the catalog's database or WAL file made by the
+ * thread that armed it: the store's flusher commits access times and
+ * checkpoints on its own thread, at times no test chooses, and must not
+ * take the fault.
  */
 enum cf_op { CF_READ, CF_WRITE, CF_SYNC };
 
 static struct {
-	sqlite3_vfs vfs, *real;
 	pthread_t thread;
 	int armed;
 	enum cf_op op;
 	unsigned long countdown;
 	unsigned injected;
 } g_cf;
-
-struct cf_file {
-	sqlite3_file base;
-	int catalog;		/* the database or its WAL: faults apply */
-	sqlite3_file *real;	/* follows this struct */
-};
 
 /* The other threads look at `armed` only: the rest is the arming thread's. */
 static void cf_arm(enum cf_op op, unsigned long nth)
@@ -617,9 +610,10 @@ static void cf_disarm(void)
 	__atomic_store_n(&g_cf.armed, 0, __ATOMIC_RELEASE);
 }
 
-static int cf_fires(const struct cf_file *p, enum cf_op op)
+static int cf_fires(const struct test_vfs_file *f, enum cf_op op)
 {
-	if (!p->catalog || !__atomic_load_n(&g_cf.armed, __ATOMIC_ACQUIRE) ||
+	if (!(f->flags & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_WAL)) ||
+	    !__atomic_load_n(&g_cf.armed, __ATOMIC_ACQUIRE) ||
 	    !pthread_equal(g_cf.thread, pthread_self()) || g_cf.op != op || --g_cf.countdown > 0)
 		return 0;
 	cf_disarm();
@@ -627,143 +621,32 @@ static int cf_fires(const struct cf_file *p, enum cf_op op)
 	return 1;
 }
 
-#define CF_REAL(f) (((struct cf_file *)(f))->real)
-
-static int cf_close(sqlite3_file *f)
+static int cf_read(struct test_vfs_file *f, void *buf, int amt, sqlite3_int64 off)
 {
-	return CF_REAL(f)->pMethods ? CF_REAL(f)->pMethods->xClose(CF_REAL(f)) : SQLITE_OK;
-}
-
-static int cf_read(sqlite3_file *f, void *buf, int amt, sqlite3_int64 off)
-{
-	if (cf_fires((struct cf_file *)f, CF_READ))
+	if (cf_fires(f, CF_READ))
 		return SQLITE_IOERR_READ;
-	return CF_REAL(f)->pMethods->xRead(CF_REAL(f), buf, amt, off);
+	return f->real->pMethods->xRead(f->real, buf, amt, off);
 }
 
-static int cf_write(sqlite3_file *f, const void *buf, int amt, sqlite3_int64 off)
+static int cf_write(struct test_vfs_file *f, const void *buf, int amt, sqlite3_int64 off)
 {
-	if (cf_fires((struct cf_file *)f, CF_WRITE))
+	if (cf_fires(f, CF_WRITE))
 		return SQLITE_IOERR_WRITE;
-	return CF_REAL(f)->pMethods->xWrite(CF_REAL(f), buf, amt, off);
+	return f->real->pMethods->xWrite(f->real, buf, amt, off);
 }
 
-static int cf_sync(sqlite3_file *f, int flags)
+static int cf_sync(struct test_vfs_file *f, int flags)
 {
-	if (cf_fires((struct cf_file *)f, CF_SYNC))
+	if (cf_fires(f, CF_SYNC))
 		return SQLITE_IOERR_FSYNC;
-	return CF_REAL(f)->pMethods->xSync(CF_REAL(f), flags);
+	return f->real->pMethods->xSync(f->real, flags);
 }
 
-static int cf_truncate(sqlite3_file *f, sqlite3_int64 size)
-{
-	return CF_REAL(f)->pMethods->xTruncate(CF_REAL(f), size);
-}
-
-static int cf_file_size(sqlite3_file *f, sqlite3_int64 *size)
-{
-	return CF_REAL(f)->pMethods->xFileSize(CF_REAL(f), size);
-}
-
-static int cf_lock(sqlite3_file *f, int l)
-{
-	return CF_REAL(f)->pMethods->xLock(CF_REAL(f), l);
-}
-
-static int cf_unlock(sqlite3_file *f, int l)
-{
-	return CF_REAL(f)->pMethods->xUnlock(CF_REAL(f), l);
-}
-
-static int cf_check_reserved(sqlite3_file *f, int *out)
-{
-	return CF_REAL(f)->pMethods->xCheckReservedLock(CF_REAL(f), out);
-}
-
-static int cf_file_control(sqlite3_file *f, int op, void *arg)
-{
-	return CF_REAL(f)->pMethods->xFileControl(CF_REAL(f), op, arg);
-}
-
-static int cf_sector_size(sqlite3_file *f)
-{
-	return CF_REAL(f)->pMethods->xSectorSize(CF_REAL(f));
-}
-
-static int cf_device_characteristics(sqlite3_file *f)
-{
-	return CF_REAL(f)->pMethods->xDeviceCharacteristics(CF_REAL(f));
-}
-
-static int cf_shm_map(sqlite3_file *f, int pg, int sz, int extend, void volatile **out)
-{
-	return CF_REAL(f)->pMethods->xShmMap(CF_REAL(f), pg, sz, extend, out);
-}
-
-static int cf_shm_lock(sqlite3_file *f, int off, int n, int flags)
-{
-	return CF_REAL(f)->pMethods->xShmLock(CF_REAL(f), off, n, flags);
-}
-
-static void cf_shm_barrier(sqlite3_file *f)
-{
-	CF_REAL(f)->pMethods->xShmBarrier(CF_REAL(f));
-}
-
-static int cf_shm_unmap(sqlite3_file *f, int del)
-{
-	return CF_REAL(f)->pMethods->xShmUnmap(CF_REAL(f), del);
-}
-
-/* Version 2: no xFetch, so that every page SQLite reads is an xRead. */
-static const sqlite3_io_methods cf_methods = {
-	.iVersion = 2,
-	.xClose = cf_close,
-	.xRead = cf_read,
-	.xWrite = cf_write,
-	.xTruncate = cf_truncate,
-	.xSync = cf_sync,
-	.xFileSize = cf_file_size,
-	.xLock = cf_lock,
-	.xUnlock = cf_unlock,
-	.xCheckReservedLock = cf_check_reserved,
-	.xFileControl = cf_file_control,
-	.xSectorSize = cf_sector_size,
-	.xDeviceCharacteristics = cf_device_characteristics,
-	.xShmMap = cf_shm_map,
-	.xShmLock = cf_shm_lock,
-	.xShmBarrier = cf_shm_barrier,
-	.xShmUnmap = cf_shm_unmap,
+static const struct test_vfs_hooks cf_hooks = {
+	.read = cf_read,
+	.write = cf_write,
+	.sync = cf_sync,
 };
-
-static int cf_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f, int flags,
-		   int *out_flags)
-{
-	struct cf_file *p = (struct cf_file *)f;
-	int rc;
-
-	(void)vfs;
-	p->real = (sqlite3_file *)(p + 1);
-	p->catalog = (flags & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_WAL)) != 0;
-	p->base.pMethods = NULL;
-	rc = g_cf.real->xOpen(g_cf.real, name, p->real, flags, out_flags);
-	if (rc == SQLITE_OK)
-		p->base.pMethods = &cf_methods;
-	return rc;
-}
-
-/* Makes the shim the default VFS; before any store opens. */
-static int cf_register(void)
-{
-	g_cf.real = sqlite3_vfs_find(NULL);
-	if (!g_cf.real)
-		return -1;
-	g_cf.vfs = *g_cf.real;
-	g_cf.vfs.zName = "catalog-fault";
-	g_cf.vfs.szOsFile = (int)sizeof(struct cf_file) + g_cf.real->szOsFile;
-	g_cf.vfs.xOpen = cf_open;
-	return sqlite3_vfs_register(&g_cf.vfs, 1) == SQLITE_OK ? 0 : -1;
-}
 
 /*
  * Segments a failed seal left OPEN are recovered by the flusher's next
@@ -1036,7 +919,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_catalog_open_read_eio_sweep, check_after),
 	};
 
-	if (cf_register() < 0)
+	if (test_vfs_register(&cf_hooks) < 0)
 		return 1;
 	/* KVT_TEST_FILTER=test_name runs one test (a cmocka pattern). */
 	if (getenv("KVT_TEST_FILTER"))

@@ -194,13 +194,6 @@ static void rec_send(enum rec_type type, enum rec_state state, unsigned key, uin
 /* ---- the catalog's side: a VFS over io_powerloss --------------------------------- */
 
 static struct io_powerloss *g_pl;
-static sqlite3_vfs *g_real_vfs;
-
-struct plv_file {
-	sqlite3_file base;
-	int fd;			/* ours for the data, or -1: everything goes to real */
-	sqlite3_file *real;	/* follows this struct */
-};
 
 /*
  * Descriptors are never closed: closing any descriptor of a file drops
@@ -227,184 +220,72 @@ static int plv_fd_of(const char *path)
 	return g_paths[g_npaths++].fd;
 }
 
-static int plv_close(sqlite3_file *f)
+/* The database, its WAL and journal go through io_powerloss (f->fd); the
+ * rest (the -shm file, locks) to the real files. */
+static void plv_opened(struct test_vfs_file *f, const char *name)
 {
-	struct plv_file *p = (struct plv_file *)f;
-
-	return p->real->pMethods ? p->real->pMethods->xClose(p->real) : SQLITE_OK;
+	if (name && (f->flags & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_WAL | SQLITE_OPEN_MAIN_JOURNAL)))
+		f->fd = plv_fd_of(name);
 }
 
-static int plv_read(sqlite3_file *f, void *buf, int amt, sqlite3_int64 off)
+static int plv_read(struct test_vfs_file *f, void *buf, int amt, sqlite3_int64 off)
 {
-	struct plv_file *p = (struct plv_file *)f;
 	ssize_t n;
 
-	if (p->fd < 0)
-		return p->real->pMethods->xRead(p->real, buf, amt, off);
-	n = io_powerloss_pread(g_pl, p->fd, buf, (size_t)amt, (uint64_t)off);
+	if (f->fd < 0)
+		return f->real->pMethods->xRead(f->real, buf, amt, off);
+	n = io_powerloss_pread(g_pl, f->fd, buf, (size_t)amt, (uint64_t)off);
 	if (n < 0)
 		return SQLITE_IOERR_READ;
 	return n < amt ? SQLITE_IOERR_SHORT_READ : SQLITE_OK;
 }
 
-static int plv_write(sqlite3_file *f, const void *buf, int amt, sqlite3_int64 off)
+static int plv_write(struct test_vfs_file *f, const void *buf, int amt, sqlite3_int64 off)
 {
-	struct plv_file *p = (struct plv_file *)f;
-
-	if (p->fd < 0)
-		return p->real->pMethods->xWrite(p->real, buf, amt, off);
-	return io_powerloss_pwrite(g_pl, p->fd, buf, (size_t)amt, (uint64_t)off) == amt ?
+	if (f->fd < 0)
+		return f->real->pMethods->xWrite(f->real, buf, amt, off);
+	return io_powerloss_pwrite(g_pl, f->fd, buf, (size_t)amt, (uint64_t)off) == amt ?
 	       SQLITE_OK : SQLITE_IOERR_WRITE;
 }
 
-static int plv_truncate(sqlite3_file *f, sqlite3_int64 size)
+static int plv_truncate(struct test_vfs_file *f, sqlite3_int64 size)
 {
-	struct plv_file *p = (struct plv_file *)f;
-
-	if (p->fd < 0)
-		return p->real->pMethods->xTruncate(p->real, size);
-	return io_powerloss_truncate(g_pl, p->fd, (uint64_t)size) == 0 ? SQLITE_OK
+	if (f->fd < 0)
+		return f->real->pMethods->xTruncate(f->real, size);
+	return io_powerloss_truncate(g_pl, f->fd, (uint64_t)size) == 0 ? SQLITE_OK
 									 : SQLITE_IOERR_TRUNCATE;
 }
 
-static int plv_sync(sqlite3_file *f, int flags)
+static int plv_sync(struct test_vfs_file *f, int flags)
 {
-	struct plv_file *p = (struct plv_file *)f;
-
-	if (p->fd < 0)
-		return p->real->pMethods->xSync(p->real, flags);
-	return io_powerloss_sync(g_pl, p->fd) == 0 ? SQLITE_OK : SQLITE_IOERR_FSYNC;
+	if (f->fd < 0)
+		return f->real->pMethods->xSync(f->real, flags);
+	return io_powerloss_sync(g_pl, f->fd) == 0 ? SQLITE_OK : SQLITE_IOERR_FSYNC;
 }
 
-static int plv_file_size(sqlite3_file *f, sqlite3_int64 *size)
+static int plv_file_size(struct test_vfs_file *f, sqlite3_int64 *size)
 {
-	struct plv_file *p = (struct plv_file *)f;
 	uint64_t s;
 
-	if (p->fd < 0)
-		return p->real->pMethods->xFileSize(p->real, size);
-	if (io_powerloss_size(g_pl, p->fd, &s) < 0)
+	if (f->fd < 0)
+		return f->real->pMethods->xFileSize(f->real, size);
+	if (io_powerloss_size(g_pl, f->fd, &s) < 0)
 		return SQLITE_IOERR_FSTAT;
 	*size = (sqlite3_int64)s;
 	return SQLITE_OK;
 }
 
-static int plv_lock(sqlite3_file *f, int l)
+static int plv_file_control(struct test_vfs_file *f, int op, void *arg)
 {
-	struct plv_file *p = (struct plv_file *)f;
-
-	return p->real->pMethods->xLock(p->real, l);
-}
-
-static int plv_unlock(sqlite3_file *f, int l)
-{
-	struct plv_file *p = (struct plv_file *)f;
-
-	return p->real->pMethods->xUnlock(p->real, l);
-}
-
-static int plv_check_reserved(sqlite3_file *f, int *out)
-{
-	struct plv_file *p = (struct plv_file *)f;
-
-	return p->real->pMethods->xCheckReservedLock(p->real, out);
-}
-
-static int plv_file_control(sqlite3_file *f, int op, void *arg)
-{
-	struct plv_file *p = (struct plv_file *)f;
-
+	(void)arg;
 	/* The unix VFS would grow the real file itself, behind the cache's back. */
-	if (p->fd >= 0 && (op == SQLITE_FCNTL_SIZE_HINT || op == SQLITE_FCNTL_CHUNK_SIZE))
+	if (f->fd >= 0 && (op == SQLITE_FCNTL_SIZE_HINT || op == SQLITE_FCNTL_CHUNK_SIZE))
 		return SQLITE_OK;
-	return p->real->pMethods->xFileControl(p->real, op, arg);
+	return SQLITE_NOTFOUND;
 }
 
-static int plv_sector_size(sqlite3_file *f)
+static void plv_deleting(const char *name)
 {
-	struct plv_file *p = (struct plv_file *)f;
-
-	return p->real->pMethods->xSectorSize(p->real);
-}
-
-static int plv_device_characteristics(sqlite3_file *f)
-{
-	struct plv_file *p = (struct plv_file *)f;
-
-	return p->real->pMethods->xDeviceCharacteristics(p->real);
-}
-
-static int plv_shm_map(sqlite3_file *f, int pg, int sz, int extend, void volatile **out)
-{
-	struct plv_file *p = (struct plv_file *)f;
-
-	return p->real->pMethods->xShmMap(p->real, pg, sz, extend, out);
-}
-
-static int plv_shm_lock(sqlite3_file *f, int off, int n, int flags)
-{
-	struct plv_file *p = (struct plv_file *)f;
-
-	return p->real->pMethods->xShmLock(p->real, off, n, flags);
-}
-
-static void plv_shm_barrier(sqlite3_file *f)
-{
-	struct plv_file *p = (struct plv_file *)f;
-
-	p->real->pMethods->xShmBarrier(p->real);
-}
-
-static int plv_shm_unmap(sqlite3_file *f, int del)
-{
-	struct plv_file *p = (struct plv_file *)f;
-
-	return p->real->pMethods->xShmUnmap(p->real, del);
-}
-
-/* Version 2: no xFetch, so that SQLite never reads the database through mmap. */
-static const sqlite3_io_methods plv_methods = {
-	.iVersion = 2,
-	.xClose = plv_close,
-	.xRead = plv_read,
-	.xWrite = plv_write,
-	.xTruncate = plv_truncate,
-	.xSync = plv_sync,
-	.xFileSize = plv_file_size,
-	.xLock = plv_lock,
-	.xUnlock = plv_unlock,
-	.xCheckReservedLock = plv_check_reserved,
-	.xFileControl = plv_file_control,
-	.xSectorSize = plv_sector_size,
-	.xDeviceCharacteristics = plv_device_characteristics,
-	.xShmMap = plv_shm_map,
-	.xShmLock = plv_shm_lock,
-	.xShmBarrier = plv_shm_barrier,
-	.xShmUnmap = plv_shm_unmap,
-};
-
-static int plv_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f, int flags,
-		    int *out_flags)
-{
-	struct plv_file *p = (struct plv_file *)f;
-	int rc;
-
-	(void)vfs;
-	p->real = (sqlite3_file *)(p + 1);
-	p->fd = -1;
-	p->base.pMethods = NULL;
-	rc = g_real_vfs->xOpen(g_real_vfs, name, p->real, flags, out_flags);
-	if (rc != SQLITE_OK)
-		return rc;
-	if (name && (flags & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_WAL | SQLITE_OPEN_MAIN_JOURNAL)))
-		p->fd = plv_fd_of(name);
-	p->base.pMethods = &plv_methods;
-	return SQLITE_OK;
-}
-
-static int plv_delete(sqlite3_vfs *vfs, const char *name, int sync_dir)
-{
-	(void)vfs;
 	for (unsigned i = 0; i < g_npaths; i++) {
 		if (g_paths[i].path && strcmp(g_paths[i].path, name) == 0) {
 			/* Its pending writes die with it; the next file by that name is new. */
@@ -413,20 +294,22 @@ static int plv_delete(sqlite3_vfs *vfs, const char *name, int sync_dir)
 			g_paths[i].path = NULL;
 		}
 	}
-	return g_real_vfs->xDelete(g_real_vfs, name, sync_dir);
 }
 
-static sqlite3_vfs g_vfs;
+static const struct test_vfs_hooks plv_hooks = {
+	.read = plv_read,
+	.write = plv_write,
+	.truncate = plv_truncate,
+	.sync = plv_sync,
+	.file_size = plv_file_size,
+	.file_control = plv_file_control,
+	.opened = plv_opened,
+	.deleting = plv_deleting,
+};
 
 static void plv_register(void)
 {
-	g_real_vfs = sqlite3_vfs_find(NULL);
-	g_vfs = *g_real_vfs;
-	g_vfs.zName = "powerloss";
-	g_vfs.szOsFile = (int)sizeof(struct plv_file) + g_real_vfs->szOsFile;
-	g_vfs.xOpen = plv_open;
-	g_vfs.xDelete = plv_delete;
-	if (sqlite3_vfs_register(&g_vfs, 1) != SQLITE_OK)
+	if (test_vfs_register(&plv_hooks) < 0)
 		_exit(5);
 }
 

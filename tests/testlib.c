@@ -164,6 +164,168 @@ void test_fsck_clean(struct kvt_store *st)
 	assert_int_equal(rep.catalog_errors, 0);
 }
 
+/* ---- a SQLite VFS shim --------------------------------------------------------- */
+
+static const struct test_vfs_hooks *tv_hooks;
+static sqlite3_vfs tv_vfs, *tv_real;
+
+#define TV(f) ((struct test_vfs_file *)(f))
+#define TV_REAL(f) (TV(f)->real)
+
+static int tv_close(sqlite3_file *f)
+{
+	return TV_REAL(f)->pMethods ? TV_REAL(f)->pMethods->xClose(TV_REAL(f)) : SQLITE_OK;
+}
+
+static int tv_read(sqlite3_file *f, void *buf, int amt, sqlite3_int64 off)
+{
+	if (tv_hooks->read)
+		return tv_hooks->read(TV(f), buf, amt, off);
+	return TV_REAL(f)->pMethods->xRead(TV_REAL(f), buf, amt, off);
+}
+
+static int tv_write(sqlite3_file *f, const void *buf, int amt, sqlite3_int64 off)
+{
+	if (tv_hooks->write)
+		return tv_hooks->write(TV(f), buf, amt, off);
+	return TV_REAL(f)->pMethods->xWrite(TV_REAL(f), buf, amt, off);
+}
+
+static int tv_truncate(sqlite3_file *f, sqlite3_int64 size)
+{
+	if (tv_hooks->truncate)
+		return tv_hooks->truncate(TV(f), size);
+	return TV_REAL(f)->pMethods->xTruncate(TV_REAL(f), size);
+}
+
+static int tv_sync(sqlite3_file *f, int flags)
+{
+	if (tv_hooks->sync)
+		return tv_hooks->sync(TV(f), flags);
+	return TV_REAL(f)->pMethods->xSync(TV_REAL(f), flags);
+}
+
+static int tv_file_size(sqlite3_file *f, sqlite3_int64 *size)
+{
+	if (tv_hooks->file_size)
+		return tv_hooks->file_size(TV(f), size);
+	return TV_REAL(f)->pMethods->xFileSize(TV_REAL(f), size);
+}
+
+static int tv_file_control(sqlite3_file *f, int op, void *arg)
+{
+	int rc = tv_hooks->file_control ? tv_hooks->file_control(TV(f), op, arg) : SQLITE_NOTFOUND;
+
+	return rc != SQLITE_NOTFOUND ? rc : TV_REAL(f)->pMethods->xFileControl(TV_REAL(f), op, arg);
+}
+
+static int tv_lock(sqlite3_file *f, int l)
+{
+	return TV_REAL(f)->pMethods->xLock(TV_REAL(f), l);
+}
+
+static int tv_unlock(sqlite3_file *f, int l)
+{
+	return TV_REAL(f)->pMethods->xUnlock(TV_REAL(f), l);
+}
+
+static int tv_check_reserved(sqlite3_file *f, int *out)
+{
+	return TV_REAL(f)->pMethods->xCheckReservedLock(TV_REAL(f), out);
+}
+
+static int tv_sector_size(sqlite3_file *f)
+{
+	return TV_REAL(f)->pMethods->xSectorSize(TV_REAL(f));
+}
+
+static int tv_device_characteristics(sqlite3_file *f)
+{
+	return TV_REAL(f)->pMethods->xDeviceCharacteristics(TV_REAL(f));
+}
+
+static int tv_shm_map(sqlite3_file *f, int pg, int sz, int extend, void volatile **out)
+{
+	return TV_REAL(f)->pMethods->xShmMap(TV_REAL(f), pg, sz, extend, out);
+}
+
+static int tv_shm_lock(sqlite3_file *f, int off, int n, int flags)
+{
+	return TV_REAL(f)->pMethods->xShmLock(TV_REAL(f), off, n, flags);
+}
+
+static void tv_shm_barrier(sqlite3_file *f)
+{
+	TV_REAL(f)->pMethods->xShmBarrier(TV_REAL(f));
+}
+
+static int tv_shm_unmap(sqlite3_file *f, int del)
+{
+	return TV_REAL(f)->pMethods->xShmUnmap(TV_REAL(f), del);
+}
+
+static const sqlite3_io_methods tv_methods = {
+	.iVersion = 2,
+	.xClose = tv_close,
+	.xRead = tv_read,
+	.xWrite = tv_write,
+	.xTruncate = tv_truncate,
+	.xSync = tv_sync,
+	.xFileSize = tv_file_size,
+	.xLock = tv_lock,
+	.xUnlock = tv_unlock,
+	.xCheckReservedLock = tv_check_reserved,
+	.xFileControl = tv_file_control,
+	.xSectorSize = tv_sector_size,
+	.xDeviceCharacteristics = tv_device_characteristics,
+	.xShmMap = tv_shm_map,
+	.xShmLock = tv_shm_lock,
+	.xShmBarrier = tv_shm_barrier,
+	.xShmUnmap = tv_shm_unmap,
+};
+
+static int tv_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f, int flags,
+		   int *out_flags)
+{
+	struct test_vfs_file *p = TV(f);
+	int rc;
+
+	(void)vfs;
+	p->real = (sqlite3_file *)(p + 1);
+	p->flags = flags;
+	p->fd = -1;
+	p->base.pMethods = NULL;
+	rc = tv_real->xOpen(tv_real, name, p->real, flags, out_flags);
+	if (rc != SQLITE_OK)
+		return rc;
+	if (tv_hooks->opened)
+		tv_hooks->opened(p, name);
+	p->base.pMethods = &tv_methods;
+	return SQLITE_OK;
+}
+
+static int tv_delete(sqlite3_vfs *vfs, const char *name, int sync_dir)
+{
+	(void)vfs;
+	if (tv_hooks->deleting)
+		tv_hooks->deleting(name);
+	return tv_real->xDelete(tv_real, name, sync_dir);
+}
+
+int test_vfs_register(const struct test_vfs_hooks *hooks)
+{
+	tv_real = sqlite3_vfs_find(NULL);
+	if (!tv_real)
+		return -1;
+	tv_hooks = hooks;
+	tv_vfs = *tv_real;
+	tv_vfs.zName = "kvtier-test";
+	tv_vfs.szOsFile = (int)sizeof(struct test_vfs_file) + tv_real->szOsFile;
+	tv_vfs.xOpen = tv_open;
+	tv_vfs.xDelete = tv_delete;
+	return sqlite3_vfs_register(&tv_vfs, 1) == SQLITE_OK ? 0 : -1;
+}
+
 void test_catalog_exec(const struct test_env *env, const char *sql)
 {
 	char path[600];

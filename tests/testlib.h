@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <sqlite3.h>
 
 #include "kvtier.h"
 
@@ -50,5 +51,37 @@ void test_fsck_clean(struct kvt_store *st);
 /* Runs SQL on env's catalog through a connection of its own (what another
  * process, or an older version of kvtier, would leave there). */
 void test_catalog_exec(const struct test_env *env, const char *sql);
+
+/*
+ * A SQLite VFS around the real one, for tests that must control the
+ * catalog's I/O (after SQLite's own test_vfs.c): each file method goes to
+ * the real file unless the test's hook for it takes the call. A hook that
+ * passes a call on calls f->real->pMethods itself. No xFetch: every page
+ * SQLite reads is an xRead.
+ */
+struct test_vfs_file {
+	sqlite3_file base;
+	int flags;		/* the SQLITE_OPEN_* flags it was opened with */
+	int fd;			/* the hooks' own use; -1 from the open */
+	sqlite3_file *real;	/* the real VFS's file, which follows this struct */
+};
+
+struct test_vfs_hooks {
+	int (*read)(struct test_vfs_file *f, void *buf, int amt, sqlite3_int64 off);
+	int (*write)(struct test_vfs_file *f, const void *buf, int amt, sqlite3_int64 off);
+	int (*truncate)(struct test_vfs_file *f, sqlite3_int64 size);
+	int (*sync)(struct test_vfs_file *f, int flags);
+	int (*file_size)(struct test_vfs_file *f, sqlite3_int64 *size);
+	/* SQLITE_NOTFOUND: the real file's xFileControl answers. */
+	int (*file_control)(struct test_vfs_file *f, int op, void *arg);
+	/* After the real open succeeded, with the name it opened. */
+	void (*opened)(struct test_vfs_file *f, const char *name);
+	/* Before the real xDelete of name. */
+	void (*deleting)(const char *name);
+};
+
+/* Makes the shim, with these hooks, the default VFS: once per process,
+ * before any catalog opens. 0, or -1 if SQLite refused. */
+int test_vfs_register(const struct test_vfs_hooks *hooks);
 
 #endif /* KVT_TESTLIB_H */
