@@ -85,23 +85,19 @@ static void cli_error(const struct cli *c, const char *fmt, ...)
 	fprintf(stderr, "%s\n", line);
 }
 
-/* The words an operator needs for an engine errno; strerror for the rest. */
+/* The words an operator needs for what the CLI asked; kvt_strerror for the rest. */
 static const char *cli_strerror(int rc)
 {
 	switch (-rc) {
 	case ENOENT:		return "no such bucket or object";
 	case EEXIST:		return "already exists";
 	case ENOTEMPTY:		return "bucket not empty";
-	case ENOSPC:		return "no space left (hot tier full, or the disk under the store)";
-	case EIO:		return "I/O or checksum error";
-	case EUCLEAN:		return "the catalog is damaged (kvtier(1), DAMAGED CATALOG)";
 	case ENAMETOOLONG:	return "key too long (over 1024 bytes)";
 	case EILSEQ:		return "key is not valid UTF-8";
 	case EINVAL:		return "invalid argument";
 	case E2BIG:		return "metadata over 2048 bytes";
-	case ESTALE:		return "object was reclaimed while it was read";
 	case ENOMEM:		return "out of memory";
-	default:		return strerror(rc < 0 ? -rc : rc);
+	default:		return kvt_strerror(rc);
 	}
 }
 

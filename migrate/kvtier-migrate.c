@@ -240,7 +240,7 @@ int main(int argc, char **argv)
 	rc = kvt_store_open(&cfg, 0, &st);
 	if (rc < 0) {
 		fprintf(stderr, "kvtier-migrate: cannot open the store in '%s': %s\n",
-			cfg.store.dir, strerror(-rc));
+			cfg.store.dir, kvt_strerror(rc));
 		goto out;
 	}
 	if (kvt_store_readonly(st)) {
@@ -287,7 +287,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (rc < 0) {
-		fprintf(stderr, "kvtier-migrate: %s: %s\n", action, strerror(-rc));
+		fprintf(stderr, "kvtier-migrate: %s: %s\n", action, kvt_strerror(rc));
 		status = 1;
 		goto out;
 	}

@@ -570,6 +570,15 @@ int kvt_store_fsck(struct kvt_store *st, unsigned flags, struct kvt_fsck_report 
 
 /* ---- checksums (util.c) ----------------------------------------------- */
 
+/*
+ * Words for an operator, for the errnos (negative) the engine gives a
+ * meaning of its own: -EUCLEAN (the catalog is damaged), -ESTALE (the
+ * object was reclaimed while it was read), -ENOSPC (the hot tier or the
+ * disk under the store is full), -EIO (an I/O or checksum error); strerror
+ * for the rest.
+ */
+const char *kvt_strerror(int rc);
+
 /* CRC32C (Castagnoli) as S3's x-amz-checksum-crc32c: crc = 0 to start. */
 uint32_t kvt_crc32c(uint32_t crc, const void *buf, size_t len);
 /* CRC32C of A || B given crc(A), crc(B) and the length of B. */

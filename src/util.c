@@ -205,6 +205,17 @@ int util_mkdir_p(const char *dir)
 	return 0;
 }
 
+const char *kvt_strerror(int rc)
+{
+	switch (rc < 0 ? -rc : rc) {
+	case EUCLEAN:	return "the catalog is damaged (kvtier(1), DAMAGED CATALOG)";
+	case ESTALE:	return "object was reclaimed while it was read";
+	case ENOSPC:	return "no space left (hot tier full, or the disk under the store)";
+	case EIO:	return "I/O or checksum error";
+	default:	return strerror(rc < 0 ? -rc : rc);
+	}
+}
+
 int util_grow(void *vp, size_t *cap, size_t n, size_t size)
 {
 	size_t ncap = *cap ? 2 * *cap : 16;

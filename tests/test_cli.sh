@@ -291,6 +291,8 @@ kvt_expect 3 "$K" fsck
 kvt_grep err "^kvtier: error: the catalog of '$KVT_DIR' is damaged: "
 kvt_grep out "^status: +catalog damaged$"
 kvt_expect 3 "$K" fsck --repair
+kvt_expect 1 "$top_builddir/kvtier-migrate" --idle 0s
+kvt_grep err "^kvtier-migrate: demote: the catalog is damaged \(kvtier\(1\), DAMAGED CATALOG\)$"
 cp "$T/catalog.db.good" "$db"
 kvt_expect 0 "$K" fsck
 kvt_grep out "^status: +clean$"
