@@ -13,7 +13,7 @@
  * Options of its own, also accepted inside -o: staging=DIR (temp files of
  * random writes; default <store dir>/fuse-staging), max_streams=N (files
  * streaming into the store at once; more are staged; default 32),
- * log=FILE (where a detached daemon's log lines go; default none).
+ * log=FILE (where a detached daemon's log lines go; default syslog).
  */
 #include "config.h"
 
@@ -98,7 +98,7 @@ static void usage(FILE *f)
 		"  -v, --verbose       log debug lines\n"
 		"  -o staging=DIR      temp files of random writes (<store dir>/fuse-staging)\n"
 		"  -o max_streams=N    files streaming into the store at once (32)\n"
-		"  -o log=FILE         log of a detached daemon (none)\n"
+		"  -o log=FILE         log of a detached daemon (syslog)\n"
 		"  -o allow_other,default_permissions,...   mount options: see mount.fuse3(8)\n"
 		"\n"
 		"See kvtier-fuse(8).\n");
@@ -149,7 +149,12 @@ static void notify(int *fd, int status)
 	*fd = -1;
 }
 
-/* A detached daemon's standard streams: /dev/null, or the log for stderr. */
+/*
+ * A detached daemon's standard streams: /dev/null, and for stderr the log
+ * if one was given; else its log lines go to syslog (the journal under
+ * systemd), not nowhere: a checksum failure or a damaged catalog must be
+ * seen by someone.
+ */
 static int redirect_stdio(const char *log)
 {
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC), err = -1;
@@ -168,6 +173,8 @@ static int redirect_stdio(const char *log)
 	dup2(null, STDIN_FILENO);
 	dup2(null, STDOUT_FILENO);
 	dup2(err >= 0 ? err : null, STDERR_FILENO);
+	if (err < 0)
+		kvt_log_to_syslog();
 	close(null);
 	if (err >= 0)
 		close(err);

@@ -459,6 +459,8 @@ int main(int argc, char **argv)
 		log_err(-errno, "cannot detach");
 		goto out;
 	}
+	if (daemonize)
+		kvt_log_to_syslog();	/* stderr is /dev/null now */
 	/*
 	 * Blocked before any thread starts, so every thread inherits the mask: a
 	 * SIGTERM that reached a thread with it unblocked would kill the process

@@ -123,6 +123,11 @@ enum kvt_log_level { KVT_LOG_ERR, KVT_LOG_WARN, KVT_LOG_INFO, KVT_LOG_DEBUG };
 /* Lines go to stderr as "kvtier: <level>: <message>[: <strerror>]". */
 void kvt_log_set_level(enum kvt_log_level level);
 void kvt_log_set_ident(const char *ident);
+/*
+ * From now on lines go to syslog(3) instead (facility daemon, the ident as
+ * the tag, with the pid): for a daemon whose stderr goes nowhere.
+ */
+void kvt_log_to_syslog(void);
 
 /* ---- store (store.c) -------------------------------------------------- */
 

@@ -1,13 +1,14 @@
 /*
  * log.c - the engine's one logging function. Each line is written with one
  * write(2) so that lines from several threads and processes sharing stderr
- * do not interleave.
+ * do not interleave; or, for a detached daemon, handed to syslog(3).
  */
 #include "config.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -15,6 +16,7 @@
 
 static enum kvt_log_level log_level = KVT_LOG_INFO;
 static const char *log_ident = "kvtier";
+static int log_syslog;
 
 void kvt_log_set_level(enum kvt_log_level level)
 {
@@ -26,16 +28,23 @@ void kvt_log_set_ident(const char *ident)
 	log_ident = ident;
 }
 
+void kvt_log_to_syslog(void)
+{
+	openlog(log_ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+	log_syslog = 1;
+}
+
 void log_msg(enum kvt_log_level level, int err, const char *fmt, ...)
 {
 	static const char *names[] = { "error", "warning", "info", "debug" };
+	static const int priorities[] = { LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG };
 	char line[1024];
 	va_list ap;
-	int n;
+	int n, head;
 
 	if (level > log_level)
 		return;
-	n = snprintf(line, sizeof(line), "%s: %s: ", log_ident, names[level]);
+	n = head = snprintf(line, sizeof(line), "%s: %s: ", log_ident, names[level]);
 	va_start(ap, fmt);
 	n += vsnprintf(line + n, sizeof(line) - n, fmt, ap);
 	va_end(ap);
@@ -48,6 +57,12 @@ void log_msg(enum kvt_log_level level, int err, const char *fmt, ...)
 		n += snprintf(line + n, sizeof(line) - n, ": %s", s);
 		if (n > (int)sizeof(line) - 2)
 			n = sizeof(line) - 2;
+	}
+	if (log_syslog) {
+		/* syslog has the ident and the priority: the message alone. */
+		line[n] = '\0';
+		syslog(priorities[level], "%s", line + head);
+		return;
 	}
 	line[n++] = '\n';
 	if (write(STDERR_FILENO, line, n) < 0)

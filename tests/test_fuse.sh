@@ -823,6 +823,55 @@ while kill -0 "$dpid" 2>/dev/null; do
 	sleep 0.1
 done
 mounts=$(echo "$mounts" | sed "s| $dpid:[^ ]*||")
+
+step "a detached daemon without -o log: its log lines go to syslog"
+if [ -e /dev/log ]; then
+	echo "    SKIP: /dev/log exists (a syslog daemon runs here), so it is not intercepted"
+else
+	# A stand-in for the syslog daemon, on /dev/log while the step runs.
+	python3 - "$T/syslog.out" <<'EOP' &
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("/dev/log")
+s.settimeout(20)
+try:
+    with open(sys.argv[1], "w") as out:
+        while True:
+            line = s.recv(4096).decode(errors="replace")
+            out.write(line + "\n")
+            out.flush()
+            if "kvtier-fuse" in line and "unmounting" in line:
+                break
+except socket.timeout:
+    pass
+finally:
+    os.unlink("/dev/log")
+EOP
+	slpid=$!
+	i=0
+	until [ -S /dev/log ]; do
+		i=$((i + 1))
+		[ "$i" -lt 100 ] || fail "the stand-in syslog did not start"
+		sleep 0.1
+	done
+	"$FUSE" -c "$KVTIER_CONF" "$M" || fail "a detached mount failed"
+	dpid=$(pgrep -f "kvtier-fuse -c $KVTIER_CONF $M" | head -1)
+	[ -n "$dpid" ] || fail "no detached kvtier-fuse process"
+	mounts="$mounts $dpid:$M"
+	fusermount3 -u "$M"
+	i=0
+	while kill -0 "$dpid" 2>/dev/null; do
+		i=$((i + 1))
+		[ "$i" -lt 100 ] || fail "the detached daemon still runs 10 s after fusermount3 -u"
+		sleep 0.1
+	done
+	mounts=$(echo "$mounts" | sed "s| $dpid:[^ ]*||")
+	wait "$slpid" || :
+	grep -q "kvtier-fuse\[$dpid\]: mounted '.*' on '$M'" "$T/syslog.out" ||
+		fail "syslog got no 'mounted' line from the daemon: $(cat "$T/syslog.out")"
+	grep -q "kvtier-fuse\[$dpid\]: unmounting '$M'" "$T/syslog.out" ||
+		fail "syslog got no 'unmounting' line from the daemon: $(cat "$T/syslog.out")"
+fi
 kvt_expect 2 "$FUSE" -c "$T/no-such.conf" "$M"
 kvt_grep err "no-such.conf"
 printf '[store]\ndir = %s\n' "$T/never" >"$T/never.conf"
