@@ -41,6 +41,18 @@ wait_for_file()
 	done
 }
 
+# wait_gone PID SECONDS WHAT: waits up to SECONDS for process PID to end,
+# then fails saying WHAT is still running.
+wait_gone()
+{
+	_i=0
+	while kill -0 "$1" 2>/dev/null; do
+		_i=$((_i + 1))
+		[ "$_i" -lt $(($2 * 10)) ] || fail "$3 still runs $2 s on"
+		sleep 0.1
+	done
+}
+
 # A line saying what the test does next, so a failure reads in context.
 step()
 {

@@ -98,12 +98,7 @@ gw_stop()
 {
 	gw_check_sigterm_blocked "$1"
 	kill -TERM "$1"
-	gw_i=0
-	while kill -0 "$1" 2>/dev/null; do
-		gw_i=$((gw_i + 1))
-		[ "$gw_i" -lt 200 ] || fail "gateway $1 still running 20 s after SIGTERM"
-		sleep 0.1
-	done
+	wait_gone "$1" 20 "gateway $1, sent SIGTERM,"
 	gw_rc=0
 	wait "$1" || gw_rc=$?
 	[ "$gw_rc" -eq 0 ] || fail "gateway $1 exited $gw_rc after SIGTERM"
