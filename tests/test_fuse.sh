@@ -407,18 +407,22 @@ fl_write=$(grep -c "opcode: FLUSH" "$T/fuse.log" || :)
 [ "$fl_write" -gt "$fl_after" ] || fail "closing a written file sent no FLUSH"
 same "$M3/models/ra" models ra
 # The first READ of a small file read in small pieces (cp, cat: 128 KiB)
-# brings the whole file into the page cache (fh_read_push): one READ for
-# 3 MB, where the kernel's readahead alone sends five; two when the reader
-# overtakes the push on a loaded machine (seen once in make distcheck). A
-# reader of 1 MiB pieces is left to that readahead.
+# brings the whole file into the page cache (fh_read_push): the daemon
+# stores the rest (FUSE_NOTIFY_STORE, "NOTIFY: code=4" in the -d log), and
+# on a quiet machine that is one READ for 3 MB, where the kernel's
+# readahead alone sends five. The reader may overtake the store and the
+# kernel then sends some of those READs all the same (two, three and five
+# seen with two test scripts at once on two vCPUs): counted here is that
+# the store was made, and the bytes. A reader of 1 MiB pieces is left to
+# that readahead.
 head -c 3000000 /dev/urandom >"$T/push"
 "$K" put models push "$T/push" >/dev/null
-rd_before=$(grep -c "opcode: READ (" "$T/fuse.log" || :)
+st_before=$(grep -c "NOTIFY: code=4 " "$T/fuse.log" || :)
 dd if="$M3/models/push" bs=128k status=none | cmp - "$T/push" ||
 	fail "a file pushed into the page cache reads back other bytes"
-rd_after=$(grep -c "opcode: READ (" "$T/fuse.log" || :)
-[ "$((rd_after - rd_before))" -le 2 ] ||
-	fail "reading 3 MB 128 KiB at a time sent $((rd_after - rd_before)) READs, not 1 or 2"
+st_after=$(grep -c "NOTIFY: code=4 " "$T/fuse.log" || :)
+[ "$st_after" -gt "$st_before" ] ||
+	fail "reading 3 MB 128 KiB at a time stored nothing into the page cache"
 "$K" put models push "$T/ra" >/dev/null
 sleep 1.1	# the attribute timeout: the next open sees the new version
 dd if="$M3/models/push" bs=128k status=none | cmp - "$T/ra" ||
