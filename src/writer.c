@@ -297,6 +297,13 @@ static int writer_flush(struct kvt_writer *w)
 	if (rc < 0)
 		return rc;
 	w->cur = -1;
+	/*
+	 * The MD5 ETag (about 700 MB/s here, the slowest pass over the bytes)
+	 * is computed while the device writes them: the buffer stays as it is
+	 * until the write is reaped. Buffers are flushed in the object's order.
+	 */
+	if (w->md5)
+		EVP_DigestUpdate(w->md5, buf + SEG_HEADER_SIZE, len);
 	return 0;
 }
 
@@ -321,8 +328,6 @@ int kvt_writer_write(struct kvt_writer *w, const void *data, size_t len)
 		b = &w->bufs[w->cur];
 		n = MIN(len, w->st->payload_max - b->fill);
 		memcpy((char *)io_buf(w->io, b->index) + SEG_HEADER_SIZE + b->fill, p, n);
-		if (w->md5)
-			EVP_DigestUpdate(w->md5, p, n);
 		b->fill += n;
 		w->size += n;
 		p += n;
