@@ -307,6 +307,8 @@ struct MHD_Response *http_response_empty(void);
 bool http_defer(struct gw_req *rq, enum gw_lane lane);
 /* Sets the body's destination to a writer opened by op->start. */
 void http_body_to_writer(struct gw_req *rq, struct kvt_writer *w);
+/* The ETag a Content-MD5 header promises; 0 without one (gw_http.c). */
+int http_content_md5_etag(const struct gw_req *rq, char *etag, size_t len);
 
 /* ---- s3_ops_common (s3_ops_object.c) ------------------------------------ */
 

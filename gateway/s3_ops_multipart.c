@@ -474,7 +474,7 @@ bad:
 
 void s3_op_upload_part_start(struct gw_req *rq)
 {
-	char pkey[KVT_BUCKET_MAX + S3_UPLOAD_ID_LEN + 16];
+	char pkey[KVT_BUCKET_MAX + S3_UPLOAD_ID_LEN + 16], etag[KVT_ETAG_MAX];
 	struct kvt_put_opts opts = { .flags = KVT_PUT_MD5_ETAG };
 	struct kvt_writer *w = NULL;
 	const char *id = NULL;
@@ -491,6 +491,8 @@ void s3_op_upload_part_start(struct gw_req *rq)
 		return;
 	}
 	s3_part_key(pkey, sizeof(pkey), rq->route.bucket, id, n);
+	if (http_content_md5_etag(rq, etag, sizeof(etag)))
+		opts = (struct kvt_put_opts){ .etag = etag };
 	rc = kvt_writer_open(rq->srv->st, GW_UPLOADS_BUCKET, pkey, &opts, &w);
 	if (rc < 0) {
 		http_send_errno(rq, rc, S3_CTX_UPLOAD);

@@ -489,6 +489,7 @@ void s3_op_put_object_start(struct gw_req *rq)
 {
 	const char *pin = http_hdr(rq, "x-kvtier-pin");
 	struct kvt_writer *w = NULL;
+	char etag[KVT_ETAG_MAX];
 	enum s3_code code;
 	int rc;
 
@@ -499,13 +500,17 @@ void s3_op_put_object_start(struct gw_req *rq)
 		http_send_error(rq, code, NULL);
 		return;
 	}
-	rq->put.flags = KVT_PUT_MD5_ETAG;
+	if (http_content_md5_etag(rq, etag, sizeof(etag)))
+		rq->put.etag = etag;	/* copied by the writer */
+	else
+		rq->put.flags = KVT_PUT_MD5_ETAG;
 	/* Answered before the body when a condition already fails; the commit checks again. */
 	if (!s3_write_cond_begin(rq, &rq->put))
 		return;
 	if (pin && (strcmp(pin, "true") == 0 || strcmp(pin, "1") == 0))
 		rq->put.flags |= KVT_PUT_PIN;
 	rc = kvt_writer_open(rq->srv->st, rq->route.bucket, rq->route.key, &rq->put, &w);
+	rq->put.etag = NULL;
 	if (rc < 0) {
 		http_send_errno_obj(rq, rq->route.bucket, rc, S3_CTX_PUT);
 		return;

@@ -856,9 +856,29 @@ class Auth(Base):
 
     def test_content_md5_and_checksums(self):
         data = b"digest me" * 1000
-        st, _, _ = send("PUT", "/%s/md5ok" % self.bucket, body=data,
+        st, h, _ = send("PUT", "/%s/md5ok" % self.bucket, body=data,
                         headers={"Content-MD5": md5_b64(data)})
-        self.assertEqual(st, 200)
+        self.assertEqual((st, h.get("etag")), (200, '"%s"' % hashlib.md5(data).hexdigest()))
+        got = self.s3.get_object(Bucket=self.bucket, Key="md5ok")
+        self.assertEqual((got["Body"].read(), got["ETag"]), (data, h["etag"]))
+        # A part sent with Content-MD5: its ETag is that MD5, and a wrong one is refused.
+        part = os.urandom(5 << 20)
+        uid = self.s3.create_multipart_upload(Bucket=self.bucket, Key="md5mp")["UploadId"]
+        r = self.s3.upload_part(Bucket=self.bucket, Key="md5mp", UploadId=uid, PartNumber=1,
+                                Body=part, ContentMD5=md5_b64(part))
+        self.assertEqual(r["ETag"], '"%s"' % hashlib.md5(part).hexdigest())
+        with self.assertRaises(ClientError) as cm:
+            self.s3.upload_part(Bucket=self.bucket, Key="md5mp", UploadId=uid, PartNumber=2,
+                                Body=part, ContentMD5=md5_b64(b"other"))
+        self.assertEqual(err_code(cm.exception), ("BadDigest", 400))
+        parts = self.s3.list_parts(Bucket=self.bucket, Key="md5mp", UploadId=uid)["Parts"]
+        self.assertEqual([p["PartNumber"] for p in parts], [1])
+        self.s3.complete_multipart_upload(Bucket=self.bucket, Key="md5mp", UploadId=uid,
+                                          MultipartUpload={"Parts": [{"PartNumber": 1,
+                                                                      "ETag": r["ETag"]}]})
+        got = self.s3.get_object(Bucket=self.bucket, Key="md5mp")
+        self.assertEqual((got["Body"].read(), got["ETag"]),
+                         (part, '"%s-1"' % hashlib.md5(hashlib.md5(part).digest()).hexdigest()))
         st, _, body = send("PUT", "/%s/md5bad" % self.bucket, body=data,
                            headers={"Content-MD5": md5_b64(b"other")})
         self.assertEqual(st, 400)
