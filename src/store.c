@@ -191,8 +191,13 @@ void store_io_put(struct kvt_store *st, struct io_ctx *io)
 	io_ctx_free(io);
 }
 
-/* The flusher: frees idle contexts beyond POOL_KEEP that no operation
- * needed since the last call. */
+/*
+ * The flusher: frees idle contexts beyond POOL_KEEP that no operation
+ * needed since the last call. A burst that needed them is over, so the
+ * heap's free memory goes back too: the threads that ran it (the gateway's
+ * lanes, a bench's writers) leave their malloc arenas resident otherwise,
+ * 50 MiB after 32 operations in flight on a 1,000,000-object catalog.
+ */
 static void store_pool_trim(struct kvt_store *st)
 {
 	struct io_ctx *idle[POOL_MAX];
@@ -205,8 +210,11 @@ static void store_pool_trim(struct kvt_store *st)
 	}
 	st->pool_low = st->npool;
 	pthread_mutex_unlock(&st->pool_lock);
+	if (n == 0)
+		return;
 	while (n > 0)
 		io_ctx_free(idle[--n]);
+	util_malloc_trim();
 }
 
 static void store_pool_drain(struct kvt_store *st)
