@@ -1502,8 +1502,7 @@ static int bench_write_json(const struct bench *b, const char *path)
 		", \"live_bytes\": %" PRIu64 ", \"used_bytes\": %" PRIu64 "}\n}\n",
 		b->mem.start, b->mem.before_load, b->mem.after_load, b->mem.after_lookups,
 		b->mem.after_cells, b->mem.at_rest, b->mem.after_close, b->mem.objects,
-		b->mem.object_bytes,
-		b->mem.live_bytes, b->mem.used_bytes);
+		b->mem.object_bytes, b->mem.live_bytes, b->mem.used_bytes);
 	if (ferror(f))
 		rc = -EIO;
 	if (fclose(f) != 0 && rc == 0)

@@ -500,15 +500,16 @@ void s3_op_put_object_start(struct gw_req *rq)
 		http_send_error(rq, code, NULL);
 		return;
 	}
-	if (http_content_md5_etag(rq, etag, sizeof(etag)))
-		rq->put.etag = etag;	/* copied by the writer */
-	else
-		rq->put.flags = KVT_PUT_MD5_ETAG;
+	rq->put.flags = KVT_PUT_MD5_ETAG;
 	/* Answered before the body when a condition already fails; the commit checks again. */
 	if (!s3_write_cond_begin(rq, &rq->put))
 		return;
 	if (pin && (strcmp(pin, "true") == 0 || strcmp(pin, "1") == 0))
 		rq->put.flags |= KVT_PUT_PIN;
+	if (http_content_md5_etag(rq, etag, sizeof(etag))) {
+		rq->put.etag = etag;	/* copied by the writer */
+		rq->put.flags &= ~KVT_PUT_MD5_ETAG;
+	}
 	rc = kvt_writer_open(rq->srv->st, rq->route.bucket, rq->route.key, &rq->put, &w);
 	rq->put.etag = NULL;
 	if (rc < 0) {
