@@ -53,6 +53,25 @@ wait_gone()
 	done
 }
 
+# fusermount_u DIR: fusermount3 -u DIR, and again for up to 5 s while the
+# mount is busy. Another process may be in it for a moment: CI's make check
+# -j2 runs other tests beside this one, and one that walks /tmp can stand
+# in the mount when it is unmounted (one CI run failed so). If it stays
+# busy, the failure names the processes in it.
+fusermount_u()
+{
+	_i=0
+	until fusermount3 -u "$1" 2>"$1.umount.err"; do
+		_i=$((_i + 1))
+		if [ "$_i" -ge 50 ]; then
+			_in=$(ls -l /proc/[0-9]*/cwd /proc/[0-9]*/fd 2>/dev/null | grep -F " $1" | head -5)
+			fail "fusermount3 -u '$1': $(cat "$1.umount.err"); in it: ${_in:-no process found}"
+		fi
+		sleep 0.1
+	done
+	rm -f "$1.umount.err"
+}
+
 # A line saying what the test does next, so a failure reads in context.
 step()
 {

@@ -137,7 +137,7 @@ fd_mount()
 fd_umount()
 {
 	[ "$fuse" = 1 ] || return 0
-	fusermount3 -u "$M" || fail "fusermount3 -u"
+	fusermount_u "$M"
 	fuse_rc=0
 	wait "$FUSE_PID" || fuse_rc=$?
 	FUSE_PID=

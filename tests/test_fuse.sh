@@ -810,7 +810,7 @@ mounts=$(echo "$mounts" | sed "s| $FUSE_PID:[^ ]*||")
 is_mounted "$M" && fail "still mounted after SIGTERM"
 
 # detached_find: dpid = the detached kvtier-fuse serving $M (the cleanup
-# stops it if the test fails); detached_umount: fusermount3 -u $M, and that
+# stops it if the test fails); detached_umount: fusermount_u $M, and that
 # daemon must be gone within 10 s.
 detached_find()
 {
@@ -821,7 +821,7 @@ detached_find()
 
 detached_umount()
 {
-	fusermount3 -u "$M"
+	fusermount_u "$M"
 	wait_gone "$dpid" 10 "the detached daemon, unmounted with fusermount3 -u,"
 	mounts=$(echo "$mounts" | sed "s| $dpid:[^ ]*||")
 }

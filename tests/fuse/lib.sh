@@ -82,7 +82,7 @@ fuse_mount()
 # fuse_umount DIR: fusermount3 -u; the daemon must exit 0.
 fuse_umount()
 {
-	fusermount3 -u "$1" || fail "fusermount3 -u '$1' failed"
+	fusermount_u "$1"
 	fu_rc=0
 	wait "$FUSE_PID" || fu_rc=$?
 	[ "$fu_rc" -eq 0 ] || fail "kvtier-fuse exited $fu_rc after fusermount3 -u: $(tail -5 "$T/fuse.log")"
