@@ -59,6 +59,8 @@ run_kind() {
 	export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
 	export UBSAN_OPTIONS="$common:suppressions=$supp/ubsan.supp"
 	export TSAN_OPTIONS="$common:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
+	# What the tests fetch from npm lives in the main build (tests/lib.sh).
+	export KVT_NPM_DIR="$top"
 	status=0
 	if [ "$kind" = address ]; then
 		make -C "$dir" -j"$jobs" check || status=$?
@@ -66,7 +68,7 @@ run_kind() {
 		# shellcheck disable=SC2086
 		make -C "$dir" -j"$jobs" check TESTS="$(echo $tsan_tests)" || status=$?
 	fi
-	unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS
+	unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS KVT_NPM_DIR
 	[ "$status" = 0 ] || scripts/show-failed-tests.sh "$dir"
 	# LeakSanitizer stops a process's threads at its exit to scan them; a
 	# test that SIGKILLs the process at that moment (the kill -9 rounds of

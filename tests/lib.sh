@@ -117,19 +117,27 @@ kvt_setup()
 	[ -x "$KVTIER" ] || fail "no kvtier binary at '$KVTIER' (build it first)"
 }
 
+# Where tests install what they fetch from npm: the build directory, unless
+# KVT_NPM_DIR names another (scripts/test-sanitizers.sh points its builds at
+# the main build's, so each package is fetched once).
+kvt_npm_dir=${KVT_NPM_DIR:-$top_builddir}
+
 # kvt_npm_install PREFIX SPEC FILE: installs the npm package SPEC into
-# PREFIX (a directory of the build tree) unless FILE, which the package
+# PREFIX (a directory under $kvt_npm_dir) unless FILE, which the package
 # installs, is there already; under a lock, since several tests may want it
 # at once; npm's output goes to PREFIX-npm.log. Skips the test, saying why,
-# where npm or the registry is missing.
+# where npm or the registry is missing, or where npm has not finished in
+# 5 minutes (a CI run once lost its whole 20-minute test budget to an npm
+# install that never returned).
 kvt_npm_install()
 {
 	[ -e "$3" ] && return 0
 	command -v npm >/dev/null || skip "no npm to install $2 (Debian: apt-get install npm)"
 	step "installing $2 from npm into $1"
-	(flock 9 && { [ -e "$3" ] || npm install --prefix "$1" --no-audit --no-fund "$2"; }) \
+	(flock 9 && { [ -e "$3" ] || timeout -k 10 300 npm install --prefix "$1" \
+		--no-audit --no-fund --fetch-timeout=60000 --fetch-retries=2 "$2"; }) \
 		9>"$1.lock" >"$1-npm.log" 2>&1 ||
-		skip "npm could not install $2: $(tail -n 3 "$1-npm.log")"
+		skip "npm could not install $2 in 5 minutes: $(tail -n 3 "$1-npm.log")"
 }
 
 # kvt_run CMD...: runs CMD with its output in $KVT_TMP/out and $KVT_TMP/err,

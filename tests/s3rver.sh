@@ -1,7 +1,7 @@
 # tests/s3rver.sh - s3rver (npm) as the partner S3 of a test, sourced after
 # tests/lib.sh and kvt_setup (it uses $T for its data and log):
 #   s3rver_find            sets S3RVER (installing it with npm into
-#                          $top_builddir/.s3rver if missing), or skips
+#                          $kvt_npm_dir/.s3rver if missing), or skips
 #   s3rver_start [PORT]    s3rver on PORT, else a free loopback port, with a
 #                          bucket g4bucket; sets PORT and server.
 #                          $S3RVER_TLS adds options (--key/--cert)
@@ -11,8 +11,8 @@ s3rver_find()
 {
 	S3RVER=${S3RVER:-$(command -v s3rver || true)}
 	if [ -z "$S3RVER" ]; then
-		S3RVER=$top_builddir/.s3rver/node_modules/.bin/s3rver
-		kvt_npm_install "$top_builddir/.s3rver" s3rver@3 "$S3RVER"
+		S3RVER=$kvt_npm_dir/.s3rver/node_modules/.bin/s3rver
+		kvt_npm_install "$kvt_npm_dir/.s3rver" s3rver@3 "$S3RVER"
 	fi
 	command -v node >/dev/null || skip "no node to run s3rver"
 }

@@ -6,7 +6,7 @@
 # the same open recalls it byte-exact, on the same mount.
 #
 # s3rver is taken from $S3RVER, PATH, or installed with npm into
-# $top_builddir/.s3rver (as tests/test_migrate_s3.sh does); without node or
+# $kvt_npm_dir/.s3rver (as tests/test_migrate_s3.sh does); without node or
 # npm, or where this machine cannot mount, the test is skipped (77).
 set -eu
 

@@ -5,7 +5,7 @@
 # streams, multipart parts with their own CRC32, checksums asked for by name.
 #
 # The SDK comes from the npm registry, once, into .js-sdk-VERSION in the
-# build directory. Version 3.730.0 is the first that sends checksums by default
+# build directory (kvt_npm_dir). Version 3.730.0 is the first that sends checksums by default
 # and still runs on Debian 12's Node.js 18.
 set -eu
 
@@ -18,7 +18,7 @@ kvt_setup
 . "$top_srcdir/tests/gateway/lib.sh"
 T=$KVT_TMP
 sdk_version=3.730.0
-sdk_dir=$top_builddir/.js-sdk-$sdk_version
+sdk_dir=$kvt_npm_dir/.js-sdk-$sdk_version
 kvt_npm_install "$sdk_dir" "@aws-sdk/client-s3@$sdk_version" \
 	"$sdk_dir/node_modules/@aws-sdk/client-s3/package.json"
 
