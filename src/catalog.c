@@ -759,6 +759,8 @@ int cat_checkpoint(struct cat *c, int restart)
 		sqlite3_busy_timeout(c->db, 100);
 		rc = sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_RESTART, NULL, NULL);
 		sqlite3_busy_handler(c->db, cat_busy, NULL);
+		if (rc == SQLITE_BUSY)
+			return 1;
 	}
 
 	/* Busy: a reader or another checkpoint is in the way; next time. */

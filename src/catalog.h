@@ -119,7 +119,8 @@ int cat_commit(struct cat *c);
  * Copies the write-ahead log into the database when nothing is in the way
  * (PASSIVE). With `restart`, then makes the next writer start the log over
  * (RESTART): writers wait for it, so it waits at most 100 ms for readers of
- * older snapshots, and gives up until the next call if they are not done.
+ * older snapshots and gives up if they are not done. Returns 1 when it gave
+ * up so, 0 when done or when the passive copy met a writer, else -errno.
  */
 int cat_checkpoint(struct cat *c, int restart);
 /* -ENOSPC from the last write transaction was the disk's, not the hot tier's. */

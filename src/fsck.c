@@ -35,7 +35,8 @@
  *
  * The snapshot is held while the extents are read, so the catalog's WAL is
  * not checkpointed past it until fsck is done: a long fsck beside busy
- * writers lets the WAL grow for that long.
+ * writers lets the WAL grow for that long (and the flusher's RESTART
+ * checkpoints back off, store.c).
  */
 #include "config.h"
 

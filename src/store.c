@@ -796,6 +796,11 @@ int kvt_store_flush_access(struct kvt_store *st)
  * copies only what came meanwhile, holds writers off while it does, and
  * the next writer starts the log over (journal_size_limit then cuts the
  * file back to 128 MiB, catalog.c).
+ *
+ * A reader of an old snapshot (kvtier fsck reads one for minutes) keeps
+ * the RESTART from finishing: it then held writers off for its 100 ms at
+ * every tick, to no use, since the log cannot start over before that
+ * reader is done. After a RESTART gives up, the next waits CKPT_PERIOD_NS.
  */
 #define CKPT_PERIOD_NS (10 * 1000000000LL)
 #define CKPT_WAL_FRAMES 32768		/* 128 MiB of 4 KiB pages: st->ckpt_frames */
@@ -805,7 +810,7 @@ static void store_checkpoint(struct kvt_store *st)
 	struct cat *c = store_cat(st);
 	int64_t now = util_now_ns(), version = 0;
 	unsigned frames = __atomic_load_n(&st->wal_frames, __ATOMIC_RELAXED);
-	int quiet;
+	int quiet, restart, rc;
 
 	if (!c)
 		return;
@@ -814,8 +819,14 @@ static void store_checkpoint(struct kvt_store *st)
 	if (!quiet && now - st->ckpt_ns < CKPT_PERIOD_NS && frames < st->ckpt_frames)
 		return;
 	st->ckpt_ns = now;
-	if (cat_checkpoint(c, frames >= 2 * st->ckpt_frames) < 0)
+	restart = frames >= 2 * st->ckpt_frames && now >= st->ckpt_restart_ns;
+	rc = cat_checkpoint(c, restart);
+	if (rc < 0)
 		log_warn(0, "cannot checkpoint the catalog of '%s'", st->dir);
+	if (rc == 1) {
+		st->ckpt_restart_ns = now + CKPT_PERIOD_NS;
+		__atomic_add_fetch(&st->ckpt_restarts_held, 1, __ATOMIC_RELAXED);
+	}
 }
 
 static void *store_flusher(void *arg)

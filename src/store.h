@@ -107,6 +107,8 @@ struct kvt_store {
 	unsigned ckpt_frames;		/* CKPT_WAL_FRAMES (store.c); tests make it small */
 	int64_t ckpt_version;		/* the catalog's data version at the last tick */
 	int64_t ckpt_ns;		/* when the flusher last checkpointed */
+	int64_t ckpt_restart_ns;	/* no RESTART checkpoint before this */
+	unsigned ckpt_restarts_held;	/* RESTARTs that readers held off */
 
 	/* G4, the cold tier (migrate.c): opened on first use from g4_url. */
 	pthread_mutex_t cold_lock;

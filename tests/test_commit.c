@@ -14,7 +14,9 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -624,6 +626,52 @@ static void test_log_bounded_under_load(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * A reader of an old snapshot (kvtier fsck) keeps the log from starting
+ * over. The flusher's RESTART checkpoint then waits its 100 ms, holding
+ * writers off, and gives up: it must not try again at every tick while
+ * that reader is there (store.c, CKPT_PERIOD_NS).
+ */
+static void test_restart_waits_for_old_reader(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct churn c[CHURN_THREADS];
+	pthread_t tid[CHURN_THREADS];
+	char path[PATH_MAX];
+	sqlite3 *reader;
+	unsigned held;
+
+	(void)state;
+	test_env_init(&env, 64 << 20, 4 << 20);
+	env.cfg.store.access_flush_ms = 50;
+	st = test_store_open(&env);
+	st->ckpt_frames = 64;
+	assert_int_equal(kvt_bucket_create(st, BUCKET), 0);
+	snprintf(path, sizeof(path), "%s/catalog.db", env.cfg.store.dir);
+	assert_int_equal(sqlite3_open_v2(path, &reader, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(reader, "BEGIN; SELECT count(*) FROM sqlite_master;",
+				      NULL, NULL, NULL), SQLITE_OK);
+	for (unsigned t = 0; t < CHURN_THREADS; t++) {
+		c[t] = (struct churn){ .st = st, .id = t };
+		assert_int_equal(pthread_create(&tid[t], NULL, churn_main, &c[t]), 0);
+	}
+	usleep(1500000);	/* 30 ticks; the log passes 2 x 64 frames in the first */
+	for (unsigned t = 0; t < CHURN_THREADS; t++) {
+		__atomic_store_n(&c[t].stop, 1, __ATOMIC_RELAXED);
+		pthread_join(tid[t], NULL);
+		assert_int_equal(c[t].fails, 0);
+	}
+	held = __atomic_load_n(&st->ckpt_restarts_held, __ATOMIC_RELAXED);
+	print_message("%u RESTART checkpoints held off by the reader\n", held);
+	assert_int_equal(held, 1);
+	assert_int_equal(sqlite3_exec(reader, "COMMIT;", NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(reader);
+	test_fsck_clean(st);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -635,6 +683,7 @@ int main(void)
 		cmocka_unit_test(test_pool_trim_gives_heap_back),
 		cmocka_unit_test(test_checkpoint_when_quiet),
 		cmocka_unit_test(test_log_bounded_under_load),
+		cmocka_unit_test(test_restart_waits_for_old_reader),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
