@@ -137,7 +137,7 @@ kvt_npm_install()
 	(flock 9 && { [ -e "$3" ] || timeout -k 10 300 npm install --prefix "$1" \
 		--no-audit --no-fund --fetch-timeout=60000 --fetch-retries=2 "$2"; }) \
 		9>"$1.lock" >"$1-npm.log" 2>&1 ||
-		skip "npm could not install $2 in 5 minutes: $(tail -n 3 "$1-npm.log")"
+		skip "npm could not install $2 (it is given 5 minutes): $(tail -n 3 "$1-npm.log")"
 }
 
 # kvt_run CMD...: runs CMD with its output in $KVT_TMP/out and $KVT_TMP/err,
