@@ -552,7 +552,7 @@ static void test_checkpoint_when_quiet(void **state)
 	test_env_release(&env);
 }
 
-/* A writer that never pauses, for test_log_bounded_under_load. */
+/* Writers that never pause, for the checkpoint tests below. */
 struct churn {
 	struct kvt_store *st;
 	unsigned id, puts;
@@ -575,6 +575,41 @@ static void *churn_main(void *arg)
 
 #define CHURN_THREADS 4
 
+/* A store whose flusher ticks every 50 ms and restarts the log past 128 frames. */
+static struct kvt_store *churn_store_open(struct test_env *env)
+{
+	struct kvt_store *st;
+
+	test_env_init(env, 64 << 20, 4 << 20);
+	env->cfg.store.access_flush_ms = 50;
+	st = test_store_open(env);
+	st->ckpt_frames = 64;
+	assert_int_equal(kvt_bucket_create(st, BUCKET), 0);
+	return st;
+}
+
+static void churn_start(struct kvt_store *st, struct churn *c, pthread_t *tid)
+{
+	for (unsigned t = 0; t < CHURN_THREADS; t++) {
+		c[t] = (struct churn){ .st = st, .id = t };
+		assert_int_equal(pthread_create(&tid[t], NULL, churn_main, &c[t]), 0);
+	}
+}
+
+/* Stops the writers, checks none failed; returns how many puts they made. */
+static unsigned churn_stop(struct churn *c, pthread_t *tid)
+{
+	unsigned puts = 0;
+
+	for (unsigned t = 0; t < CHURN_THREADS; t++) {
+		__atomic_store_n(&c[t].stop, 1, __ATOMIC_RELAXED);
+		pthread_join(tid[t], NULL);
+		assert_int_equal(c[t].fails, 0);
+		puts += c[t].puts;
+	}
+	return puts;
+}
+
 /*
  * Writers that never pause: a passive checkpoint never reaches the end of
  * the log, and SQLite starts it over only when a writer finds it all
@@ -589,19 +624,12 @@ static void test_log_bounded_under_load(void **state)
 	struct kvt_store *st;
 	struct churn c[CHURN_THREADS];
 	pthread_t tid[CHURN_THREADS];
-	unsigned prev = 0, max = 0, restarts = 0, puts = 0;
+	unsigned prev = 0, max = 0, restarts = 0, puts;
 	int64_t end;
 
 	(void)state;
-	test_env_init(&env, 64 << 20, 4 << 20);
-	env.cfg.store.access_flush_ms = 50;
-	st = test_store_open(&env);
-	st->ckpt_frames = 64;
-	assert_int_equal(kvt_bucket_create(st, BUCKET), 0);
-	for (unsigned t = 0; t < CHURN_THREADS; t++) {
-		c[t] = (struct churn){ .st = st, .id = t };
-		assert_int_equal(pthread_create(&tid[t], NULL, churn_main, &c[t]), 0);
-	}
+	st = churn_store_open(&env);
+	churn_start(st, c, tid);
 	end = util_mono_ns() + 2000000000LL;
 	while (util_mono_ns() < end) {
 		unsigned f = wal_frames(st);
@@ -612,12 +640,7 @@ static void test_log_bounded_under_load(void **state)
 		max = MAX(max, f);
 		usleep(2000);
 	}
-	for (unsigned t = 0; t < CHURN_THREADS; t++) {
-		__atomic_store_n(&c[t].stop, 1, __ATOMIC_RELAXED);
-		pthread_join(tid[t], NULL);
-		assert_int_equal(c[t].fails, 0);
-		puts += c[t].puts;
-	}
+	puts = churn_stop(c, tid);
 	print_message("%u puts, the log started over %u times, %u frames at most\n", puts,
 		      restarts, max);
 	assert_true(restarts >= 3);
@@ -643,25 +666,14 @@ static void test_restart_waits_for_old_reader(void **state)
 	unsigned held;
 
 	(void)state;
-	test_env_init(&env, 64 << 20, 4 << 20);
-	env.cfg.store.access_flush_ms = 50;
-	st = test_store_open(&env);
-	st->ckpt_frames = 64;
-	assert_int_equal(kvt_bucket_create(st, BUCKET), 0);
+	st = churn_store_open(&env);
 	snprintf(path, sizeof(path), "%s/catalog.db", env.cfg.store.dir);
 	assert_int_equal(sqlite3_open_v2(path, &reader, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
 	assert_int_equal(sqlite3_exec(reader, "BEGIN; SELECT count(*) FROM sqlite_master;",
 				      NULL, NULL, NULL), SQLITE_OK);
-	for (unsigned t = 0; t < CHURN_THREADS; t++) {
-		c[t] = (struct churn){ .st = st, .id = t };
-		assert_int_equal(pthread_create(&tid[t], NULL, churn_main, &c[t]), 0);
-	}
+	churn_start(st, c, tid);
 	usleep(1500000);	/* 30 ticks; the log passes 2 x 64 frames in the first */
-	for (unsigned t = 0; t < CHURN_THREADS; t++) {
-		__atomic_store_n(&c[t].stop, 1, __ATOMIC_RELAXED);
-		pthread_join(tid[t], NULL);
-		assert_int_equal(c[t].fails, 0);
-	}
+	churn_stop(c, tid);
 	held = __atomic_load_n(&st->ckpt_restarts_held, __ATOMIC_RELAXED);
 	print_message("%u RESTART checkpoints held off by the reader\n", held);
 	assert_int_equal(held, 1);
