@@ -108,7 +108,8 @@ struct kvt_store {
 	int64_t ckpt_version;		/* the catalog's data version at the last tick */
 	int64_t ckpt_ns;		/* when the flusher last checkpointed */
 	int64_t ckpt_restart_ns;	/* no RESTART checkpoint before this */
-	unsigned ckpt_restarts_held;	/* RESTARTs that readers held off */
+	unsigned ckpt_restart_fails;	/* RESTARTs held off since the last that was not */
+	unsigned ckpt_restarts_held;	/* RESTARTs that readers held off, in all */
 
 	/* G4, the cold tier (migrate.c): opened on first use from g4_url. */
 	pthread_mutex_t cold_lock;

@@ -653,7 +653,9 @@ static void test_log_bounded_under_load(void **state)
  * A reader of an old snapshot (kvtier fsck) keeps the log from starting
  * over. The flusher's RESTART checkpoint then waits its 100 ms, holding
  * writers off, and gives up: it must not try again at every tick while
- * that reader is there (store.c, CKPT_PERIOD_NS).
+ * that reader is there, but after 2, 4, 8 and 16 ticks (store.c). In 30
+ * ticks that is 4 tries (each takes two ticks of its own), where a try
+ * at every tick made 10.
  */
 static void test_restart_waits_for_old_reader(void **state)
 {
@@ -676,7 +678,7 @@ static void test_restart_waits_for_old_reader(void **state)
 	churn_stop(c, tid);
 	held = __atomic_load_n(&st->ckpt_restarts_held, __ATOMIC_RELAXED);
 	print_message("%u RESTART checkpoints held off by the reader\n", held);
-	assert_int_equal(held, 1);
+	assert_in_range(held, 1, 5);
 	assert_int_equal(sqlite3_exec(reader, "COMMIT;", NULL, NULL, NULL), SQLITE_OK);
 	sqlite3_close(reader);
 	test_fsck_clean(st);
