@@ -654,7 +654,7 @@ static void test_log_bounded_under_load(void **state)
  * over. The flusher's RESTART checkpoint then waits its 100 ms, holding
  * writers off, and gives up: it must not try again at every tick while
  * that reader is there, but after 2, 4, 8 and 16 ticks (store.c). In 30
- * ticks that is 4 tries (each takes two ticks of its own), where a try
+ * ticks that is 3 or 4 tries (each takes two ticks of its own), where a try
  * at every tick made 10.
  */
 static void test_restart_waits_for_old_reader(void **state)
