@@ -828,9 +828,10 @@ static void store_checkpoint(struct kvt_store *st)
 	if (rc < 0)
 		log_warn(0, "cannot checkpoint the catalog of '%s'", st->dir);
 	if (rc == 1) {
-		int64_t wait = (int64_t)st->access_flush_ms * 1000000
-			       << MIN(++st->ckpt_restart_fails, 4);
+		int64_t wait;
 
+		st->ckpt_restart_fails++;
+		wait = (int64_t)st->access_flush_ms * 1000000 << MIN(st->ckpt_restart_fails, 4);
 		st->ckpt_restart_ns = now + MIN(wait, CKPT_PERIOD_NS);
 		__atomic_add_fetch(&st->ckpt_restarts_held, 1, __ATOMIC_RELAXED);
 	} else if (restart && rc == 0) {
