@@ -29,28 +29,42 @@ skip()
 	exit 77
 }
 
+# poll TRIES CMD...: runs CMD every 0.1 s until it succeeds; returns 1 if
+# it has not after TRIES tries.
+poll()
+{
+	_tries=$1
+	shift
+	_i=1
+	until "$@"; do
+		[ "$_i" -lt "$_tries" ] || return 1
+		_i=$((_i + 1))
+		sleep 0.1
+	done
+}
+
 # wait_for_file PATH WHAT: waits up to 30 s for PATH to exist, then fails
 # saying WHAT did not happen.
 wait_for_file()
 {
-	_i=0
-	until [ -e "$1" ]; do
-		_i=$((_i + 1))
-		[ "$_i" -lt 300 ] || fail "$2"
-		sleep 0.1
-	done
+	poll 300 test -e "$1" || fail "$2"
+}
+
+not_running()
+{
+	! kill -0 "$1" 2>/dev/null
 }
 
 # wait_gone PID SECONDS WHAT: waits up to SECONDS for process PID to end,
 # then fails saying WHAT is still running.
 wait_gone()
 {
-	_i=0
-	while kill -0 "$1" 2>/dev/null; do
-		_i=$((_i + 1))
-		[ "$_i" -lt $(($2 * 10)) ] || fail "$3 still runs $2 s on"
-		sleep 0.1
-	done
+	poll $(($2 * 10)) not_running "$1" || fail "$3 still runs $2 s on"
+}
+
+umount_try()
+{
+	fusermount3 -u "$1" 2>"$1.umount.err"
 }
 
 # fusermount_u DIR: fusermount3 -u DIR, and again for up to 5 s while the
@@ -60,15 +74,10 @@ wait_gone()
 # busy, the failure names the processes in it.
 fusermount_u()
 {
-	_i=0
-	until fusermount3 -u "$1" 2>"$1.umount.err"; do
-		_i=$((_i + 1))
-		if [ "$_i" -ge 50 ]; then
-			_in=$(ls -l /proc/[0-9]*/cwd /proc/[0-9]*/fd 2>/dev/null | grep -F " $1" | head -5)
-			fail "fusermount3 -u '$1': $(cat "$1.umount.err"); in it: ${_in:-no process found}"
-		fi
-		sleep 0.1
-	done
+	if ! poll 50 umount_try "$1"; then
+		_in=$(ls -l /proc/[0-9]*/cwd /proc/[0-9]*/fd 2>/dev/null | grep -F " $1" | head -5)
+		fail "fusermount3 -u '$1': $(cat "$1.umount.err"); in it: ${_in:-no process found}"
+	fi
 	rm -f "$1.umount.err"
 }
 
