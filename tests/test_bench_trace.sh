@@ -147,9 +147,15 @@ k, u, n = cfg["kvtier"], cfg["unbounded"], cfg["nog4"]
 assert k["recalls"] > 0, "kvtier recalled nothing from G4"
 assert k["demotion_runs"]["objects"] > 0, "kvtier demoted nothing"
 assert u["recalls"] == 0 and n["recalls"] == 0, "a baseline recalled"
-assert u["hit_ratio"] >= k["hit_ratio"] >= n["hit_ratio"], "hit ratios out of order"
+# Requests of conversations that share a prefix run side by side, so which
+# of two writes a lookup sees first is timing: the unbounded baseline, the
+# best possible in a replay of one order, can miss a block or two that a
+# kvtier replay found (seen once on a loaded machine, 0.575 vs 0.583 of 120).
+slack = 3 / refs
+assert u["hit_ratio"] + slack >= k["hit_ratio"] >= n["hit_ratio"], "hit ratios out of order"
 assert k["hit_ratio"] > n["hit_ratio"], "G4 gained nothing over plain eviction"
-print("ordered: unbounded %.3f >= kvtier %.3f > nog4 %.3f" % (u["hit_ratio"], k["hit_ratio"], n["hit_ratio"]))
+print("ordered: unbounded %.3f (+%.3f) >= kvtier %.3f > nog4 %.3f"
+      % (u["hit_ratio"], slack, k["hit_ratio"], n["hit_ratio"]))
 g = r["goals"]
 for key in ("kvtier_lag_p50_s", "kvtier_lag_p99_s", "kvtier_lag_max_s", "kvtier_lookup_p99_ms",
             "kvtier_lookup_from_due_p99_ms", "kvtier_lookup_p99_ms_s3", "kvtier_lookup_p99_ms_fuse"):
