@@ -43,6 +43,36 @@ poll()
 	done
 }
 
+# wait_until PID LOG SECONDS WHAT CMD...: waits up to SECONDS for CMD to
+# succeed while process PID runs (a daemon started in the background, whose
+# errors go to LOG); fails with LOG's text, saying WHAT died or did not
+# start.
+wait_until()
+{
+	_wu_pid=$1 _wu_log=$2 _wu_secs=$3 _wu_what=$4
+	shift 4
+	poll $((_wu_secs * 10)) while_alive "$@" ||
+		fail "$_wu_what did not start in $_wu_secs s: $(cat "$_wu_log" 2>/dev/null)"
+}
+
+while_alive()
+{
+	"$@" && return 0
+	kill -0 "$_wu_pid" 2>/dev/null || fail "$_wu_what died: $(cat "$_wu_log" 2>/dev/null)"
+	return 1
+}
+
+# gateway_port LOG: the port kvtier-gateway logged it serves S3 on, or nothing.
+gateway_port()
+{
+	sed -n 's/.*serving S3 on .* (port \([0-9]*\)).*/\1/p' "$1" 2>/dev/null | head -n 1
+}
+
+gateway_serves()
+{
+	[ -n "$(gateway_port "$1")" ]
+}
+
 # wait_for_file PATH WHAT: waits up to 30 s for PATH to exist, then fails
 # saying WHAT did not happen.
 wait_for_file()

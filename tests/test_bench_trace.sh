@@ -171,12 +171,7 @@ OUT2=$T/replay2
 "$KVTIER" bench trace "$T/trace.jsonl" --via "$via" --block-size 262080 --speed 2 \
 	--configs kvtier --out "$OUT2" >"$T/int.out" 2>"$T/int.err" &
 pid=$!
-i=0
-until grep -q "kvtier-gateway on" "$T/int.out" 2>/dev/null; do
-	i=$((i + 1))
-	[ "$i" -lt 300 ] || fail "the interrupted replay did not start"
-	sleep 0.1
-done
+wait_until "$pid" "$T/int.err" 30 "the interrupted replay" grep -q "kvtier-gateway on" "$T/int.out"
 sleep 2
 kill -INT "$pid"
 set +e

@@ -106,6 +106,12 @@ s3curl()
 		--user "$GW_ACCESS:$GW_SECRET" "$@"
 }
 
+# fd_mounted_or_exited: kvtier-fuse ($FUSE_PID) has mounted $M, or has exited.
+fd_mounted_or_exited()
+{
+	grep -q " $M fuse" /proc/mounts || ! kill -0 "$FUSE_PID" 2>/dev/null
+}
+
 # fd_mount: kvtier-fuse on the store at $M, fuse=1; where this machine
 # cannot mount, fuse=0 and the mount's checks are skipped, said so.
 fd_mount()
@@ -117,16 +123,13 @@ fd_mount()
 	fi
 	"$FUSE" -c "$CONF" "$M" -f 2>"$T/fuse.log" &
 	FUSE_PID=$!
-	i=0
-	until grep -q " $M fuse" /proc/mounts; do
-		kill -0 "$FUSE_PID" 2>/dev/null || { FUSE_PID=; break; }
-		i=$((i + 1))
-		[ "$i" -lt 300 ] || fail "kvtier-fuse did not mount in 30 s: $(cat "$T/fuse.log")"
-		sleep 0.1
-	done
-	if [ -n "$FUSE_PID" ]; then
+	poll 300 fd_mounted_or_exited || fail "kvtier-fuse did not mount in 30 s: $(cat "$T/fuse.log")"
+	if grep -q " $M fuse" /proc/mounts; then
 		fuse=1
-	elif grep -q "fuse: device not found\|Operation not permitted\|Permission denied" "$T/fuse.log"; then
+		return 0
+	fi
+	FUSE_PID=
+	if grep -q "fuse: device not found\|Operation not permitted\|Permission denied" "$T/fuse.log"; then
 		echo "    SKIP the mount: this machine refuses FUSE mounts: $(tail -1 "$T/fuse.log")"
 	else
 		fail "kvtier-fuse exited: $(cat "$T/fuse.log")"

@@ -53,12 +53,7 @@ expect_err()
 # gone PATH: PATH does not exist within 3 s.
 gone()
 {
-	g_i=0
-	while [ -e "$1" ]; do
-		g_i=$((g_i + 1))
-		[ "$g_i" -lt 30 ] || return 1
-		sleep 0.1
-	done
+	poll 30 test ! -e "$1"
 }
 
 # same FILE BUCKET KEY: the store holds exactly FILE's bytes under KEY.
@@ -634,20 +629,8 @@ rm "$B/flipped" "$B/flipped2" "$B/flipped3"
 
 if [ -x "$top_builddir/kvtier-gateway" ] && python3 -c 'import boto3' 2>/dev/null; then
 	step "the gateway on the same store: mount -> S3 GET and S3 PUT -> mount, byte-exact"
-	(umask 077 && printf 'AKIDFUSETEST %s\n' "secret$$" >"$T/creds")
-	"$top_builddir/kvtier-gateway" -c "$KVTIER_CONF" --listen 127.0.0.1:0 \
-		--credentials "$T/creds" --access-log off 2>"$T/gw.log" &
-	GW_PID=$!
-	i=0
-	while :; do
-		port=$(sed -n 's/.*serving S3 on .* (port \([0-9]*\)).*/\1/p' "$T/gw.log" 2>/dev/null || :)
-		[ -n "$port" ] && break
-		kill -0 "$GW_PID" 2>/dev/null || fail "the gateway died: $(cat "$T/gw.log")"
-		i=$((i + 1))
-		[ "$i" -lt 600 ] || fail "the gateway did not start: $(cat "$T/gw.log")"
-		sleep 0.1
-	done
-	python3 - "http://127.0.0.1:$port" "secret$$" "$B" "$T/in.5242883" <<'EOF'
+	fuse_gateway "$KVTIER_CONF"
+	python3 - "$GW_URL" "$GW_SECRET" "$B" "$T/in.5242883" <<'EOF'
 import os, sys, boto3
 from botocore.config import Config
 ep, secret, d, src = sys.argv[1:5]
@@ -867,12 +850,8 @@ finally:
     os.unlink("/dev/log")
 EOP
 	slpid=$!
-	i=0
-	until [ -e "$T/syslog.ready" ] || ! kill -0 "$slpid" 2>/dev/null; do
-		i=$((i + 1))
-		[ "$i" -lt 100 ] || fail "the stand-in syslog did not start"
-		sleep 0.1
-	done
+	syslog_up() { [ -e "$T/syslog.ready" ] || ! kill -0 "$slpid" 2>/dev/null; }
+	poll 100 syslog_up || fail "the stand-in syslog did not start"
 	if [ -e "$T/syslog.ready" ]; then
 		sl_ready=1
 	else

@@ -51,13 +51,7 @@ EOC
 "$GATEWAY" -c "$T/g.conf" --listen 127.0.0.1:0 --access-log off 2>"$T/g.err" &
 g_pid=$!
 gw_pids="$gw_pids $g_pid"
-i=0
-until grep -q "serving S3" "$T/g.err"; do
-	kill -0 "$g_pid" 2>/dev/null || fail "gateway from [gateway] died: $(cat "$T/g.err")"
-	i=$((i + 1))
-	[ "$i" -lt 600 ] || fail "gateway from [gateway] did not start: $(cat "$T/g.err")"
-	sleep 0.1
-done
+wait_until "$g_pid" "$T/g.err" 60 "gateway from [gateway]" gateway_serves "$T/g.err"
 grep -q "serving S3 on 127.0.0.1:0 (port [0-9]*), 2 threads" "$T/g.err" ||
 	fail "listen or threads not taken: $(cat "$T/g.err")"
 gport=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$T/g.err" | head -n 1)
@@ -87,12 +81,7 @@ if command -v curl >/dev/null 2>&1; then
 			--user "$1" "$GW_ENDPOINT/"
 	}
 	hup_wait() {
-		i=0
-		until grep -q "$1" "$GW_LOG"; do
-			i=$((i + 1))
-			[ "$i" -lt 100 ] || fail "no '$1' after SIGHUP: $(cat "$GW_LOG")"
-			sleep 0.1
-		done
+		poll 100 grep -q "$1" "$GW_LOG" || fail "no '$1' after SIGHUP: $(cat "$GW_LOG")"
 	}
 	[ "$(hup_status AKIDHUPOLD:oldsecret)" = 200 ] || fail "the first user cannot sign in"
 	(umask 077 && printf 'AKIDHUPNEW newsecret\n' >"$H.new")
@@ -178,12 +167,8 @@ if command -v curl >/dev/null 2>&1; then
 		"aws:amz:us-east-1:s3" --user "$GW_ACCESS:$GW_SECRET" \
 		"$GW_ENDPOINT/coldb?kvtier-prestage&session=conv9"
 	kvt_grep out '^202$'
-	i=0
-	until [ "$(tier_of coldb conv9/blk3)" = hot ] && [ "$(tier_of coldb conv9/blk1)" = hot ]; do
-		i=$((i + 1))
-		[ "$i" -lt 100 ] || fail "prestage of conv9 did not bring it back in 10 s"
-		sleep 0.1
-	done
+	conv9_hot() { [ "$(tier_of coldb conv9/blk3)" = hot ] && [ "$(tier_of coldb conv9/blk1)" = hot ]; }
+	poll 100 conv9_hot || fail "prestage of conv9 did not bring it back in 10 s"
 	for i in 1 2 3; do
 		[ "$(s3get "coldb/conv9/blk$i" "$T/got")" = 200 ] || fail "GET conv9/blk$i failed"
 		cmp "$T/cold.$i" "$T/got" || fail "prestaged conv9/blk$i differs"

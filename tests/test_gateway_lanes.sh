@@ -129,14 +129,8 @@ step "after a restart: no partial object of the slow uploads"
 	--access-log off 2>>"$T/re.err" &
 GW_PID=$!
 gw_pids="$gw_pids $GW_PID"
-i=0
-until GW_PORT=$(sed -n 's/.*serving S3 on .* (port \([0-9]*\)).*/\1/p' "$T/re.err") &&
-	[ -n "$GW_PORT" ]; do
-	i=$((i + 1))
-	[ "$i" -lt 600 ] || fail "the gateway did not restart: $(cat "$T/re.err")"
-	sleep 0.1
-done
-E=http://127.0.0.1:$GW_PORT
+wait_until "$GW_PID" "$T/re.err" 60 "the restarted gateway" gateway_serves "$T/re.err"
+E=http://127.0.0.1:$(gateway_port "$T/re.err")
 i=0
 while [ "$i" -lt 20 ]; do
 	code=$(s3 -o "$T/slow" -w '%{http_code}' "$E/lanes/slow$i")

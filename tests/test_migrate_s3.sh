@@ -250,14 +250,8 @@ kvt_expect 0 "$K" -c "$P" mb g4bucket
 gw=$!
 # The partner gateway must not outlive the test.
 trap 'kill -TERM "$gw" 2>/dev/null; wait "$gw" 2>/dev/null; s3rver_stop; kvt_cleanup' EXIT
-i=0
-until grep -q "serving S3" "$T/gw.err"; do
-	kill -0 "$gw" 2>/dev/null || fail "the partner gateway died: $(cat "$T/gw.err")"
-	i=$((i + 1))
-	[ "$i" -lt 600 ] || fail "the partner gateway did not start: $(cat "$T/gw.err")"
-	sleep 0.1
-done
-gport=$(sed -n 's/.*(port \([0-9]*\)).*/\1/p' "$T/gw.err" | head -n 1)
+wait_until "$gw" "$T/gw.err" 60 "the partner gateway" gateway_serves "$T/gw.err"
+gport=$(gateway_port "$T/gw.err")
 printf 'access_key = %s\nsecret_key = %s\n' "$GW_ACCESS" "$GW_SECRET" >"$T/gwkeys"
 chmod 600 "$T/gwkeys"
 G=$T/g.conf

@@ -85,13 +85,7 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null && [ -e /dev/fuse ]; th
 	chmod 755 "$T"
 	"$FUSE" -c "$T/g4.conf" "$T/mnt" -o allow_other -f 2>"$T/fuse.err" &
 	fpid=$!
-	i=0
-	until grep -q " $T/mnt " /proc/mounts; do
-		kill -0 "$fpid" 2>/dev/null || fail "kvtier-fuse died: $(cat "$T/fuse.err")"
-		i=$((i + 1))
-		[ "$i" -lt 300 ] || fail "kvtier-fuse did not mount"
-		sleep 0.1
-	done
+	wait_until "$fpid" "$T/fuse.err" 30 kvtier-fuse grep -q " $T/mnt " /proc/mounts
 	head -c 1000 /dev/urandom >"$T/mnt/models/private"
 	chmod 600 "$T/mnt/models/private"
 	if setpriv --reuid=65534 --regid=65534 --clear-groups cat "$T/mnt/models/private" \
@@ -118,13 +112,7 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null && [ -e /dev/fuse ]; th
 		2>"$T/nobody.err" &
 	npid=$!
 	gw_pids="$gw_pids $npid"
-	i=0
-	until grep -q "serving S3" "$T/nobody.err"; do
-		kill -0 "$npid" 2>/dev/null || fail "the gateway as nobody died: $(cat "$T/nobody.err")"
-		i=$((i + 1))
-		[ "$i" -lt 600 ] || fail "the gateway as nobody did not start"
-		sleep 0.1
-	done
+	wait_until "$npid" "$T/nobody.err" 60 "the gateway as nobody" gateway_serves "$T/nobody.err"
 	[ "$(stat -c %u /proc/$npid)" = 65534 ] || fail "the gateway does not run as nobody"
 	gw_stop "$npid"
 	chmod 700 "$T"

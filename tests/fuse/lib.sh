@@ -65,18 +65,22 @@ fuse_mount()
 	"$FUSE" -c "$fm_conf" "$fm_dir" -f "$@" 2>>"$T/fuse.log" &
 	FUSE_PID=$!
 	mounts="$mounts $FUSE_PID:$fm_dir"
-	fm_i=0
-	until is_mounted "$fm_dir"; do
-		if ! kill -0 "$FUSE_PID" 2>/dev/null; then
-			if grep -q "fuse: device not found\|Operation not permitted\|Permission denied" "$T/fuse.log"; then
-				skip "this machine refuses FUSE mounts: $(tail -1 "$T/fuse.log")"
-			fi
-			fail "kvtier-fuse exited before mounting: $(cat "$T/fuse.log")"
+	poll 300 fuse_mounted "$fm_dir" ||
+		fail "kvtier-fuse did not mount in 30 s: $(cat "$T/fuse.log")"
+}
+
+# fuse_mounted DIR: whether $FUSE_PID has mounted DIR yet; skips or fails
+# if it exited instead.
+fuse_mounted()
+{
+	is_mounted "$1" && return 0
+	if ! kill -0 "$FUSE_PID" 2>/dev/null; then
+		if grep -q "fuse: device not found\|Operation not permitted\|Permission denied" "$T/fuse.log"; then
+			skip "this machine refuses FUSE mounts: $(tail -1 "$T/fuse.log")"
 		fi
-		fm_i=$((fm_i + 1))
-		[ "$fm_i" -lt 300 ] || fail "kvtier-fuse did not mount in 30 s: $(cat "$T/fuse.log")"
-		sleep 0.1
-	done
+		fail "kvtier-fuse exited before mounting: $(cat "$T/fuse.log")"
+	fi
+	return 1
 }
 
 # fuse_umount DIR: fusermount3 -u; the daemon must exit 0.
@@ -98,15 +102,6 @@ fuse_gateway()
 	"$top_builddir/kvtier-gateway" -c "$1" --listen 127.0.0.1:0 \
 		--credentials "$T/creds" --access-log off 2>"$T/gw.log" &
 	GW_PID=$!
-	fg_i=0
-	while :; do
-		# The background shell may not have made gw.log yet (seen under load).
-		fg_port=$(sed -n 's/.*serving S3 on .* (port \([0-9]*\)).*/\1/p' "$T/gw.log" 2>/dev/null || :)
-		[ -n "$fg_port" ] && break
-		kill -0 "$GW_PID" 2>/dev/null || fail "the gateway died: $(cat "$T/gw.log")"
-		fg_i=$((fg_i + 1))
-		[ "$fg_i" -lt 600 ] || fail "the gateway did not start: $(cat "$T/gw.log")"
-		sleep 0.1
-	done
-	GW_URL=http://127.0.0.1:$fg_port
+	wait_until "$GW_PID" "$T/gw.log" 60 "the gateway" gateway_serves "$T/gw.log"
+	GW_URL=http://127.0.0.1:$(gateway_port "$T/gw.log")
 }

@@ -56,22 +56,13 @@ gw_start()
 	shift 3
 	gw_config "$KVT_TMP/$gw_name.conf" "$KVT_TMP/$gw_name" "$gw_cap" "$gw_seg"
 	GW_LOG=$KVT_TMP/$gw_name.err
-	# Made here: the background shell may not have opened it when sed first looks.
-	: >"$GW_LOG"
 	"$GATEWAY" -c "$KVT_TMP/$gw_name.conf" --listen 127.0.0.1:0 --credentials "$GW_CREDS" \
 		--access-log "$KVT_TMP/$gw_name.access" -v "$@" 2>"$GW_LOG" &
 	GW_PID=$!
 	gw_pids="$gw_pids $GW_PID"
 	# A new store zero-fills its segments first: allow it time.
-	gw_i=0
-	while :; do
-		GW_PORT=$(sed -n 's/.*serving S3 on .* (port \([0-9]*\)).*/\1/p' "$GW_LOG")
-		[ -n "$GW_PORT" ] && break
-		kill -0 "$GW_PID" 2>/dev/null || fail "gateway '$gw_name' died: $(cat "$GW_LOG")"
-		gw_i=$((gw_i + 1))
-		[ "$gw_i" -lt 1200 ] || fail "gateway '$gw_name' did not start in 120 s: $(cat "$GW_LOG")"
-		sleep 0.1
-	done
+	wait_until "$GW_PID" "$GW_LOG" 120 "gateway '$gw_name'" gateway_serves "$GW_LOG"
+	GW_PORT=$(gateway_port "$GW_LOG")
 	GW_ENDPOINT=http://127.0.0.1:$GW_PORT
 }
 
