@@ -2655,24 +2655,53 @@ int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session
 	return 0;
 }
 
-int cat_g4_set_uploaded(struct cat *c, int64_t id, uint64_t vid, const char *g4_etag,
+/*
+ * The key and the session are checked as well as the version: a rename
+ * keeps the object's id and version, and a copy uploaded under the old
+ * name, taken for one under the new, made a cold object that no recall
+ * could find (the rename's trigger only fires for a copy already recorded).
+ */
+int cat_g4_set_uploaded(struct cat *c, const struct cat_object *co, const char *g4_etag,
 			const char *g4_key)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET g4_vid = ?2, g4_etag = ?3, g4_key = ?4"
-				      " WHERE id = ?1 AND vid = ?2 AND tier = 1");
-	int changes = 0, rc;
+	sqlite3_stmt *s;
+	int changes = 0, rc = cat_begin(c);
 
-	if (!s)
-		return -EIO;
-	sqlite3_bind_int64(s, 1, id);
-	sqlite3_bind_int64(s, 2, (int64_t)vid);
+	if (rc < 0)
+		return rc;
+	s = cat_g4_prep(c, "UPDATE objects SET g4_vid = ?2, g4_etag = ?3, g4_key = ?4"
+			" WHERE id = ?1 AND vid = ?2 AND tier = 1 AND key = ?5 AND session = ?6");
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, co->id);
+	sqlite3_bind_int64(s, 2, (int64_t)co->vid);
 	sqlite3_bind_text(s, 3, g4_etag, -1, SQLITE_TRANSIENT);
-	if (g4_key)
-		sqlite3_bind_text(s, 4, g4_key, -1, SQLITE_TRANSIENT);
-	else
-		sqlite3_bind_null(s, 4);
+	sqlite3_bind_text(s, 4, g4_key, -1, SQLITE_TRANSIENT);	/* NULL binds NULL */
+	sqlite3_bind_text(s, 5, co->obj->key, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 6, co->obj->session, -1, SQLITE_STATIC);
 	rc = cat_g4_run(c, s, "g4 uploaded", &changes);
+	if (rc == 0 && changes == 0) {
+		s = cat_g4_prep(c, "INSERT INTO g4_dead(bucket, key, session, g4_key)"
+				" VALUES(?1, ?2, ?3, ?4)");
+		if (!s) {
+			rc = -EIO;
+			goto fail;
+		}
+		sqlite3_bind_int64(s, 1, co->bucket_id);
+		sqlite3_bind_text(s, 2, co->obj->key, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 3, co->obj->session, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 4, g4_key, -1, SQLITE_TRANSIENT);
+		rc = cat_g4_run(c, s, "g4 dead upload", NULL);
+	}
+	if (rc < 0)
+		goto fail;
+	rc = cat_commit(c);
 	return rc < 0 ? rc : changes == 1 ? 0 : -ENOENT;
+fail:
+	cat_rollback(c);
+	return rc;
 }
 
 int cat_g4_forget(struct cat *c, int64_t id, uint64_t vid)
@@ -2799,10 +2828,7 @@ int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag,
 	}
 	sqlite3_bind_int64(s, 1, id);
 	sqlite3_bind_text(s, 2, g4_etag, -1, SQLITE_TRANSIENT);
-	if (g4_key)
-		sqlite3_bind_text(s, 3, g4_key, -1, SQLITE_TRANSIENT);
-	else
-		sqlite3_bind_null(s, 3);
+	sqlite3_bind_text(s, 3, g4_key, -1, SQLITE_TRANSIENT);	/* NULL binds NULL */
 	rc = cat_g4_run(c, s, "import", NULL);
 	if (rc == 0)
 		rc = cat_touch_session(c, p->bucket_id, p->session, p->mtime_ns);
@@ -2978,10 +3004,7 @@ int cat_g4_name_taken(struct cat *c, int64_t bucket_id, int64_t except_id, const
 		return -EIO;
 	sqlite3_bind_int64(s, 1, bucket_id);
 	sqlite3_bind_text(s, 2, name, -1, SQLITE_TRANSIENT);
-	if (key)
-		sqlite3_bind_text(s, 3, key, -1, SQLITE_TRANSIENT);
-	else
-		sqlite3_bind_null(s, 3);
+	sqlite3_bind_text(s, 3, key, -1, SQLITE_TRANSIENT);	/* NULL binds NULL */
 	sqlite3_bind_int64(s, 4, except_id);
 	rc = sqlite3_step(s);
 	sqlite3_finalize(s);

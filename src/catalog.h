@@ -295,9 +295,14 @@ struct cat_g4_obj {
 int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session, unsigned tiers,
 			   struct cat_g4_obj **out, size_t *n);
 void cat_g4_objs_free(struct cat_g4_obj *v, size_t n);
-/* G4 holds version vid verified, under g4_key (NULL: "BUCKET/KEY"); -ENOENT
- * if it is not DEMOTING at vid. */
-int cat_g4_set_uploaded(struct cat *c, int64_t id, uint64_t vid, const char *g4_etag,
+/*
+ * G4 holds co's version verified, uploaded under g4_key (NULL: "BUCKET/KEY"
+ * of co's key). -ENOENT if the object is no longer DEMOTING at that version
+ * under that key and session (overwritten, deleted, renamed or moved to
+ * another session during the upload): the copy just made is then recorded
+ * as dead, for the sweep (g4_dead).
+ */
+int cat_g4_set_uploaded(struct cat *c, const struct cat_object *co, const char *g4_etag,
 			const char *g4_key);
 /* Before an upload over the copy G4 holds of a DEMOTING object's version vid:
  * nothing may rely on that copy while it is rewritten (some partners, s3rver

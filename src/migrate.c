@@ -481,7 +481,7 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 			goto out;
 		}
 	}
-	rc = cat_g4_set_uploaded(c, go->co->id, go->co->vid, info.etag, alt);
+	rc = cat_g4_set_uploaded(c, go->co, info.etag, alt);
 	if (rc == 0) {
 		go->g4_vid = go->co->vid;
 		snprintf(go->g4_etag, sizeof(go->g4_etag), "%s", info.etag);

@@ -742,6 +742,7 @@ static void test_object_drop_keeps_session_state(void **state)
 {
 	struct fixture *f = *state;
 	struct cat_object *co = NULL;
+	struct cat_object *blk = NULL;
 	int64_t b = bucket(f->c, "drops"), id, cache_id;
 	uint64_t gen = claim(f->c, 6), v = 0;
 	int count = 0;
@@ -766,7 +767,9 @@ static void test_object_drop_keeps_session_state(void **state)
 	/* The migrator demotes it between reclaim's look and its drop. */
 	assert_int_equal(cat_g4_demote_begin(f->c, b, "sess", &count), 0);
 	assert_int_equal(count, 1);
-	assert_int_equal(cat_g4_set_uploaded(f->c, id, 0x90, "\"etag\"", NULL), 0);
+	assert_int_equal(cat_object_get(f->c, b, "s/blk", 0, &blk), 0);
+	assert_int_equal(cat_g4_set_uploaded(f->c, blk, "\"etag\"", NULL), 0);
+	cat_object_free(blk);
 	assert_int_equal(cat_g4_mark_cold(f->c, id, 0x90), 0);
 	assert_int_equal(cat_object_drop(f->c, id, 0x90, 1), -ENOENT);
 	assert_int_equal(cat_object_drop(f->c, id, 0x90, 0), -ENOENT);

@@ -1728,6 +1728,90 @@ static void test_rename_cold(void **state)
 	test_env_release(&b);
 }
 
+struct demote_arg {
+	struct kvt_store *st;
+	const char *session;
+	struct kvt_g4_report rep;
+	int rc;
+};
+
+static void *demote_thread(void *arg)
+{
+	struct demote_arg *d = arg;
+	struct kvt_g4_opts o = session_opts("kvs", d->session);
+
+	o.jobs = 3;	/* the session's three objects, all at once */
+	d->rc = kvt_g4_demote(d->st, &o, &d->rep);
+	return NULL;
+}
+
+/*
+ * Renamed, or moved to another session, while its upload is in flight (a
+ * FUSE mv while reclaim or the migrator demotes). A rename keeps the
+ * object's id and version, and the upload used to be recorded as a copy
+ * under the new name: the object went cold with no copy there, and every
+ * read failed from then on.
+ */
+static void test_rename_during_upload(void **state)
+{
+	struct cold_fault_plan plan = { .stall_ms = 400 };
+	static const char *const cold[] = { "s1/b", "s1/dir2/c" };
+	struct demote_arg d = { .session = "s1" };
+	struct kvt_g4_opts o9 = session_opts("kvs", "s9");
+	struct kvt_g4_report rep;
+	struct test_env env;
+	char path[600], path2[600];
+	pthread_t th;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	d.st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(d.st, "kvs"), 0);
+	assert_int_equal(test_put(d.st, "kvs", "s1/a", 300000, 1), 0);
+	assert_int_equal(test_put(d.st, "kvs", "s1/dir/c", 200000, 2), 0);
+	assert_int_equal(test_put(d.st, "kvs", "s1/d", 100000, 3), 0);
+	assert_int_equal(pthread_create(&th, NULL, demote_thread, &d), 0);
+	/* Each upload stalls 400 ms in the partner: these land during them. */
+	while (__atomic_load_n(&plan.stalled, __ATOMIC_SEQ_CST) < 3)
+		usleep(1000);
+	assert_int_equal(kvt_object_rename(d.st, "kvs", "s1/a", "s1/b", 0), 0);
+	assert_int_equal(kvt_object_rename(d.st, "kvs", "s1/dir/", "s1/dir2/", KVT_RENAME_PREFIX),
+			 0);
+	assert_int_equal(kvt_object_set_session(d.st, "kvs", "s1/d", "s9"), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(d.rc, 0);
+	assert_int_equal(d.rep.failures, 0);
+
+	/* None went cold on a copy under its old name or session. */
+	assert_int_not_equal(tier_of(d.st, "kvs", "s1/b"), KVT_TIER_COLD);
+	assert_int_not_equal(tier_of(d.st, "kvs", "s1/dir2/c"), KVT_TIER_COLD);
+	assert_int_not_equal(tier_of(d.st, "kvs", "s1/d"), KVT_TIER_COLD);
+	assert_int_equal(test_check(d.st, "kvs", "s1/b", 300000, 1), 0);
+	assert_int_equal(test_check(d.st, "kvs", "s1/dir2/c", 200000, 2), 0);
+	assert_int_equal(test_check(d.st, "kvs", "s1/d", 100000, 3), 0);
+
+	/* The copies under the old names were recorded dead: the sweep
+	 * deletes them. The next runs upload under the new names. */
+	plan.stall_ms = 0;
+	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", env.cfg.store.dir);
+	assert_int_equal(access(path, F_OK), 0);
+	snprintf(path2, sizeof(path2), "%s/g4/kvs/s1/dir/c%%", env.cfg.store.dir);
+	assert_int_equal(access(path2, F_OK), 0);
+	assert_int_equal(kvt_g4_cleanup(d.st), 0);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(access(path2, F_OK), -1);
+	all_cold(d.st, cold, 2);
+	assert_int_equal(kvt_g4_demote(d.st, &o9, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(tier_of(d.st, "kvs", "s1/d"), KVT_TIER_COLD);
+	assert_int_equal(kvt_g4_cleanup(d.st), 0);
+	assert_int_equal(test_check(d.st, "kvs", "s1/b", 300000, 1), 0);
+	assert_int_equal(test_check(d.st, "kvs", "s1/dir2/c", 200000, 2), 0);
+	assert_int_equal(test_check(d.st, "kvs", "s1/d", 100000, 3), 0);
+	kvt_store_close(d.st);
+	test_env_release(&env);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1754,6 +1838,7 @@ int main(void)
 		cmocka_unit_test(test_keys_stay_inside),
 		cmocka_unit_test(test_deleted_stay_deleted),
 		cmocka_unit_test(test_rename_cold),
+		cmocka_unit_test(test_rename_during_upload),
 		cmocka_unit_test(test_redemote_after_recall),
 		cmocka_unit_test(test_import_mode_clamped),
 	};
