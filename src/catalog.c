@@ -260,8 +260,9 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_SEG_VICTIM_EMPTY] = "SELECT id FROM segments WHERE state = 2 AND live = 0"
 			       " ORDER BY last_access, id LIMIT 1",
 	[S_SEG_COUNTS] = "SELECT state, count(*) FROM segments GROUP BY state",
-	[S_SEG_OBJECTS] = "SELECT DISTINCT o.id, o.vid, o.pinned FROM extents e"
-			  " JOIN objects o ON o.id = e.object WHERE e.segment = ?1",
+	[S_SEG_OBJECTS] = "SELECT DISTINCT o.id, o.vid, o.pinned OR substr(b.name, 1, 1) = '.'"
+			  " FROM extents e JOIN objects o ON o.id = e.object"
+			  " JOIN buckets b ON b.id = o.bucket WHERE e.segment = ?1",
 	[S_EXT_GET] = "SELECT segment, gen, offset, length FROM extents WHERE object = ?1 AND seq = ?2",
 	[S_EXT_MOVE] = "UPDATE extents SET segment = ?3, gen = ?4, offset = ?5"
 		       " WHERE object = ?1 AND seq = ?2",

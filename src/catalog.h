@@ -236,7 +236,10 @@ int cat_segment_free(struct cat *c, uint32_t id, uint64_t *new_gen);
  * else the coldest; empty_only: only an empty one. -ENOENT if none. */
 int cat_segment_pick_victim(struct cat *c, int empty_only, uint32_t *id);
 int cat_segment_counts(struct cat *c, uint64_t counts[4]);
-/* Objects (id, vid, pinned) with an extent in segment id. */
+/* Objects (id, vid, pinned) with an extent in segment id. pinned is also
+ * set for every object of an internal bucket (bucket_internal_name: the
+ * gateway's multipart uploads, the mount's parts): work in progress that
+ * its daemon removes when done or stale, never cache to drop. */
 int cat_segment_objects(struct cat *c, uint32_t id,
 			int (*fn)(void *arg, int64_t obj, uint64_t vid, int pinned), void *arg);
 /* Moves extent (obj, seq) if the object still has version vid. */

@@ -32,7 +32,10 @@
  * holds goes COLD instead of away (cat_object_drop). A session whose
  * demotion failed is not tried again in the same call: its segment stays
  * whole (-ENOSPC for the writer, a 503 SlowDown at the gateway), nothing is
- * lost. With [g4] url = none every unpinned object is plain cache.
+ * lost. With [g4] url = none every unpinned object is plain cache. The
+ * objects of internal buckets (multipart uploads in progress, the mount's
+ * parts) count as pinned: dropping one failed an upload half way
+ * (NoSuchUpload) on a node without G4.
  *
  * A reclaimer holds the victim's append lock from the moment it marks it
  * RECLAIMING; if it dies, recovery finds the lock free and puts the segment

@@ -2175,6 +2175,31 @@ static void test_reclaim_pinned_in_coldest(void **state)
 }
 
 /*
+ * What internal buckets hold (the gateway's multipart uploads in progress,
+ * the mount's parts) is not cache: on a node without G4, reclaim dropped an
+ * upload's parts and meta, and its next UploadPart got NoSuchUpload.
+ */
+static void test_reclaim_keeps_internal(void **state)
+{
+	struct fixture *f = fixture_new(8 * MiB, MiB);
+	unsigned char *part = pattern(300 * KiB, 92);
+	struct kvt_store_stat s;
+
+	(void)state;
+	fixture_open(f);
+	assert_int_equal(kvt_bucket_create_internal(f->st, ".uploads"), 0);
+	assert_int_equal(put_data(f->st, ".uploads", "bkt/id/meta", part, 100, NULL), 0);
+	assert_int_equal(put_data(f->st, ".uploads", "bkt/id/00001", part, 300 * KiB, NULL), 0);
+	put_plain(f->st, 0, 60, 400, "300 KiB of an upload in 8 MiB");
+	assert_int_equal(get_equals(f->st, ".uploads", "bkt/id/meta", part, 100), 0);
+	assert_int_equal(get_equals(f->st, ".uploads", "bkt/id/00001", part, 300 * KiB), 0);
+	assert_int_equal(kvt_store_stat(f->st, &s), 0);
+	assert_true(s.evicted_objects > 0);
+	free(part);
+	teardown((void **)&f);
+}
+
+/*
  * A streaming writer's extents stay out of reclaim's reach until it commits
  * or aborts: each holds a claim on its segment (store_alloc), and a filled
  * segment with claims left stays OPEN (retiring), never SEALED, so reclaim
@@ -2343,6 +2368,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reader_shared, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_reclaim_all_pinned_enospc, setup_small, teardown),
 		cmocka_unit_test(test_reclaim_pinned_in_coldest),
+		cmocka_unit_test(test_reclaim_keeps_internal),
 		cmocka_unit_test(test_reclaim_spares_open_writer),
 		cmocka_unit_test_setup_teardown(test_reclaim_takes_empty_segments, setup_small,
 						teardown),
