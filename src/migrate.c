@@ -1491,6 +1491,7 @@ struct recall_sink {
 	uint32_t crc;
 	struct cat_extent *ext;
 	size_t n, cap;
+	struct store_wait space;	/* for room, over all its extents */
 	int failed;		/* the first failed write */
 	struct g4_ctl *ctl;
 };
@@ -1540,7 +1541,7 @@ static int recall_flush(struct recall_sink *rs)
 
 	if (UTIL_GROW(rs->ext, rs->n, rs->cap) < 0)
 		return -ENOMEM;
-	rc = store_alloc(rs->st, space, &a);
+	rc = store_alloc(rs->st, space, &rs->space, &a);
 	if (rc < 0)
 		return rc;
 	e = &rs->ext[rs->n];

@@ -203,7 +203,7 @@ static int reclaim_relocate(struct kvt_store *st, uint32_t id, const struct vict
 		rc = store_read_extent(st, io, 0, buf, co->vid, e);
 		if (rc < 0)
 			goto out;
-		rc = store_alloc(st, seg_extent_space(e->length), &a);
+		rc = store_alloc(st, seg_extent_space(e->length), NULL, &a);
 		if (rc < 0)
 			goto out;
 		seg_header_fill(buf, e->hvid, e->hseq, e->obj_off, a.gen, a.segment, e->length, e->crc);

@@ -190,7 +190,16 @@ struct store_alloc {
 int store_append_trylock(struct kvt_store *st, uint32_t id);
 void store_append_unlock(struct kvt_store *st, uint32_t id);
 
-int store_alloc(struct kvt_store *st, uint64_t space, struct store_alloc *out);
+/*
+ * wait, if not NULL, is the caller's wait for room across the extents of
+ * one write (struct store_wait, zeroed before its first extent), so that
+ * [store] space_wait bounds the write: each extent that found no room had
+ * its own, and a write of two waited up to twice as long (59 s for the 30 s
+ * default in a helper's stress run). NULL: this extent's own.
+ */
+struct store_wait;
+int store_alloc(struct kvt_store *st, uint64_t space, struct store_wait *wait,
+		struct store_alloc *out);
 /* reclaim.c: reclaims toward the low watermark unless this process already does. */
 void store_reclaim_if_idle(struct kvt_store *st);
 void store_release(struct kvt_store *st, uint32_t segment, uint64_t gen);
@@ -319,6 +328,11 @@ struct demoter_wait {
 	int64_t deadline_ns;	/* 0: not started */
 	uint64_t pass0;
 	int64_t patience_ns;	/* no giving up sooner than this (store_alloc) */
+};
+/* A write's wait for room, carried from one store_alloc() to the next. */
+struct store_wait {
+	int64_t give_up_ns;		/* no demoter: reclaim until then; 0: not started */
+	struct demoter_wait demoter;	/* with one */
 };
 int demoter_start(struct kvt_store *st);
 void demoter_stop(struct kvt_store *st);

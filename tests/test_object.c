@@ -32,6 +32,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "testlib.h"
 #include "util.h"
@@ -2199,6 +2200,87 @@ static void test_reclaim_keeps_internal(void **state)
 	teardown((void **)&f);
 }
 
+struct abort_later {
+	struct kvt_writer *w;
+	unsigned ms;
+};
+
+static void *abort_later(void *arg)
+{
+	struct abort_later *a = arg;
+
+	usleep(a->ms * 1000);
+	kvt_writer_abort(a->w);
+	return NULL;
+}
+
+static int64_t elapsed_ms(const struct timespec *since)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (int64_t)(now.tv_sec - since->tv_sec) * 1000 +
+	       (now.tv_nsec - since->tv_nsec) / 1000000;
+}
+
+/*
+ * [store] space_wait bounds a write, not each of its extents. A writer
+ * whose first extent waited for room and got it, then found none for its
+ * second, waited space_wait again (a helper's stress run saw 503s after
+ * 56 to 59 s with the 30 s default). Here, with 2 s: writer a holds the
+ * one segment pinned objects leave, and gives it up 1.2 s into b's wait;
+ * b's second extent finds no room, and b fails 2 s after it began to
+ * wait, not 3.2 s.
+ */
+static void test_space_wait_bounds_write(void **state)
+{
+	struct fixture *f = fixture_new(8 * MiB, MiB);
+	const size_t one = MiB - 64;	/* the payload of an extent that fills a segment */
+	unsigned char *data = pattern(2 * one + 1, 93);
+	struct kvt_put_opts pin = { .flags = KVT_PUT_PIN };
+	struct abort_later later = { .ms = 1200 };
+	struct kvt_writer *b = NULL;
+	struct timespec t0;
+	char key[32];
+	unsigned npinned = 0;
+	pthread_t th;
+	int64_t ms;
+	int rc;
+
+	(void)state;
+	f->env.cfg.store.space_wait = 2;
+	fixture_open(f);
+	assert_int_equal(kvt_writer_open(f->st, "bkt", "a", NULL, &later.w), 0);
+	assert_int_equal(kvt_writer_write(later.w, data, one + 1), 0);	/* one extent out */
+	for (;; npinned++) {
+		snprintf(key, sizeof(key), "pinned%u", npinned);
+		if (put_data(f->st, "bkt", key, data, one, &pin) != 0)
+			break;
+	}
+	assert_true(npinned >= 5);
+
+	assert_int_equal(pthread_create(&th, NULL, abort_later, &later), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(kvt_writer_open(f->st, "bkt", "b", NULL, &b), 0);
+	rc = kvt_writer_write(b, data, 2 * one + 1);
+	if (rc == 0) {
+		rc = kvt_writer_commit(b, NULL);
+		b = NULL;
+	}
+	ms = elapsed_ms(&t0);
+	kvt_writer_abort(b);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(rc, -ENOSPC);
+	assert_true(ms >= 1900);
+	assert_true(ms < 2600);
+	for (unsigned i = 0; i < npinned; i++) {
+		snprintf(key, sizeof(key), "pinned%u", i);
+		assert_int_equal(get_equals(f->st, "bkt", key, data, one), 0);
+	}
+	free(data);
+	teardown((void **)&f);
+}
+
 /*
  * A streaming writer's extents stay out of reclaim's reach until it commits
  * or aborts: each holds a claim on its segment (store_alloc), and a filled
@@ -2369,6 +2451,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reclaim_all_pinned_enospc, setup_small, teardown),
 		cmocka_unit_test(test_reclaim_pinned_in_coldest),
 		cmocka_unit_test(test_reclaim_keeps_internal),
+		cmocka_unit_test(test_space_wait_bounds_write),
 		cmocka_unit_test(test_reclaim_spares_open_writer),
 		cmocka_unit_test_setup_teardown(test_reclaim_takes_empty_segments, setup_small,
 						teardown),
