@@ -458,7 +458,8 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 		goto out;
 	rc = cold_put(cold, gkey, o->size, o->content_type, extent_source, &es, &info);
 	if (rc < 0) {
-		log_err(rc, "cannot upload '%s' to g4", gkey);
+		if (rc != -ESTALE)	/* moved meanwhile: demote_upload() looks again */
+			log_err(rc, "cannot upload '%s' to g4", gkey);
 		goto out;
 	}
 	if (es.crc != o->crc32c) {
@@ -498,14 +499,27 @@ out:
 	return rc;
 }
 
+/*
+ * -ESTALE from an upload: reclaim freed the extents it was reading (the
+ * version was overwritten and its space reused, or a pinned object was
+ * relocated). It looks again: another version is -ENOENT, the same one is
+ * uploaded from where it is now. Counted as a failure, it made a tiny hot
+ * tier under churn refuse writes (ENOSPC: the demoter freed nothing) with
+ * G4 working.
+ */
+#define DEMOTE_STALE_TRIES 3
+
 static int demote_upload(struct kvt_store *st, struct cold *cold, const char *bucket,
 			 struct cat_g4_obj *go, struct g4_ctl *ctl)
 {
+	unsigned attempt = 0, stale = 0;
 	int rc;
 
-	for (unsigned attempt = 0;; attempt++) {
+	for (;;) {
 		rc = demote_upload_once(st, cold, bucket, go, ctl);
-		if (!g4_backoff(ctl, attempt, rc, go->co->obj->key))
+		if (rc == -ESTALE && stale++ < DEMOTE_STALE_TRIES)
+			continue;
+		if (!g4_backoff(ctl, attempt++, rc, go->co->obj->key))
 			return rc;
 	}
 }

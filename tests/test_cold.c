@@ -1812,6 +1812,54 @@ static void test_rename_during_upload(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * Overwritten while its upload waits on the partner, and the old version's
+ * segment reclaimed before the upload reads it: the read meets -ESTALE.
+ * That is the object changing, not the partner failing: no failure is
+ * counted (a failed demotion makes the demoter refuse writers room), and
+ * the next run uploads the new version.
+ */
+static void test_overwrite_during_upload(void **state)
+{
+	struct cold_fault_plan plan = { .stall_ms = 400 };
+	struct demote_arg d = { .session = "s1" };
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct kvt_store_stat s;
+	uint64_t reclaimed;
+	struct test_env env;
+	pthread_t th;
+
+	(void)state;
+	g4_env_init(&env, CAP, 1u << 20);
+	d.st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(d.st, "kvs"), 0);
+	/* A segment of its own (an extent of 1 MiB - 64 fills one), sealed by the next put. */
+	assert_int_equal(test_put(d.st, "kvs", "s1/a", (1u << 20) - 64, 1), 0);
+	assert_int_equal(test_put(d.st, "kvs", "other", 1000, 2), 0);
+	assert_int_equal(pthread_create(&th, NULL, demote_thread, &d), 0);
+	while (__atomic_load_n(&plan.stalled, __ATOMIC_SEQ_CST) < 1)
+		usleep(1000);
+	assert_int_equal(test_put(d.st, "kvs", "s1/a", 5000, 3), 0);
+	/* One segment more than are free: the emptiest first, the old version's. */
+	assert_int_equal(kvt_store_stat(d.st, &s), 0);
+	reclaimed = s.reclaimed_segments;
+	assert_int_equal(kvt_store_reclaim(d.st, (unsigned)s.segments_free + 1), 0);
+	assert_int_equal(kvt_store_stat(d.st, &s), 0);
+	assert_true(s.reclaimed_segments > reclaimed);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(d.rc, 0);
+	assert_int_equal(d.rep.failures, 0);
+	assert_int_equal(test_check(d.st, "kvs", "s1/a", 5000, 3), 0);
+
+	plan.stall_ms = 0;
+	assert_int_equal(kvt_g4_demote(d.st, &o, &d.rep), 0);
+	assert_int_equal(d.rep.failures, 0);
+	assert_int_equal(tier_of(d.st, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(d.st, "kvs", "s1/a", 5000, 3), 0);
+	kvt_store_close(d.st);
+	test_env_release(&env);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1839,6 +1887,7 @@ int main(void)
 		cmocka_unit_test(test_deleted_stay_deleted),
 		cmocka_unit_test(test_rename_cold),
 		cmocka_unit_test(test_rename_during_upload),
+		cmocka_unit_test(test_overwrite_during_upload),
 		cmocka_unit_test(test_redemote_after_recall),
 		cmocka_unit_test(test_import_mode_clamped),
 	};
