@@ -1680,6 +1680,11 @@ static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
 	}
 	if (rc < 0) {
 		log_err(rc, "cannot recall '%s/%s' from g4 '%s'", bucket, key, cold->url);
+		/* A copy missing, or longer than the object: for the caller an
+		 * I/O error, not a missing object (the mount turned -ENOENT
+		 * into ESTALE, the gateway -EFBIG into EntityTooLarge). */
+		if (rc == -ENOENT || rc == -EFBIG)
+			rc = -EIO;
 		goto out;
 	}
 	if (rs.size != co->obj->size || rs.crc != co->obj->crc32c) {

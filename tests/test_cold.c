@@ -1728,6 +1728,37 @@ static void test_rename_cold(void **state)
 	test_env_release(&b);
 }
 
+/* A copy gone from G4 (or not the object's): the read is an I/O error. */
+static void test_recall_copy_missing(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_reader *r = NULL;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	char path[600];
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", 30000, 1), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/b", 20000, 2), 0);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", env.cfg.store.dir);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(kvt_reader_open(st, "kvs", "s1/a", &r), -EIO);
+	/* More bytes than the object has: another object's. */
+	snprintf(path, sizeof(path), "%s/g4/kvs/s1/b%%", env.cfg.store.dir);
+	assert_int_equal(truncate(path, 40000), 0);
+	assert_int_equal(kvt_reader_open(st, "kvs", "s1/b", &r), -EIO);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(tier_of(st, "kvs", "s1/b"), KVT_TIER_COLD);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 struct demote_arg {
 	struct kvt_store *st;
 	const char *session;
@@ -1888,6 +1919,7 @@ int main(void)
 		cmocka_unit_test(test_rename_cold),
 		cmocka_unit_test(test_rename_during_upload),
 		cmocka_unit_test(test_overwrite_during_upload),
+		cmocka_unit_test(test_recall_copy_missing),
 		cmocka_unit_test(test_redemote_after_recall),
 		cmocka_unit_test(test_import_mode_clamped),
 	};
