@@ -163,7 +163,7 @@ void demoter_kick(struct kvt_store *st)
 
 void demoter_waited(struct kvt_store *st, const struct demoter_wait *w)
 {
-	int64_t waited = util_now_ns() - (w->deadline_ns - (int64_t)st->space_wait_ms * 1000000);
+	int64_t waited = util_now_ns() - w->start_ns;
 
 	if (waited > DEMOTER_SLOW_MS * 1000000ll)
 		log_info("a write to '%s' waited %.1f s for the demoter to free a segment",
@@ -178,7 +178,8 @@ int demoter_wait(struct kvt_store *st, struct demoter_wait *w)
 
 	pthread_mutex_lock(&st->demoter_lock);
 	if (!w->deadline_ns) {
-		w->deadline_ns = now + (int64_t)st->space_wait_ms * 1000000;
+		w->start_ns = now;
+		w->deadline_ns = now + w->limit_ns;
 		w->pass0 = st->demoter_passes;
 	}
 	/* The pass running when the wait began may have looked before this
@@ -189,8 +190,8 @@ int demoter_wait(struct kvt_store *st, struct demoter_wait *w)
 			" segment (g4 unreachable, or all that is left is pinned)", st->dir);
 		rc = -ENOSPC;
 	} else if (now >= w->deadline_ns || st->demoter_stop) {
-		log_err(-ENOSPC, "no room in the hot tier of '%s' after waiting %.1f s for the"
-			" demoter ([store] space_wait)", st->dir, st->space_wait_ms / 1e3);
+		log_err(-ENOSPC, "no room in the hot tier of '%s': a write waited its [store]"
+			" space_wait (%.1f s) for the demoter", st->dir, st->space_wait_ms / 1e3);
 		rc = -ENOSPC;
 	} else {
 		if (!st->demoter_kicked) {

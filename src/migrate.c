@@ -1505,7 +1505,7 @@ struct recall_sink {
 	uint32_t crc;
 	struct cat_extent *ext;
 	size_t n, cap;
-	struct store_wait space;	/* for room, over all its extents */
+	int64_t space_waited_ns;	/* for room, over all its extents */
 	int failed;		/* the first failed write */
 	struct g4_ctl *ctl;
 };
@@ -1555,7 +1555,7 @@ static int recall_flush(struct recall_sink *rs)
 
 	if (UTIL_GROW(rs->ext, rs->n, rs->cap) < 0)
 		return -ENOMEM;
-	rc = store_alloc(rs->st, space, &rs->space, &a);
+	rc = store_alloc(rs->st, space, &rs->space_waited_ns, &a);
 	if (rc < 0)
 		return rc;
 	e = &rs->ext[rs->n];

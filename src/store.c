@@ -526,17 +526,17 @@ static void store_seal_idle(struct kvt_store *st)
 		store_seal(st, &seal);
 }
 
-int store_alloc(struct kvt_store *st, uint64_t space, struct store_wait *wait,
-		struct store_alloc *out)
+/* store_alloc(), waiting at most limit_ns for room; *wait_start_ns says
+ * when it began to wait (left alone if it found room at once). */
+static int store_alloc_within(struct kvt_store *st, uint64_t space, int64_t limit_ns,
+			      int64_t *wait_start_ns, struct store_alloc *out)
 {
 	struct store_thread *t = store_thread(st);
 	struct store_open_seg fresh, retire = { 0 };
-	struct store_wait own = { 0 };
-	int64_t next_recover_ns = 0;
-	int rc, need_retire, reclaimed = 0, others_seen = 0, waited = 0;
+	struct demoter_wait wait = { .limit_ns = limit_ns };
+	int64_t give_up_ns = 0, next_recover_ns = 0;
+	int rc, need_retire, reclaimed = 0, others_seen = 0;
 
-	if (!wait)
-		wait = &own;
 	if (!t)
 		return -ENOMEM;
 	if (space > st->seg_size)
@@ -585,10 +585,12 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_wait *wait,
 			 * writers commit or they seal them idle (test_multiproc:
 			 * test_idle_segment_sealed).
 			 */
-			if (!wait->give_up_ns)
-				wait->give_up_ns = util_now_ns() + st->space_wait_ms * 1000000ll;
+			if (!give_up_ns) {
+				*wait_start_ns = util_now_ns();
+				give_up_ns = *wait_start_ns + limit_ns;
+			}
 			if (!reclaimed ||
-			    (!st->demoter_running && util_now_ns() < wait->give_up_ns)) {
+			    (!st->demoter_running && util_now_ns() < give_up_ns)) {
 				reclaimed = 1;
 				rc = reclaim_run(st, 1, !st->demoter_running);
 				if (rc < 0 && rc != -ENOSPC)
@@ -617,20 +619,18 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_wait *wait,
 			 * by its second tick after its last write, or the first
 			 * after the store filled (store_seal_idle), and a tick
 			 * more to spare. */
-			if (st->demoter_running && !wait->demoter.deadline_ns &&
+			if (st->demoter_running && !wait.deadline_ns &&
 			    store_others_open(st, &next_recover_ns))
-				wait->demoter.patience_ns = util_now_ns() +
-							    3 * (int64_t)st->access_flush_ms * 1000000;
-			if (st->demoter_running && demoter_wait(st, &wait->demoter) == 0) {
-				waited = 1;
+				wait.patience_ns = util_now_ns() +
+						   3 * (int64_t)st->access_flush_ms * 1000000;
+			if (st->demoter_running && demoter_wait(st, &wait) == 0)
 				continue;
-			}
 			return -ENOSPC;
 		}
 		if (rc < 0)
 			return rc;
-		if (waited)
-			demoter_waited(st, &wait->demoter);
+		if (wait.deadline_ns)
+			demoter_waited(st, &wait);
 
 		pthread_mutex_lock(&st->alloc_lock);
 		need_retire = 0;
@@ -662,6 +662,20 @@ int store_alloc(struct kvt_store *st, uint64_t space, struct store_wait *wait,
 		if (need_retire)
 			store_seal(st, &retire);
 	}
+}
+
+int store_alloc(struct kvt_store *st, uint64_t space, int64_t *waited_ns,
+		struct store_alloc *out)
+{
+	int64_t limit_ns = (int64_t)st->space_wait_ms * 1000000, wait_start_ns = 0;
+	int rc;
+
+	if (waited_ns)
+		limit_ns = MAX(limit_ns - *waited_ns, 0);
+	rc = store_alloc_within(st, space, limit_ns, &wait_start_ns, out);
+	if (waited_ns && wait_start_ns)
+		*waited_ns += util_now_ns() - wait_start_ns;
+	return rc;
 }
 
 void store_release(struct kvt_store *st, uint32_t segment, uint64_t gen)

@@ -191,14 +191,13 @@ int store_append_trylock(struct kvt_store *st, uint32_t id);
 void store_append_unlock(struct kvt_store *st, uint32_t id);
 
 /*
- * wait, if not NULL, is the caller's wait for room across the extents of
- * one write (struct store_wait, zeroed before its first extent), so that
- * [store] space_wait bounds the write: each extent that found no room had
- * its own, and a write of two waited up to twice as long (59 s for the 30 s
- * default in a helper's stress run). NULL: this extent's own.
+ * *waited_ns, if waited_ns is not NULL, is the time the caller's write has
+ * waited for room so far (0 before its first extent), and grows by this
+ * call's wait: [store] space_wait bounds what one write waits in all. Each extent that found no room had a space_wait of its own, and a
+ * write of two waited up to twice as long (503 SlowDown after 59 s with the
+ * 30 s default, in a helper's stress run). NULL: this extent's own.
  */
-struct store_wait;
-int store_alloc(struct kvt_store *st, uint64_t space, struct store_wait *wait,
+int store_alloc(struct kvt_store *st, uint64_t space, int64_t *waited_ns,
 		struct store_alloc *out);
 /* reclaim.c: reclaims toward the low watermark unless this process already does. */
 void store_reclaim_if_idle(struct kvt_store *st);
@@ -325,14 +324,10 @@ int store_above_high(struct kvt_store *st, uint64_t *nfree);
  * failed) or that [store] space_wait ran out (logged).
  */
 struct demoter_wait {
-	int64_t deadline_ns;	/* 0: not started */
+	int64_t limit_ns;	/* the longest it may wait (store_alloc) */
+	int64_t start_ns, deadline_ns;	/* 0: not started */
 	uint64_t pass0;
 	int64_t patience_ns;	/* no giving up sooner than this (store_alloc) */
-};
-/* A write's wait for room, carried from one store_alloc() to the next. */
-struct store_wait {
-	int64_t give_up_ns;		/* no demoter: reclaim until then; 0: not started */
-	struct demoter_wait demoter;	/* with one */
 };
 int demoter_start(struct kvt_store *st);
 void demoter_stop(struct kvt_store *st);

@@ -62,7 +62,7 @@ struct kvt_writer {
 	uint64_t size;
 	uint32_t crc;
 	EVP_MD_CTX *md5;
-	struct store_wait space;	/* for room, over all its extents */
+	int64_t space_waited_ns;	/* for room, over all its extents */
 	int failed;		/* first error, sticky */
 };
 
@@ -262,7 +262,7 @@ static int writer_flush(struct kvt_writer *w)
 
 	if (UTIL_GROW(w->ext, w->next, w->capext) < 0)
 		return -ENOMEM;
-	rc = store_alloc(w->st, space, &w->space, &b->alloc);
+	rc = store_alloc(w->st, space, &w->space_waited_ns, &b->alloc);
 	if (rc < 0)
 		return rc;
 	e = &w->ext[w->next++];
