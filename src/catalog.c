@@ -147,7 +147,7 @@ enum stmt_id {
 	S_BUCKET_LIST,
 	S_OBJ_LOOKUP, S_OBJ_GET, S_OBJ_EXTENTS, S_OBJ_INSERT, S_OBJ_DELETE_ID,
 	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_OBJ_LOOKUP_FULL, S_OBJ_HEAD_BY_NAME, S_OBJ_HEAD_OR_UNDER, S_EXT_ADOPT, S_OBJ_GET_ID,
-	S_OBJ_SETATTR, S_OBJ_SET_SESSION, S_OBJ_RENAME, S_OBJ_RENAME_PREFIX, S_PREFIX_HAS_OTHER, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_DROP_STATE, S_OBJ_PIN,
+	S_OBJ_SETATTR, S_OBJ_SET_SESSION, S_OBJ_RENAME, S_OBJ_RENAME_PREFIX, S_PREFIX_HAS_OTHER, S_PREFIX_LONGEST, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_DROP_STATE, S_OBJ_PIN,
 	S_OBJ_RANGE, S_OBJ_RANGE_INCL, S_OBJ_WALK,
 	S_OBJ_STATE,
 	S_SEG_GET, S_SEG_LIST, S_SEG_LIVE_ADD, S_SEG_CLAIM, S_SEG_NEXT_FREE, S_SEG_NEXT_PARTIAL,
@@ -216,6 +216,8 @@ static const char *const stmt_sql[S_COUNT] = {
 				" WHERE bucket = ?1 AND key >= ?2 AND key < ?4",
 	[S_PREFIX_HAS_OTHER] = "SELECT 1 FROM objects WHERE bucket = ?1 AND key > ?2 AND key < ?3"
 			       " LIMIT 1",
+	[S_PREFIX_LONGEST] = "SELECT max(length(CAST(key AS BLOB))) FROM objects"
+			     " WHERE bucket = ?1 AND key >= ?2 AND key < ?3",
 	[S_EXT_ADOPT] = "UPDATE extents SET object = ?2, seq = seq + ?3, obj_off = obj_off + ?4"
 			" WHERE object = ?1",
 	/* The reader's one query: object and extents in one implicit read
@@ -2481,6 +2483,28 @@ int cat_object_rename_prefix(struct cat *c, int64_t bucket_id, const char *from,
 	if (rc == SQLITE_ROW) {
 		rc = -ENOTEMPTY;
 		goto fail;
+	}
+	/* Every key keeps within KVT_KEY_MAX bytes: a longer one no S3 call
+	 * and no path could reach (found by a helper, renaming a directory
+	 * to a longer name over a 1024-byte key). */
+	if (strlen(to) > strlen(from)) {
+		s = cat_stmt(c, S_PREFIX_LONGEST);
+		if (!s) {
+			rc = -EIO;
+			goto fail;
+		}
+		sqlite3_bind_int64(s, 1, bucket_id);
+		sqlite3_bind_text(s, 2, from, -1, SQLITE_STATIC);
+		sqlite3_bind_text(s, 3, from_upper, -1, SQLITE_STATIC);
+		rc = sqlite3_step(s);
+		if (rc == SQLITE_ROW && (size_t)sqlite3_column_int64(s, 0) + strlen(to) - strlen(from) >
+					KVT_KEY_MAX)
+			rc = -ENAMETOOLONG;
+		else
+			rc = rc == SQLITE_ROW ? 0 : cat_errno(c, rc, "rename prefix");
+		cat_done(s);
+		if (rc < 0)
+			goto fail;
 	}
 	rc = cat_object_id(c, bucket_id, to, &marker);
 	if (rc == 0)

@@ -871,6 +871,29 @@ static void test_keep_pin(void **state)
 
 /* ---- copy ------------------------------------------------------------------------ */
 
+/*
+ * A directory renamed to a longer name: refused with -ENAMETOOLONG if a key
+ * under it would pass KVT_KEY_MAX bytes, which neither S3 nor a path could
+ * then reach (found by a helper, over a key of exactly 1024 bytes).
+ */
+static void test_rename_prefix_key_max(void **state)
+{
+	struct fixture *f = *state;
+	char key[KVT_KEY_MAX + 1], *from = "long/d/", *to = "long/dd/";
+
+	snprintf(key, sizeof(key), "%s%0*d", from, (int)(KVT_KEY_MAX - strlen(from)), 0);
+	assert_int_equal(strlen(key), KVT_KEY_MAX);
+	assert_int_equal(put_data(f->st, "bkt", key, "x", 1, NULL), 0);
+	assert_int_equal(kvt_object_rename(f->st, "bkt", from, to, KVT_RENAME_PREFIX),
+			 -ENAMETOOLONG);
+	assert_int_equal(get_equals(f->st, "bkt", key, "x", 1), 0);
+	/* The same length, or shorter, moves. */
+	assert_int_equal(kvt_object_rename(f->st, "bkt", from, "long/e/", KVT_RENAME_PREFIX), 0);
+	key[5] = 'e';
+	assert_int_equal(get_equals(f->st, "bkt", key, "x", 1), 0);
+	assert_int_equal(kvt_object_delete(f->st, "bkt", key), 0);
+}
+
 static void test_copy(void **state)
 {
 	struct fixture *f = *state;
@@ -2435,6 +2458,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pin, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_keep_pin, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_copy, setup_big, teardown),
+		cmocka_unit_test_setup_teardown(test_rename_prefix_key_max, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_commit_as, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_compose, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_key_validation, setup_big, teardown),
