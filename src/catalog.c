@@ -3022,7 +3022,8 @@ int cat_g4_name_taken(struct cat *c, int64_t bucket_id, int64_t except_id, const
 	sqlite3_stmt *s = cat_g4_prep(c, "SELECT 1 WHERE EXISTS(SELECT 1 FROM objects"
 				      "  WHERE bucket = ?1 AND g4_key = ?2 AND id <> ?4)"
 				      " OR EXISTS(SELECT 1 FROM objects"
-				      "  WHERE bucket = ?1 AND key = ?3 AND g4_key IS NULL AND id <> ?4)");
+				      "  WHERE bucket = ?1 AND key = ?3 AND g4_key IS NULL AND g4_vid <> 0"
+				      "  AND id <> ?4)");
 	int rc;
 
 	if (!s)

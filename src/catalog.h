@@ -349,7 +349,11 @@ int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_i
 int cat_g4_dead_done(struct cat *c, int64_t id);
 /* 1 if an object of the bucket other than except_id (0: none) names the G4
  * copy `name`: as its g4_key, or, with none, as its key `key` (the name
- * without "BUCKET/", NULL if it is no such name); 0 if none, or -errno. */
+ * without "BUCKET/", NULL if it is no such name) and G4 holds a version of
+ * it (g4_vid); 0 if none, or -errno. A new version at an overwritten key,
+ * not uploaded yet, does not keep the old version's copy: once the sweep
+ * had let it stand for the new one, deleting the key left it in G4 for
+ * good (no trigger fires for a version G4 never had). */
 int cat_g4_name_taken(struct cat *c, int64_t bucket_id, int64_t except_id, const char *name,
 		      const char *key);
 

@@ -1233,9 +1233,9 @@ static int dead_collect(void *arg, int64_t id, int64_t bucket_id, const char *bu
  * Keys deleted, overwritten, renamed or moved to another session since G4
  * got them (catalog.c, g4_dead): the session's manifest is written again
  * from the catalog, so it no longer lists them and an import elsewhere
- * cannot bring them back; then the G4 copy of a key this store no longer
- * holds at all is deleted (an overwritten key keeps its copy: the next
- * demotion replaces it, and the manifest does not point at it). Each
+ * cannot bring them back; then the G4 copy is deleted, unless an object
+ * still names it (cat_g4_name_taken: a cold object renamed away from it,
+ * or a new version at the key that has been uploaded over it). Each
  * session under its demotion lock, each key under its key lock (as
  * demote_upload_once() takes it), so a demotion never loses a fresh copy.
  * What fails stays for the next run.
@@ -1301,7 +1301,7 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold)
 				break;
 			}
 			/* Not while an object names it: a cold one renamed away,
-			 * or a new one at the key (its demotion replaces it). */
+			 * or a new version at the key that G4 holds there. */
 			taken = cat_g4_name_taken(c, d->bucket_id, 0, gkey, nkey);
 			if (taken == 0) {
 				taken = cold_del(cold, gkey);
