@@ -257,12 +257,20 @@ int kvfs_stat_node(struct kvfs *kv, struct node *n, struct kvfs_stat *out)
 	if (rc == 0 && out->type != n->type)
 		rc = -ENOENT;
 	if (rc == -ENOENT) {
-		/* Deleted through S3 while open for writing here: to the writer
-		 * the file is still there, and its close publishes it again. */
+		/*
+		 * Deleted through S3 (or by another process) while open here. To
+		 * a writer the file is still there, and its close publishes it
+		 * again. A reader reads the version it opened (kvtier-fuse(8)),
+		 * so fstat answers, with no links: the kernel asks for the
+		 * attributes before a read through the page cache, and an ENOENT
+		 * here failed that read.
+		 */
 		pthread_mutex_lock(&kv->lock);
-		if (n->nwriters > 0 && n->has_last) {
+		if (n->has_last && n->nopen > 0) {
 			out->type = n->type;
 			out->st = n->last;
+			if (n->nwriters == 0)
+				out->st.st_nlink = 0;
 			rc = 0;
 		}
 		pthread_mutex_unlock(&kv->lock);

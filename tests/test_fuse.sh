@@ -230,6 +230,26 @@ cmp "$T/in.1048576" "$B/f.4096" || fail "the mount read the old size or pages af
 cmp "$T/in.4095" "$B/f.4096" || fail "the mount read the old size after a smaller put"
 "$K" put models f.4096 "$T/in.4096" >/dev/null
 
+step "an object deleted by another process while open here reads whole through the open file"
+"$K" put models gone.1048577 "$T/in.1048577" >/dev/null
+python3 - "$B/gone.1048577" "$T/in.1048577" "$K" <<'EOF'
+import os, subprocess, sys
+path, src, kvtier = sys.argv[1:4]
+fd = os.open(path, os.O_RDONLY)
+subprocess.run([kvtier, "rm", "models", "gone.1048577"], check=True, stdout=subprocess.DEVNULL)
+st = os.fstat(fd)
+assert st.st_size == 1048577 and st.st_nlink == 0, (st.st_size, st.st_nlink)
+got = b""
+while True:
+    b = os.read(fd, 1 << 20)
+    if not b:
+        break
+    got += b
+os.close(fd)
+assert got == open(src, "rb").read(), "read %d bytes, not the version opened" % len(got)
+assert not os.path.exists(path), "still there after the close"
+EOF
+
 step "symbolic links: stored as objects of their own kind, marked for S3"
 ln -s conv1/turn1/blk0 "$B/link"
 [ "$(readlink "$B/link")" = conv1/turn1/blk0 ] || fail "readlink gives '$(readlink "$B/link")'"
