@@ -2287,8 +2287,15 @@ int kvfs_truncate_node(struct kvfs *kv, struct node *n, uint64_t size)
 	fuse_ino_t pino = 0;
 	int rc;
 
+	/*
+	 * Bytes still being written cannot be cut by name: the writer's close
+	 * publishes what it wrote, and a truncate of the version before was
+	 * lost under it without a word (a helper: 'truncate -s 20' answered 0
+	 * and the file stayed 100000 bytes). ftruncate(2) of the writer's own
+	 * descriptor cuts them.
+	 */
 	pthread_mutex_lock(&kv->lock);
-	rc = n->pending ? -EBUSY : 0;	/* bytes still being written cannot be cut */
+	rc = n->pending || n->ndirty > 0 ? -EBUSY : 0;
 	pthread_mutex_unlock(&kv->lock);
 	if (rc < 0)
 		return rc;

@@ -250,6 +250,26 @@ assert got == open(src, "rb").read(), "read %d bytes, not the version opened" % 
 assert not os.path.exists(path), "still there after the close"
 EOF
 
+step "truncate(2) by name of a file with unpublished writes: EBUSY, not lost at close"
+cp "$T/in.4096" "$B/cut"
+python3 - "$B/cut" <<'EOF'
+import errno, os, sys
+path = sys.argv[1]
+fd = os.open(path, os.O_WRONLY)
+os.write(fd, b"abcde")
+try:
+    os.truncate(path, 20)
+    raise SystemExit("truncate by name of a file being written answered 0")
+except OSError as e:
+    assert e.errno == errno.EBUSY, e
+os.ftruncate(fd, 20)
+os.close(fd)
+assert os.stat(path).st_size == 20, os.stat(path).st_size
+os.truncate(path, 10)
+assert open(path, "rb").read()[:5] == b"abcde" and os.stat(path).st_size == 10
+EOF
+rm "$B/cut"
+
 step "symbolic links: stored as objects of their own kind, marked for S3"
 ln -s conv1/turn1/blk0 "$B/link"
 [ "$(readlink "$B/link")" = conv1/turn1/blk0 ] || fail "readlink gives '$(readlink "$B/link")'"
