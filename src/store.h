@@ -193,9 +193,10 @@ void store_append_unlock(struct kvt_store *st, uint32_t id);
 /*
  * *waited_ns, if waited_ns is not NULL, is the time the caller's write has
  * waited for room so far (0 before its first extent), and grows by this
- * call's wait: [store] space_wait bounds what one write waits in all. Each extent that found no room had a space_wait of its own, and a
- * write of two waited up to twice as long (503 SlowDown after 59 s with the
- * 30 s default, in a helper's stress run). NULL: this extent's own.
+ * call's wait: [store] space_wait bounds what one write waits in all.
+ * (When each extent had a space_wait of its own, a write of two waited up
+ * to twice as long: 503 SlowDown after 59 s with the 30 s default, in a
+ * helper's stress run.) NULL: this extent's own.
  */
 int store_alloc(struct kvt_store *st, uint64_t space, int64_t *waited_ns,
 		struct store_alloc *out);
