@@ -2237,15 +2237,6 @@ static void *abort_later(void *arg)
 	return NULL;
 }
 
-static int64_t elapsed_ms(const struct timespec *since)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (int64_t)(now.tv_sec - since->tv_sec) * 1000 +
-	       (now.tv_nsec - since->tv_nsec) / 1000000;
-}
-
 /*
  * [store] space_wait bounds a write, not each of its extents. A writer
  * whose first extent waited for room and got it, then found none for its
@@ -2263,11 +2254,10 @@ static void test_space_wait_bounds_write(void **state)
 	struct kvt_put_opts pin = { .flags = KVT_PUT_PIN };
 	struct abort_later later = { .ms = 1200 };
 	struct kvt_writer *b = NULL;
-	struct timespec t0;
 	char key[32];
 	unsigned npinned = 0;
 	pthread_t th;
-	int64_t ms;
+	int64_t t0, ms;
 	int rc;
 
 	(void)state;
@@ -2283,14 +2273,14 @@ static void test_space_wait_bounds_write(void **state)
 	assert_true(npinned >= 5);
 
 	assert_int_equal(pthread_create(&th, NULL, abort_later, &later), 0);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = util_mono_ns();
 	assert_int_equal(kvt_writer_open(f->st, "bkt", "b", NULL, &b), 0);
 	rc = kvt_writer_write(b, data, 2 * one + 1);
 	if (rc == 0) {
 		rc = kvt_writer_commit(b, NULL);
 		b = NULL;
 	}
-	ms = elapsed_ms(&t0);
+	ms = (util_mono_ns() - t0) / 1000000;
 	kvt_writer_abort(b);
 	assert_int_equal(pthread_join(th, NULL), 0);
 	assert_int_equal(rc, -ENOSPC);
