@@ -112,6 +112,7 @@
 
 #include "kvfs.h"
 #include "log.h"
+#include "util.h"
 
 enum fh_state { FH_BASE, FH_BUF, FH_STREAM, FH_STAGE };
 
@@ -1396,12 +1397,7 @@ static int fh_writer_enter(struct kvfs *kv, struct node *n, fuse_ino_t *pino, ch
 	struct timespec until;
 	int rc = 0;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_nsec += FH_CACHE_WAIT_MS * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
+	util_deadline(&until, FH_CACHE_WAIT_MS);
 	pthread_mutex_lock(&kv->lock);
 	n->wwait++;	/* new readers meanwhile stay off the cache */
 	while (n->ncache > 0 &&

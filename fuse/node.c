@@ -28,6 +28,7 @@
 
 #include "kvfs.h"
 #include "log.h"
+#include "util.h"
 
 static size_t hash_ino(fuse_ino_t ino, size_t nbuckets)
 {
@@ -127,7 +128,7 @@ int node_table_init(struct kvfs *kv)
 	pthread_rwlockattr_t ra;
 
 	pthread_mutex_init(&kv->lock, NULL);
-	pthread_cond_init(&kv->cache_cond, NULL);
+	util_cond_init(&kv->cache_cond);
 	/* A steady stream of publishes must not starve a rename. */
 	pthread_rwlockattr_init(&ra);
 	pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);

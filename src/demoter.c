@@ -45,17 +45,6 @@
  * another process wakes nobody here. */
 #define DEMOTER_POLL_MS 50
 
-static void demoter_deadline(struct timespec *ts, int64_t ms)
-{
-	clock_gettime(CLOCK_REALTIME, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts->tv_nsec >= 1000000000) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000;
-	}
-}
-
 /*
  * One pass: nothing if the fill is below the high watermark and a segment
  * is free; else reclaim with demotion toward the low watermark. 0 when a
@@ -73,14 +62,14 @@ static int demoter_pass(struct kvt_store *st)
 	lock = g4_lock(st, "demoter", "", "", 0);
 	if (lock < 0)
 		return lock;
-	start = util_now_ns();
+	start = util_mono_ns();
 	rc = reclaim_run(st, 1, 1);
 	g4_unlock(lock);
 	if (rc < 0 && rc != -ENOSPC && rc != -ECANCELED)
 		log_err(rc, "background demotion of '%s' failed", st->dir);
-	else if (util_now_ns() - start > DEMOTER_SLOW_MS * 1000000ll)
+	else if (util_mono_ns() - start > DEMOTER_SLOW_MS * 1000000ll)
 		log_info("background demotion pass of '%s' took %.1f s", st->dir,
-			 (double)(util_now_ns() - start) / 1e9);
+			 (double)(util_mono_ns() - start) / 1e9);
 	return rc;
 }
 
@@ -94,7 +83,7 @@ static void *demoter_main(void *arg)
 		int rc;
 
 		if (!st->demoter_kicked) {
-			demoter_deadline(&ts, DEMOTER_TICK_MS);
+			util_deadline(&ts, DEMOTER_TICK_MS);
 			pthread_cond_timedwait(&st->demoter_cond, &st->demoter_lock, &ts);
 			if (st->demoter_stop)
 				break;
@@ -113,7 +102,7 @@ static void *demoter_main(void *arg)
 			 * Back to back, passes relocated the same pinned objects
 			 * over and over (test_gateway: a store full of them).
 			 */
-			demoter_deadline(&ts, DEMOTER_TICK_MS);
+			util_deadline(&ts, DEMOTER_TICK_MS);
 			while (!st->demoter_stop &&
 			       pthread_cond_timedwait(&st->demoter_cond, &st->demoter_lock, &ts) == 0)
 				;
@@ -163,7 +152,7 @@ void demoter_kick(struct kvt_store *st)
 
 void demoter_waited(struct kvt_store *st, const struct demoter_wait *w)
 {
-	int64_t waited = util_now_ns() - w->start_ns;
+	int64_t waited = util_mono_ns() - w->start_ns;
 
 	if (waited > DEMOTER_SLOW_MS * 1000000ll)
 		log_info("a write to '%s' waited %.1f s for the demoter to free a segment",
@@ -172,7 +161,7 @@ void demoter_waited(struct kvt_store *st, const struct demoter_wait *w)
 
 int demoter_wait(struct kvt_store *st, struct demoter_wait *w)
 {
-	int64_t now = util_now_ns(), left_ms;
+	int64_t now = util_mono_ns(), left_ms;
 	struct timespec ts;
 	int rc = 0;
 
@@ -199,7 +188,7 @@ int demoter_wait(struct kvt_store *st, struct demoter_wait *w)
 			pthread_cond_signal(&st->demoter_cond);
 		}
 		left_ms = (w->deadline_ns - now + 999999) / 1000000;
-		demoter_deadline(&ts, MIN(left_ms, (int64_t)DEMOTER_POLL_MS));
+		util_deadline(&ts, MIN(left_ms, (int64_t)DEMOTER_POLL_MS));
 		pthread_cond_timedwait(&st->space_cond, &st->demoter_lock, &ts);
 	}
 	pthread_mutex_unlock(&st->demoter_lock);

@@ -476,7 +476,7 @@ static int store_claims_pending(struct kvt_store *st)
 static int store_others_open(struct kvt_store *st, int64_t *next_recover_ns)
 {
 	struct cat *c = store_cat(st);
-	int64_t now = util_now_ns();
+	int64_t now = util_mono_ns();
 	uint64_t counts[4], own;
 
 	if (!c)
@@ -586,11 +586,11 @@ static int store_alloc_within(struct kvt_store *st, uint64_t space, int64_t limi
 			 * test_idle_segment_sealed).
 			 */
 			if (!give_up_ns) {
-				*wait_start_ns = util_now_ns();
+				*wait_start_ns = util_mono_ns();
 				give_up_ns = *wait_start_ns + limit_ns;
 			}
 			if (!reclaimed ||
-			    (!st->demoter_running && util_now_ns() < give_up_ns)) {
+			    (!st->demoter_running && util_mono_ns() < give_up_ns)) {
 				reclaimed = 1;
 				rc = reclaim_run(st, 1, !st->demoter_running);
 				if (rc < 0 && rc != -ENOSPC)
@@ -621,7 +621,7 @@ static int store_alloc_within(struct kvt_store *st, uint64_t space, int64_t limi
 			 * more to spare. */
 			if (st->demoter_running && !wait.deadline_ns &&
 			    store_others_open(st, &next_recover_ns))
-				wait.patience_ns = util_now_ns() +
+				wait.patience_ns = util_mono_ns() +
 						   3 * (int64_t)st->access_flush_ms * 1000000;
 			if (st->demoter_running && demoter_wait(st, &wait) == 0)
 				continue;
@@ -674,7 +674,7 @@ int store_alloc(struct kvt_store *st, uint64_t space, int64_t *waited_ns,
 		limit_ns = MAX(limit_ns - *waited_ns, 0);
 	rc = store_alloc_within(st, space, limit_ns, &wait_start_ns, out);
 	if (waited_ns && wait_start_ns)
-		*waited_ns += util_now_ns() - wait_start_ns;
+		*waited_ns += util_mono_ns() - wait_start_ns;
 	return rc;
 }
 
@@ -866,13 +866,7 @@ static void *store_flusher(void *arg)
 	while (!st->stopping) {
 		struct timespec ts;
 
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += st->access_flush_ms / 1000;
-		ts.tv_nsec += (long)(st->access_flush_ms % 1000) * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		util_deadline(&ts, st->access_flush_ms);
 		pthread_cond_timedwait(&st->access_cond, &st->access_lock, &ts);
 		if (st->stopping)
 			break;
@@ -1326,10 +1320,10 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	pthread_mutex_init(&st->append_lock, NULL);
 	pthread_mutex_init(&st->reclaim_lock, NULL);
 	pthread_mutex_init(&st->access_lock, NULL);
-	pthread_cond_init(&st->access_cond, NULL);
+	util_cond_init(&st->access_cond);
 	pthread_mutex_init(&st->demoter_lock, NULL);
-	pthread_cond_init(&st->demoter_cond, NULL);
-	pthread_cond_init(&st->space_cond, NULL);
+	util_cond_init(&st->demoter_cond);
+	util_cond_init(&st->space_cond);
 	if (pthread_key_create(&st->key, store_thread_exit) != 0) {
 		rc = -EAGAIN;
 		goto fail;

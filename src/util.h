@@ -18,6 +18,15 @@
 int64_t util_now_ns(void);
 int64_t util_mono_ns(void);
 
+/*
+ * Timed waits that a change of the wall clock cannot stretch or cut short:
+ * util_cond_init() makes a condition variable whose pthread_cond_timedwait()
+ * runs on CLOCK_MONOTONIC, and util_deadline() is the deadline for it ms
+ * from now.
+ */
+void util_cond_init(pthread_cond_t *cond);
+void util_deadline(struct timespec *ts, int64_t ms);
+
 /* Lower-case hex of len bytes into out (2 * len + 1 bytes). */
 void util_hex(char *out, const void *buf, size_t len);
 

@@ -306,6 +306,32 @@ static void test_clocks(void **state)
 	assert_true(m2 >= m1);
 }
 
+/* The deadline and the condition variable run on the same clock: a
+ * 50 ms wait takes 50 ms, not nothing and not forever. */
+static void test_timed_wait(void **state)
+{
+	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	pthread_cond_t cond;
+	struct timespec ts;
+	int64_t start, ms;
+	int rc;
+
+	(void)state;
+	util_cond_init(&cond);
+	pthread_mutex_lock(&lock);
+	start = util_mono_ns();
+	util_deadline(&ts, 50);
+	do
+		rc = pthread_cond_timedwait(&cond, &lock, &ts);
+	while (rc == 0);	/* a spurious wakeup */
+	ms = (util_mono_ns() - start) / 1000000;
+	pthread_mutex_unlock(&lock);
+	pthread_cond_destroy(&cond);
+	assert_int_equal(rc, ETIMEDOUT);
+	assert_true(ms >= 49);
+	assert_true(ms < 5000);
+}
+
 static void test_random_and_boot_id(void **state)
 {
 	char id[37];
@@ -439,6 +465,7 @@ int main(void)
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_clocks),
+		cmocka_unit_test(test_timed_wait),
 		cmocka_unit_test(test_random_and_boot_id),
 		cmocka_unit_test(test_aligned_alloc),
 		cmocka_unit_test(test_grow),
