@@ -20,6 +20,9 @@
 #     open(O_CREAT) never fails ENOENT or ESTALE, a process's own files read
 #     back and stat as written, every read gives one version whole (never
 #     cut, zero-padded or mixed).
+#  4. tests/fuse/deleterace.py: a reader of one file while S3 PUTs and
+#     DELETEs its key, for as long: each open reads one version whole or
+#     fails ENOENT, never ESTALE.
 #
 # Then fsck is clean. Skips (77) where this machine cannot mount.
 set -eu
@@ -66,6 +69,10 @@ elif [ -x "$top_builddir/kvtier-gateway" ] && python3 -c 'import boto3' 2>/dev/n
 	AWS_ACCESS_KEY_ID=AKIDFUSETEST AWS_SECRET_ACCESS_KEY=$GW_SECRET \
 		python3 "$top_srcdir/tests/fuse/namerace.py" "$M/names/st" "$secs" 4 "$GW_URL" names ||
 		fail "namerace.py (above)"
+	step "a reader of a file whose key is PUT and DELETEd through S3: ENOENT or whole, ${secs} s"
+	AWS_ACCESS_KEY_ID=AKIDFUSETEST AWS_SECRET_ACCESS_KEY=$GW_SECRET \
+		python3 "$top_srcdir/tests/fuse/deleterace.py" "$M/names/dr" "$secs" "$GW_URL" names ||
+		fail "deleterace.py (above)"
 	kill -TERM "$GW_PID"
 	wait "$GW_PID" || :
 	GW_PID=
