@@ -403,6 +403,12 @@ static int cmd_init(struct cli *c, int argc, char **argv)
 	rc = kvt_store_stat(c->st, &s);
 	if (rc < 0)
 		return cli_fail(c, rc, NULL, NULL);
+	if (kvt_store_readonly(c->st) && s.segments < c->cfg.store.capacity / s.segment_size) {
+		/* Opened at the size it has (the engine said so): not what was asked. */
+		cli_error(c, "cannot grow the store in '%s': %s", c->cfg.store.dir,
+			  cli_strerror(-EROFS));
+		return CLI_FAIL;
+	}
 	printf("%s store in '%s'\n", existed ? "opened existing" : "created", c->cfg.store.dir);
 	printf("  capacity:  %s (%" PRIu64 " bytes)\n", cli_human(s.capacity, hcap, sizeof(hcap)),
 	       s.capacity);

@@ -304,6 +304,8 @@ gw_config "$CONF" "$T/full" 256M 8M
 kvt_expect 0 "$K" stat
 kvt_grep err "has 5 segments and cannot grow to the 32 that capacity asks for on a read-only file system: opened at 5$"
 kvt_grep out "^capacity: +40\.0 MiB"
+kvt_expect 1 "$K" init
+kvt_grep err "^kvtier: init: cannot grow the store in '.*': Read-only file system$"
 gw_config "$CONF" "$T/full" 40M 8M
 kvt_expect 1 "$top_builddir/kvtier-migrate"
 kvt_grep err "is on a read-only file system: nothing can be demoted, recalled or imported"
