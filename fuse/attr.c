@@ -96,7 +96,8 @@ static void attr_posix(struct kvfs *kv, const struct kvt_object *o, mode_t *perm
 		       gid_t *gid)
 {
 	if ((o->posix.mode & S_IFMT) == 0) {
-		*perm = kv->cfg.fuse.file_mode & 07777;
+		/* A link's permissions are never used: 0777, as symlink(2) makes. */
+		*perm = o->posix.kind == KVT_KIND_SYMLINK ? 0777 : kv->cfg.fuse.file_mode & 07777;
 		*uid = kv->cfg.fuse.uid;
 		*gid = kv->cfg.fuse.gid;
 	} else {

@@ -314,6 +314,12 @@ int http_content_md5_etag(const struct gw_req *rq, char *etag, size_t len);
 
 /* Collects x-amz-meta-* and the stored standard headers into rq->meta. */
 enum s3_code s3_collect_meta(struct gw_req *rq);
+/*
+ * An object written with the metadata the mount shows S3 for a symbolic
+ * link (x-amz-meta-kvtier-symlink: 1) is one: opts->posix says so. A link
+ * copied, or restored from a backup, through S3 is a link in the mount.
+ */
+void s3_put_kind(struct kvt_put_opts *opts);
 /* Adds an object's stored headers, metadata, ETag, tier... to resp. */
 void s3_object_headers(struct gw_req *rq, struct MHD_Response *resp, const struct kvt_object *o);
 /* The checks of ETag/dates: S3_OK, S3_PRECONDITION_FAILED or S3_NOT_MODIFIED. */

@@ -783,6 +783,7 @@ void s3_op_complete_multipart(struct gw_req *rq)
 		opts.meta = allmeta;
 		opts.nmeta = meta->nmeta + 1;
 	}
+	s3_put_kind(&opts);
 	rc = kvt_object_compose(srv->st, rq->route.bucket, rq->route.key, GW_UPLOADS_BUCKET,
 				(const char *const *)keys, pl.n, &opts, &info);
 	if (rc < 0 && s3_write_cond_failed(rq, rc))

@@ -172,6 +172,16 @@ static bool s3_meta_sendable(const char *name, const char *value)
 	return true;
 }
 
+void s3_put_kind(struct kvt_put_opts *opts)
+{
+	static const struct kvt_posix symlink = { .kind = KVT_KIND_SYMLINK };
+
+	for (size_t i = 0; i < opts->nmeta; i++)
+		if (strcmp(opts->meta[i].name, "kvtier-symlink") == 0 &&
+		    strcmp(opts->meta[i].value, "1") == 0)
+			opts->posix = &symlink;
+}
+
 enum s3_code s3_collect_meta(struct gw_req *rq)
 {
 	size_t user_bytes = 0;
@@ -501,6 +511,7 @@ void s3_op_put_object_start(struct gw_req *rq)
 		return;
 	}
 	rq->put.flags = KVT_PUT_MD5_ETAG;
+	s3_put_kind(&rq->put);
 	/* Answered before the body when a condition already fails; the commit checks again. */
 	if (!s3_write_cond_begin(rq, &rq->put))
 		return;
@@ -1164,6 +1175,7 @@ void s3_op_copy_object(struct gw_req *rq)
 		}
 	}
 	opts.flags = KVT_PUT_MD5_ETAG | (src->pinned ? KVT_PUT_PIN : 0);
+	s3_put_kind(&opts);
 	if (!s3_write_cond_begin(rq, &opts))
 		goto out;
 	rc = kvt_object_copy(srv->st, sb, sk, rq->route.bucket, rq->route.key, &opts, &info);

@@ -702,6 +702,18 @@ prefixes = [p["Prefix"] for p in
 assert "mdir/" in prefixes, prefixes
 h = s3.head_object(Bucket="models", Key="link")
 assert h["Metadata"].get("kvtier-symlink") == "1", h["Metadata"]
+# What carries the marker is a link in the mount: a copy (either metadata
+# directive keeps the marker, or gives it anew) and a PUT as a backup restores it.
+s3.copy_object(Bucket="models", Key="link-copy", CopySource="models/link")
+s3.put_object(Bucket="models", Key="link-put", Body=b"conv1/turn1/blk0",
+              Metadata={"kvtier-symlink": "1"})
+s3.copy_object(Bucket="models", Key="link-plain", CopySource="models/link",
+               MetadataDirective="REPLACE")
+for k in ("link-copy", "link-put"):
+    p = os.path.join(d, k)
+    assert os.path.islink(p) and os.readlink(p) == "conv1/turn1/blk0", k
+    assert os.lstat(p).st_mode & 0o777 == 0o777, oct(os.lstat(p).st_mode)
+assert not os.path.islink(os.path.join(d, "link-plain"))
 EOF
 	kill -TERM "$GW_PID"
 	wait "$GW_PID" || :
