@@ -44,6 +44,9 @@
 #include "store.h"
 #include "util.h"
 
+/* Recalls of one open before it gives up on an object sent back meanwhile. */
+#define READER_RECALL_TRIES 3
+
 struct kvt_reader {
 	struct kvt_store *st;
 	struct cat_object *co;
@@ -77,8 +80,14 @@ static int reader_open(struct kvt_store *st, const char *bucket, const char *key
 		rc = -EAGAIN;	/* the caller recalls elsewhere (kvt_reader_open_hot) */
 		goto fail;
 	}
-	if (r->co->obj->tier == KVT_TIER_COLD) {
-		/* Only in G4: bring it back (migrate.c), then read it as any other. */
+	/*
+	 * Only in G4: bring it back (migrate.c), then read it as any other.
+	 * Reclaim under pressure may send it back to G4 before this looks
+	 * (a hot tier smaller than what its readers read at once): recall
+	 * again, a few times, rather than fail a read of a stored object.
+	 */
+	for (int tries = 0; r->co->obj->tier == KVT_TIER_COLD && tries < READER_RECALL_TRIES;
+	     tries++) {
 		cat_object_free(r->co);
 		r->co = NULL;
 		rc = recall_object(st, bucket, key);
