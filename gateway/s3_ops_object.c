@@ -251,8 +251,12 @@ enum s3_code s3_collect_meta(struct gw_req *rq)
 	return S3_OK;
 }
 
-/* The value an ETag list entry names, without W/ and quotes. */
-static bool s3_etag_in(const char *list, const char *etag)
+/*
+ * Whether an entry of an ETag list ("*", or ETags quoted or not, weak or
+ * not) names etag. RFC 9110 section 13.1: If-Match compares strongly (a
+ * weak W/ entry never matches: strong), If-None-Match weakly.
+ */
+static bool s3_etag_in(const char *list, const char *etag, bool strong)
 {
 	const char *p = list;
 	size_t elen;
@@ -273,13 +277,15 @@ static bool s3_etag_in(const char *list, const char *etag)
 			len--;
 		if (len == 1 && *t == '*')
 			return true;
-		if (len >= 2 && strncmp(t, "W/", 2) == 0)
+		bool weak = len >= 2 && strncmp(t, "W/", 2) == 0;
+
+		if (weak)
 			t += 2, len -= 2;
 		if (len && *t == '"')
 			t++, len--;
 		if (len && t[len - 1] == '"')
 			len--;
-		if (len == elen && strncmp(t, etag, len) == 0)
+		if (len == elen && strncmp(t, etag, len) == 0 && !(weak && strong))
 			return true;
 		p += (size_t)(t - p) + len;
 		p = comma ? comma + 1 : p + strlen(p);
@@ -296,14 +302,14 @@ enum s3_code s3_conditions(const struct kvt_object *o, const char *if_match,
 
 	/* RFC 7232 section 6, as S3 applies it. */
 	if (if_match) {
-		if (!s3_etag_in(if_match, o->etag))
+		if (!s3_etag_in(if_match, o->etag, true))
 			return S3_PRECONDITION_FAILED;
 	} else if (if_unmodified_since && (t = gw_time_parse_http(if_unmodified_since)) >= 0 &&
 		   mtime > t) {
 		return S3_PRECONDITION_FAILED;
 	}
 	if (if_none_match) {
-		if (s3_etag_in(if_none_match, o->etag))
+		if (s3_etag_in(if_none_match, o->etag, false))
 			return S3_NOT_MODIFIED;
 	} else if (if_modified_since && (t = gw_time_parse_http(if_modified_since)) >= 0 &&
 		   mtime <= t) {
@@ -325,10 +331,10 @@ static enum s3_code s3_write_cond(const struct gw_req *rq, const char *etag, boo
 	if (rq->if_match) {
 		if (!etag)
 			return at_commit ? S3_CONDITIONAL_CONFLICT : S3_NO_SUCH_KEY;
-		if (!s3_etag_in(rq->if_match, etag))
+		if (!s3_etag_in(rq->if_match, etag, true))
 			return S3_PRECONDITION_FAILED;
 	}
-	if (rq->if_none_match && etag && s3_etag_in(rq->if_none_match, etag))
+	if (rq->if_none_match && etag && s3_etag_in(rq->if_none_match, etag, false))
 		return S3_PRECONDITION_FAILED;
 	return S3_OK;
 }

@@ -290,6 +290,7 @@ class Objects(Base):
             self.assertEqual(self.s3.get_object(Bucket=self.bucket, Key="c", **kw)["Body"].read(),
                              b"cond", kw)
         for kw, code in ((dict(IfMatch='"nope"'), 412), (dict(IfUnmodifiedSince=earlier), 412),
+                         (dict(IfMatch="W/" + etag), 412), (dict(IfNoneMatch="W/" + etag), 304),
                          (dict(IfNoneMatch=etag), 304), (dict(IfModifiedSince=later), 304)):
             for op in (self.s3.get_object, self.s3.head_object):
                 with self.assertRaises(ClientError) as cm:
@@ -326,7 +327,10 @@ class Objects(Base):
                  (("If-Match", '"%s"' % ("0" * 32)), ("PreconditionFailed", 412)),
                  (("If-None-Match", e2), ("PreconditionFailed", 412)),
                  (("If-None-Match", '"x", %s' % e2), ("PreconditionFailed", 412)),
-                 (("If-None-Match", "*"), ("PreconditionFailed", 412)))
+                 (("If-None-Match", "*"), ("PreconditionFailed", 412)),
+                 # RFC 9110: If-Match compares strongly, If-None-Match weakly.
+                 (("If-Match", "W/%s" % e2), ("PreconditionFailed", 412)),
+                 (("If-None-Match", "W/%s" % e2), ("PreconditionFailed", 412)))
         for (h, v), want in cases:
             with self.assertRaises(ClientError, msg=(h, v)) as cm:
                 self.cond_client("PutObject", **{h: v}).put_object(Bucket=self.bucket, Key="im",
@@ -341,7 +345,7 @@ class Objects(Base):
         self.absent("im-missing")
         # What passes: a list holding the ETag, "*" on an existing key, another ETag
         # for If-None-Match.
-        for h, v in (("If-Match", '"x", W/%s' % e2), ("If-Match", "*"),
+        for h, v in (("If-Match", '"x", %s' % e2), ("If-Match", "*"),
                      ("If-None-Match", '"%s"' % ("1" * 32))):
             self.cond_client("PutObject", **{h: v}).put_object(Bucket=self.bucket, Key="im",
                                                                Body=b"three")
