@@ -326,6 +326,11 @@ void s3_object_headers(struct gw_req *rq, struct MHD_Response *resp, const struc
 enum s3_code s3_conditions(const struct kvt_object *o, const char *if_match,
 			   const char *if_none_match, const char *if_modified_since,
 			   const char *if_unmodified_since);
+/*
+ * Deletes key of rq's bucket if its ETag is one that if_match (NULL: any)
+ * lists, checked in the delete's transaction: -ECANCELED if not.
+ */
+int s3_delete_if(struct gw_req *rq, const char *key, const char *if_match);
 /* Parses "x-amz-copy-source" into bucket and key; S3_OK or an error. */
 enum s3_code s3_copy_source(const char *v, char **bucket, char **key);
 /*

@@ -55,10 +55,12 @@ static void http_op_health(struct gw_req *rq);
 static void http_op_metrics(struct gw_req *rq);
 static void http_op_unsupported(struct gw_req *rq);
 static void http_op_not_allowed(struct gw_req *rq);
+static void http_op_bad_version(struct gw_req *rq);
 
 const struct gw_op_def s3_op_defs[S3_OP_COUNT] = {
 	[S3_OP_UNSUPPORTED] = { .finish = http_op_unsupported },
 	[S3_OP_NOT_ALLOWED] = { .finish = http_op_not_allowed },
+	[S3_OP_BAD_VERSION] = { .finish = http_op_bad_version },
 	[S3_OP_HEALTH] = { .finish = http_op_health },
 	[S3_OP_METRICS] = { .finish = http_op_metrics },
 	[S3_OP_LIST_BUCKETS] = { .finish = s3_op_list_buckets },
@@ -291,6 +293,11 @@ static void http_op_unsupported(struct gw_req *rq)
 static void http_op_not_allowed(struct gw_req *rq)
 {
 	http_send_error(rq, S3_METHOD_NOT_ALLOWED, NULL);
+}
+
+static void http_op_bad_version(struct gw_req *rq)
+{
+	http_send_error(rq, S3_INVALID_ARGUMENT, "Invalid version id specified");
 }
 
 /* ---- the request -------------------------------------------------------- */

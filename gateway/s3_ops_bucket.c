@@ -349,18 +349,33 @@ void s3_op_delete_objects(struct gw_req *rq)
 	gw_buf_init(&b);
 	xml_begin(&b, "DeleteResult");
 	for (size_t i = 0; i < keys.n; i++) {
-		int rc = kvt_object_delete(rq->srv->st, rq->route.bucket, keys.keys[i]);
+		const char *version = keys.versions[i], *etag = keys.etags[i];
+		int rc;
 
-		if (rc == 0 || rc == -ENOENT) {
+		if (version && strcmp(version, "null") != 0) {
+			/* Never versioned: no such version (s3_route_op). */
+			xml_open(&b, "Error");
+			xml_elem(&b, "Key", keys.keys[i]);
+			xml_elem(&b, "VersionId", version);
+			xml_elem(&b, "Code", s3_err_name(S3_INVALID_ARGUMENT));
+			xml_elem(&b, "Message", "Invalid version id specified");
+			xml_close(&b, "Error");
+			continue;
+		}
+		rc = s3_delete_if(rq, keys.keys[i], etag);
+		if (rc == 0 || (rc == -ENOENT && !etag)) {
 			/* A key that was not there is deleted all the same (S3). */
 			if (!keys.quiet) {
 				xml_open(&b, "Deleted");
 				xml_elem(&b, "Key", keys.keys[i]);
+				if (version)
+					xml_elem(&b, "VersionId", version);
 				xml_close(&b, "Deleted");
 			}
 			continue;
 		}
-		code = s3_err_from_errno(rc, S3_CTX_OBJECT);
+		code = rc == -ECANCELED ? S3_PRECONDITION_FAILED
+		       : rc == -ENOENT ? S3_NO_SUCH_KEY : s3_err_from_errno(rc, S3_CTX_OBJECT);
 		xml_open(&b, "Error");
 		xml_elem(&b, "Key", keys.keys[i]);
 		xml_elem(&b, "Code", s3_err_name(code));

@@ -1068,18 +1068,36 @@ out:
 
 /* ---- DeleteObject ------------------------------------------------------- */
 
+/* A delete's If-Match, inside the delete's catalog transaction. */
+static int s3_delete_cond(void *arg, const char *etag)
+{
+	return s3_etag_in(arg, etag, true) ? 0 : -ECANCELED;
+}
+
+int s3_delete_if(struct gw_req *rq, const char *key, const char *if_match)
+{
+	return kvt_object_delete_if(rq->srv->st, rq->route.bucket, key,
+				    if_match ? s3_delete_cond : NULL, (void *)if_match);
+}
+
 void s3_op_delete_object(struct gw_req *rq)
 {
+	const char *if_match = http_hdr(rq, "If-Match");
 	int rc;
 
 	if (rq->route.key_len > KVT_KEY_MAX) {
 		http_send_error(rq, S3_KEY_TOO_LONG, NULL);
 		return;
 	}
-	rc = kvt_object_delete(rq->srv->st, rq->route.bucket, rq->route.key);
-	/* S3: deleting a key that is not there succeeds; a missing bucket does not. */
-	if (rc == -ENOENT && kvt_bucket_exists(rq->srv->st, rq->route.bucket) == 0)
+	rc = s3_delete_if(rq, rq->route.key, if_match);
+	/* S3: deleting a key that is not there succeeds (but for If-Match:
+	 * 404 NoSuchKey); a missing bucket does not. */
+	if (rc == -ENOENT && !if_match && kvt_bucket_exists(rq->srv->st, rq->route.bucket) == 0)
 		rc = 0;
+	if (rc == -ECANCELED) {
+		http_send_error(rq, S3_PRECONDITION_FAILED, NULL);
+		return;
+	}
 	if (rc < 0) {
 		http_send_errno_obj(rq, rq->route.bucket, rc, S3_CTX_OBJECT);
 		return;

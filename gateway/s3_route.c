@@ -30,6 +30,7 @@ static const char *const s3_op_names[S3_OP_COUNT] = {
 	[S3_OP_UNKNOWN] = "Unknown",
 	[S3_OP_UNSUPPORTED] = "Unsupported",
 	[S3_OP_NOT_ALLOWED] = "NotAllowed",
+	[S3_OP_BAD_VERSION] = "BadVersion",
 	[S3_OP_HEALTH] = "Health",
 	[S3_OP_METRICS] = "Metrics",
 	[S3_OP_LIST_BUCKETS] = "ListBuckets",
@@ -270,6 +271,13 @@ enum s3_op s3_route_op(const struct s3_route *r, const char *method, bool has_co
 		}
 		return S3_OP_NOT_ALLOWED;
 	}
+	/*
+	 * Buckets are never versioned: every object is version "null" (as
+	 * ListObjectVersions says). Another id names no version here, and
+	 * ignoring it made DELETE ?versionId=X delete the current object.
+	 */
+	if (HAS("versionId") && strcmp(s3_route_param(r, "versionId"), "null") != 0)
+		return S3_OP_BAD_VERSION;
 	if (get) {
 		if (HAS("uploadId"))
 			return S3_OP_LIST_PARTS;

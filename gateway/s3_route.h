@@ -13,6 +13,7 @@ enum s3_op {
 	S3_OP_UNKNOWN,		/* routing failed before an operation was known */
 	S3_OP_UNSUPPORTED,	/* a sub-resource we do not implement: 501 */
 	S3_OP_NOT_ALLOWED,	/* a method the resource does not take: 405 */
+	S3_OP_BAD_VERSION,	/* ?versionId= other than "null" on an object: 400 */
 	S3_OP_HEALTH,
 	S3_OP_METRICS,
 	S3_OP_LIST_BUCKETS,

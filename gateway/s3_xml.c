@@ -161,13 +161,41 @@ static int xml_push_key(struct xml_keylist *l, char *key)
 	return 0;
 }
 
+/* <Object>'s key, version and ETag, owned by l from here on, even on failure. */
+static int xml_push_object(struct xml_keylist *l, char *key, char *version, char *etag)
+{
+	char **v = realloc(l->versions, (l->n + 1) * sizeof(*v));
+	char **e = v ? realloc(l->etags, (l->n + 1) * sizeof(*e)) : NULL;
+
+	if (v)
+		l->versions = v;
+	if (e)
+		l->etags = e;
+	if (!v || !e || xml_push_key(l, key) < 0) {
+		free(key);
+		free(version);
+		free(etag);
+		return -1;
+	}
+	l->versions[l->n - 1] = version;
+	l->etags[l->n - 1] = etag;
+	return 0;
+}
+
 void xml_keylist_release(struct xml_keylist *l)
 {
 	if (!l)
 		return;
-	for (size_t i = 0; i < l->n; i++)
+	for (size_t i = 0; i < l->n; i++) {
 		free(l->keys[i]);
+		if (l->versions)
+			free(l->versions[i]);
+		if (l->etags)
+			free(l->etags[i]);
+	}
 	free(l->keys);
+	free(l->versions);
+	free(l->etags);
 	memset(l, 0, sizeof(*l));
 }
 
@@ -202,20 +230,26 @@ enum s3_code xml_parse_delete(const char *body, size_t len, struct xml_keylist *
 			out->quiet = strcmp(t, "true") == 0;
 			free(t);
 		} else if (xml_is(n, "Object")) {
-			char *key = NULL;
+			char *key = NULL, *version = NULL, *etag = NULL, **field;
+			bool bad = false;
 
-			for (xmlNodePtr c = n->children; c; c = c->next) {
-				if (xml_is(c, "Key")) {
-					free(key);
-					key = xml_text(c);
-					if (!key)
-						goto out;
-				}
+			for (xmlNodePtr c = n->children; c && !bad; c = c->next) {
+				field = xml_is(c, "Key") ? &key : xml_is(c, "VersionId") ? &version
+					: xml_is(c, "ETag") ? &etag : NULL;
+				if (!field)
+					continue;
+				free(*field);
+				*field = xml_text(c);
+				bad = !*field;
 			}
-			if (!key || out->n == XML_MAX_DELETE || xml_push_key(out, key) < 0) {
+			if (bad || !key || out->n == XML_MAX_DELETE) {
 				free(key);
+				free(version);
+				free(etag);
 				goto out;
 			}
+			if (xml_push_object(out, key, version, etag) < 0)
+				goto out;
 		} else if (n->type == XML_ELEMENT_NODE) {
 			goto out;
 		}

@@ -37,6 +37,9 @@ struct xml_keylist {
 	char **keys;
 	size_t n;
 	bool quiet;
+	/* xml_parse_delete only: each object's <VersionId> and <ETag>, NULL
+	 * where it has none. */
+	char **versions, **etags;
 };
 
 struct xml_part {

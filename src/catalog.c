@@ -1608,7 +1608,8 @@ int cat_object_states(struct cat *c, int64_t bucket_id, const char *const *keys,
 	return rc;
 }
 
-int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key)
+int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key,
+		      int (*precondition)(void *arg, const char *etag), void *arg)
 {
 	sqlite3_stmt *s;
 	int64_t id;
@@ -1625,12 +1626,15 @@ int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key)
 	sqlite3_bind_text(s, 2, key, -1, SQLITE_STATIC);
 	rc = sqlite3_step(s);
 	id = sqlite3_column_int64(s, 0);
-	cat_done(s);
 	if (rc != SQLITE_ROW) {
+		cat_done(s);
 		rc = rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "object lookup");
 		goto fail;
 	}
-	rc = cat_delete_id(c, id);
+	rc = precondition ? precondition(arg, (const char *)sqlite3_column_text(s, 2)) : 0;
+	cat_done(s);
+	if (rc == 0)
+		rc = cat_delete_id(c, id);
 	if (rc < 0)
 		goto fail;
 	return cat_commit(c);

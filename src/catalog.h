@@ -168,7 +168,9 @@ int cat_object_by_id(struct cat *c, int64_t id, struct cat_object **out);
  */
 int cat_object_states(struct cat *c, int64_t bucket_id, const char *const *keys, size_t n,
 		      struct kvt_key_state *out);
-int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key);
+/* precondition (or NULL) as kvt_object_delete_if()'s, in the same transaction. */
+int cat_object_delete(struct cat *c, int64_t bucket_id, const char *key,
+		      int (*precondition)(void *arg, const char *etag), void *arg);
 /*
  * Group commit: puts[0..n) in one write transaction, each in a savepoint of
  * its own, so that rcs[i] is put i's own result (0, or the -errno that

@@ -416,6 +416,14 @@ struct kvt_key_state {
 int kvt_object_lookup_many(struct kvt_store *st, const char *bucket, const char *const *keys,
 			   size_t n, struct kvt_key_state *out);
 int kvt_object_delete(struct kvt_store *st, const char *bucket, const char *key);
+/*
+ * A delete with a condition (S3's If-Match): precondition(arg, etag) is
+ * called inside the delete's catalog transaction with the ETag of the key's
+ * current version; a non-zero return (a negative errno) keeps the object
+ * and is returned. -ENOENT, without a call, when the key holds nothing.
+ */
+int kvt_object_delete_if(struct kvt_store *st, const char *bucket, const char *key,
+			 int (*precondition)(void *arg, const char *etag), void *arg);
 
 /* Copies bytes and, when opts is NULL, the source's metadata and session. */
 int kvt_object_copy(struct kvt_store *st, const char *src_bucket, const char *src_key,

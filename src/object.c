@@ -212,13 +212,19 @@ static int object_prologue(struct kvt_store *st, const char *bucket, const char 
 	return rc < 0 ? rc : store_bucket_id(st, bucket, bucket_id);
 }
 
-int kvt_object_delete(struct kvt_store *st, const char *bucket, const char *key)
+int kvt_object_delete_if(struct kvt_store *st, const char *bucket, const char *key,
+			 int (*precondition)(void *arg, const char *etag), void *arg)
 {
 	struct cat *c;
 	int64_t bucket_id;
 	int rc = object_prologue(st, bucket, key, &c, &bucket_id);
 
-	return rc < 0 ? rc : cat_object_delete(c, bucket_id, key);
+	return rc < 0 ? rc : cat_object_delete(c, bucket_id, key, precondition, arg);
+}
+
+int kvt_object_delete(struct kvt_store *st, const char *bucket, const char *key)
+{
+	return kvt_object_delete_if(st, bucket, key, NULL, NULL);
 }
 
 int kvt_object_pin(struct kvt_store *st, const char *bucket, const char *key, int pinned)

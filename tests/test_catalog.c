@@ -487,7 +487,7 @@ static void test_buckets(void **state)
 	assert_int_equal(put_obj(f->c, a, "k", 1, 0, gen, 0, 1, 100, 0, NULL), 0);
 	assert_int_equal(cat_bucket_delete(f->c, "alpha"), -ENOTEMPTY);
 	assert_int_equal(cat_bucket_id(f->c, "alpha", &id), 0);
-	assert_int_equal(cat_object_delete(f->c, a, "k"), 0);
+	assert_int_equal(cat_object_delete(f->c, a, "k", NULL, NULL), 0);
 	assert_int_equal(cat_bucket_delete(f->c, "alpha"), 0);
 	assert_int_equal(cat_bucket_id(f->c, "alpha", &id), -ENOENT);
 	assert_int_equal(cat_bucket_delete(f->c, "alpha"), -ENOENT);
@@ -635,10 +635,10 @@ static void test_object_replace_accounting(void **state)
 	assert_int_equal(seg_get(f->c, 1).live, 3 * space_of(big));
 
 	/* Delete: live goes back down; a second delete is -ENOENT. */
-	assert_int_equal(cat_object_delete(f->c, b, "k"), 0);
+	assert_int_equal(cat_object_delete(f->c, b, "k", NULL, NULL), 0);
 	assert_int_equal(seg_get(f->c, 1).live, 0);
-	assert_int_equal(cat_object_delete(f->c, b, "k"), -ENOENT);
-	assert_int_equal(cat_object_delete(f->c, b, "other"), 0);
+	assert_int_equal(cat_object_delete(f->c, b, "k", NULL, NULL), -ENOENT);
+	assert_int_equal(cat_object_delete(f->c, b, "other", NULL, NULL), 0);
 	assert_int_equal(seg_get(f->c, 0).live, 0);
 }
 
@@ -997,7 +997,7 @@ static void test_object_put_parts(void **state)
 	assert_int_equal(seg_get(f->c, 0).live, live0);
 	assert_int_equal(seg_get(f->c, 1).live, live1);
 	/* And deleting the whole releases what the parts had. */
-	assert_int_equal(cat_object_delete(f->c, b, "whole"), 0);
+	assert_int_equal(cat_object_delete(f->c, b, "whole", NULL, NULL), 0);
 	assert_int_equal(seg_get(f->c, 0).live, 0);
 	assert_int_equal(seg_get(f->c, 1).live, 0);
 	/* A part already used: -ESTALE. */
@@ -1100,8 +1100,8 @@ static void test_segment_states(void **state)
 	assert_int_equal(cat_segment_free(f->c, 0, &g2), -EBUSY);
 	assert_int_equal(seg_get(f->c, 0).gen, gen);
 	set_state(f->c, 0, SEG_SEALED, SEG_RECLAIMING, 0);
-	assert_int_equal(cat_object_delete(f->c, b, "x"), 0);
-	assert_int_equal(cat_object_delete(f->c, b, "y"), 0);
+	assert_int_equal(cat_object_delete(f->c, b, "x", NULL, NULL), 0);
+	assert_int_equal(cat_object_delete(f->c, b, "y", NULL, NULL), 0);
 	assert_int_equal(seg_get(f->c, 0).live, 0);
 	g2 = 0;
 	assert_int_equal(cat_segment_free(f->c, 0, &g2), 0);
@@ -1174,7 +1174,7 @@ static void test_segment_victim(void **state)
 	/* A segment emptied by deletes becomes the first choice, and the only
 	 * one when only empty ones are asked for. */
 	assert_int_equal(cat_segment_pick_victim(f->c, 1, &id), -ENOENT);
-	assert_int_equal(cat_object_delete(f->c, b, "k0"), 0);
+	assert_int_equal(cat_object_delete(f->c, b, "k0", NULL, NULL), 0);
 	assert_int_equal(cat_segment_pick_victim(f->c, 0, &id), 0);
 	assert_int_equal(id, 0);
 	assert_int_equal(cat_segment_pick_victim(f->c, 1, &id), 0);
@@ -1268,7 +1268,7 @@ static void test_segment_objects_and_move(void **state)
 	cat_object_free(co);
 
 	/* Deleting "a" now releases space from both segments. */
-	assert_int_equal(cat_object_delete(f->c, b, "a"), 0);
+	assert_int_equal(cat_object_delete(f->c, b, "a", NULL, NULL), 0);
 	assert_int_equal(seg_get(f->c, 0).live, space);
 	assert_int_equal(seg_get(f->c, 1).live, space);
 

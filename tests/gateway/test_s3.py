@@ -436,6 +436,59 @@ class Objects(Base):
         # Deleting what is not there succeeds, as in S3.
         self.s3.delete_object(Bucket=self.bucket, Key="never-was")
 
+    def test_delete_if_match(self):
+        """DeleteObject's If-Match and DeleteObjects' <ETag>: checked in the delete's
+        transaction; a stale ETag keeps the object (412), a missing key is 404."""
+        e = self.s3.put_object(Bucket=self.bucket, Key="dim", Body=b"one")["ETag"]
+        for v in ('"%s"' % ("0" * 32), "W/" + e):
+            with self.assertRaises(ClientError) as cm:
+                self.cond_client("DeleteObject", **{"If-Match": v}).delete_object(
+                    Bucket=self.bucket, Key="dim")
+            self.assertEqual(err_code(cm.exception), ("PreconditionFailed", 412), v)
+        self.assertEqual(self.s3.get_object(Bucket=self.bucket, Key="dim")["Body"].read(), b"one")
+        for v in ("*", e):
+            with self.assertRaises(ClientError) as cm:
+                self.cond_client("DeleteObject", **{"If-Match": v}).delete_object(
+                    Bucket=self.bucket, Key="dim-missing")
+            self.assertEqual(err_code(cm.exception), ("NoSuchKey", 404), v)
+        self.cond_client("DeleteObject", **{"If-Match": e}).delete_object(Bucket=self.bucket,
+                                                                          Key="dim")
+        self.absent("dim")
+        # DeleteObjects: each <Object> with its own <ETag>; a raw body, as older
+        # botocore has no ETag there.
+        e1 = self.s3.put_object(Bucket=self.bucket, Key="dim1", Body=b"1")["ETag"]
+        self.s3.put_object(Bucket=self.bucket, Key="dim2", Body=b"2")
+        body = ("<Delete><Object><Key>dim1</Key><ETag>%s</ETag></Object>"
+                "<Object><Key>dim2</Key><ETag>%s</ETag></Object>"
+                "<Object><Key>dim3</Key><ETag>%s</ETag></Object></Delete>"
+                % (e1, e1, e1)).encode()
+        st, _, out = send("POST", "/%s" % self.bucket, query=[("delete", "")],
+                          headers={"Content-MD5": md5_b64(body)}, body=body)
+        self.assertEqual(st, 200, out)
+        out = out.decode()
+        self.assertEqual(re.findall(r"<Deleted><Key>(.*?)</Key>", out), ["dim1"], out)
+        self.assertEqual(re.findall(r"<Error><Key>(.*?)</Key><Code>(.*?)</Code>", out),
+                         [("dim2", "PreconditionFailed"), ("dim3", "NoSuchKey")], out)
+        self.absent("dim1")
+        self.assertEqual(self.s3.get_object(Bucket=self.bucket, Key="dim2")["Body"].read(), b"2")
+
+    def test_version_id(self):
+        """Buckets are never versioned: versionId "null" is the object, any other id
+        names nothing, and never deletes the current object."""
+        self.s3.put_object(Bucket=self.bucket, Key="ver", Body=b"keep")
+        vid = "3sL4kqtJlcpXroDTDmJ-rmSpXd3dIbrHY"
+        for op in (self.s3.get_object, self.s3.head_object, self.s3.delete_object):
+            with self.assertRaises(ClientError) as cm:
+                op(Bucket=self.bucket, Key="ver", VersionId=vid)
+            self.assertEqual(err_code(cm.exception)[1], 400, op)
+        r = self.s3.delete_objects(Bucket=self.bucket, Delete={
+            "Objects": [{"Key": "ver", "VersionId": vid}]})
+        self.assertEqual([(x["Key"], x["Code"]) for x in r["Errors"]], [("ver", "InvalidArgument")])
+        self.assertEqual(self.s3.get_object(Bucket=self.bucket, Key="ver", VersionId="null")
+                         ["Body"].read(), b"keep")
+        self.s3.delete_object(Bucket=self.bucket, Key="ver", VersionId="null")
+        self.absent("ver")
+
     def test_delete_objects(self):
         keys = ["d/%03d" % i for i in range(50)]
         for k in keys:
