@@ -1324,10 +1324,11 @@ static int fh_publish_named(struct kvfs *kv, struct fh *h)
 		pthread_mutex_lock(&kv->lock);
 		node_changed_locked(kv, n);
 		h->excl = 0;
-		if (n->pending) {
-			n->pending = 0;
-			h->posix = posix;
-		}
+		n->pending = 0;
+		/* What was published is this handle's from now on: a chmod
+		 * before an fsync was undone by the publish after it, as
+		 * n->pend forgets it below. */
+		h->posix = posix;
 		if (n->nwriters <= 1 && n->ndirty <= 1)
 			n->pend.mask = 0;
 		/* The kernel's pages were written through; to be safe, the next

@@ -134,12 +134,18 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	c = node_child(kv, p, name);
 	if (c) {
-		int pending;
+		int writing;
 
+		/*
+		 * A file being written here has the size of its writes so far,
+		 * which only the node knows: the stored version's size, in an
+		 * entry reply, moved the kernel's size under the writer, whose
+		 * next write at the end then landed inside the file.
+		 */
 		pthread_mutex_lock(&kv->lock);
-		pending = c->pending;
+		writing = c->pending || c->nwriters > 0;
 		pthread_mutex_unlock(&kv->lock);
-		rc = pending ? kvfs_stat_node(kv, c, &s) : 1;
+		rc = writing ? kvfs_stat_node(kv, c, &s) : 1;
 		node_put(kv, c);
 		if (rc == 0) {
 			reply_entry(req, kv, p, name, &s);
@@ -729,6 +735,18 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	if (dst_exists && src.type == NODE_DIR && dst.type != NODE_DIR) {
 		rc = -ENOTDIR;
 		goto out;
+	}
+	if (dst_exists && dst.type == NODE_DIR) {
+		/* A file created in the target and not yet published is an entry
+		 * too, as for rmdir: replacing the directory lost it. */
+		struct node *t = node_child(kv, np, newname);
+		int busy = t && node_pending_under(kv, t);
+
+		node_put(kv, t);
+		if (busy) {
+			rc = -ENOTEMPTY;
+			goto out;
+		}
 	}
 	if (pending) {
 		if (dst_exists)

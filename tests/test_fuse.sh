@@ -270,6 +270,60 @@ assert open(path, "rb").read()[:5] == b"abcde" and os.stat(path).st_size == 10
 EOF
 rm "$B/cut"
 
+step "a file open for writing: lookups see its size so far, its directory is not replaced, its chmod stays"
+python3 - "$B" <<'EOF'
+import errno, os, sys, time
+d = sys.argv[1]
+# A lookup of the name (a failed mkdir here; a stat once entry_timeout is
+# past) answered the stored version's size, which the kernel took for the
+# writer's: its next write at the end landed inside the file.
+p = os.path.join(d, "grow")
+with open(p, "wb") as f:
+    f.write(b"0" * 50)
+with open(p, "r+b", buffering=0) as f:
+    f.write(b"A" * 100)
+    try:
+        os.mkdir(p)
+    except FileExistsError:
+        pass
+    assert os.fstat(f.fileno()).st_size == 100, os.fstat(f.fileno()).st_size
+    f.seek(0, os.SEEK_END)
+    f.write(b"TAIL")
+with open(p, "rb") as f:
+    assert f.read() == b"A" * 100 + b"TAIL"
+os.unlink(p)
+# A directory holding a file being written is not empty: renaming another
+# over it lost the file.
+os.mkdir(os.path.join(d, "rdst"))
+os.mkdir(os.path.join(d, "rsrc"))
+with open(os.path.join(d, "rdst/kv.bin"), "wb") as f:
+    f.write(b"kv")
+    try:
+        os.rename(os.path.join(d, "rsrc"), os.path.join(d, "rdst"))
+        raise SystemExit("a directory was renamed over one holding a file being written")
+    except OSError as e:
+        assert e.errno == errno.ENOTEMPTY, e
+assert os.listdir(os.path.join(d, "rdst")) == ["kv.bin"]
+os.unlink(os.path.join(d, "rdst/kv.bin"))
+os.rmdir(os.path.join(d, "rdst"))
+os.rmdir(os.path.join(d, "rsrc"))
+# A chmod and chown before an fsync stay when more is written after it.
+p = os.path.join(d, "modes")
+with open(p, "wb") as f:
+    f.write(b"old")
+fd = os.open(p, os.O_RDWR)
+os.write(fd, b"new")
+os.chmod(p, 0o751)
+os.chown(p, 7, 8)
+os.fsync(fd)
+os.write(fd, b"more")
+os.close(fd)
+time.sleep(1.1)   # attr_timeout: then the stat is what the store holds
+st = os.stat(p)
+assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o751, 7, 8), st
+os.unlink(p)
+EOF
+
 step "symbolic links: stored as objects of their own kind, marked for S3"
 ln -s conv1/turn1/blk0 "$B/link"
 [ "$(readlink "$B/link")" = conv1/turn1/blk0 ] || fail "readlink gives '$(readlink "$B/link")'"
