@@ -312,7 +312,16 @@ int http_content_md5_etag(const struct gw_req *rq, char *etag, size_t len);
 
 /* ---- s3_ops_common (s3_ops_object.c) ------------------------------------ */
 
-/* Collects x-amz-meta-* and the stored standard headers into rq->meta. */
+/*
+ * S3_NOT_IMPLEMENTED for headers that ask for what the gateway does not do
+ * and a client must not believe done: server-side encryption (SSE-S3,
+ * SSE-KMS, SSE-C: the bytes would be stored in the clear, and an SSE-C
+ * object read without its key) and object lock (retention, legal hold: a
+ * delete would still delete). Else S3_OK.
+ */
+enum s3_code s3_refuse_unkept(const struct gw_req *rq);
+/* Collects x-amz-meta-* and the stored standard headers into rq->meta;
+ * refuses what s3_refuse_unkept() refuses. */
 enum s3_code s3_collect_meta(struct gw_req *rq);
 /*
  * An object written with the metadata the mount shows S3 for a symbolic

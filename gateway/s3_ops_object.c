@@ -182,12 +182,24 @@ void s3_put_kind(struct kvt_put_opts *opts)
 			opts->posix = &symlink;
 }
 
+enum s3_code s3_refuse_unkept(const struct gw_req *rq)
+{
+	for (size_t i = 0; i < rq->nhdrs; i++)
+		if (strncasecmp(rq->hdrs[i].name, "x-amz-server-side-encryption", 28) == 0 ||
+		    strncasecmp(rq->hdrs[i].name, "x-amz-object-lock-", 18) == 0)
+			return S3_NOT_IMPLEMENTED;
+	return S3_OK;
+}
+
 enum s3_code s3_collect_meta(struct gw_req *rq)
 {
 	size_t user_bytes = 0;
 	const char *ct = http_hdr(rq, "Content-Type");
 	const char *session = http_hdr(rq, "x-kvtier-session");
+	enum s3_code code = s3_refuse_unkept(rq);
 
+	if (code != S3_OK)
+		return code;
 	for (size_t i = 0; i < rq->nhdrs; i++) {
 		const char *n = rq->hdrs[i].name, *v = rq->hdrs[i].value;
 		char *name = NULL;
@@ -1180,6 +1192,11 @@ void s3_op_copy_object(struct gw_req *rq)
 		}
 		opts = rq->put;
 	} else {
+		code = s3_refuse_unkept(rq);
+		if (code != S3_OK) {
+			http_send_error(rq, code, NULL);
+			goto out;
+		}
 		opts = (struct kvt_put_opts){
 			.content_type = src->content_type,
 			.session = src->session,

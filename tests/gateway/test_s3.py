@@ -1125,6 +1125,22 @@ class BadInput(Base):
     def test_not_implemented(self):
         st, _, body = send("GET", "/" + self.bucket, query=[("lifecycle", "")])
         self.assertEqual((st, b"NotImplemented" in body), (501, True))
+        # Encryption and object lock asked for with a write are refused, not
+        # dropped: the object would be stored in the clear, or deletable.
+        self.s3.put_object(Bucket=self.bucket, Key="ni-src", Body=b"src")
+        asks = (dict(SSECustomerAlgorithm="AES256", SSECustomerKey="k" * 32),
+                dict(ServerSideEncryption="AES256"),
+                dict(ObjectLockMode="COMPLIANCE", ObjectLockLegalHoldStatus="ON",
+                     ObjectLockRetainUntilDate=datetime.datetime(2099, 1, 1)))
+        for kw in asks:
+            for op, args in ((self.s3.put_object, dict(Body=b"x")),
+                             (self.s3.create_multipart_upload, {}),
+                             (self.s3.copy_object, dict(CopySource={"Bucket": self.bucket,
+                                                                    "Key": "ni-src"}))):
+                with self.assertRaises(ClientError, msg=(op, kw)) as cm:
+                    op(Bucket=self.bucket, Key="ni", **args, **kw)
+                self.assertEqual(err_code(cm.exception), ("NotImplemented", 501), (op, kw))
+        self.absent("ni")
 
     def test_disconnect_mid_upload(self):
         path = "/%s/disconnected" % self.bucket
