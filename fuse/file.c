@@ -1273,13 +1273,12 @@ static int fh_publish_named(struct kvfs *kv, struct fh *h)
 	if (rc == 0)
 		rc = node_path(kv, n, &bucket, &key);
 	if (rc == -ENOENT) {
-		/* Unlinked or renamed over while open: its bytes go nowhere. */
-		if (h->state == FH_STREAM)
-			fh_stream_end(kv, h);
-		fh_drop_base(h);
-		if (h->state == FH_STREAM)
-			h->state = FH_BASE;
-		fh_clean(kv, h);
+		/*
+		 * Unlinked or renamed over while open: its bytes go nowhere, but
+		 * stay the open file's until its release (fh_release) frees
+		 * them. Dropped at an fsync or a flush of another descriptor,
+		 * the file read and stat'ed as empty through the ones still open.
+		 */
 		free(session);
 		return 0;
 	}

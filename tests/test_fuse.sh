@@ -202,12 +202,24 @@ assert open(p, "rb").read() == b"hel"
 with open(p, "w") as f:
     pass
 assert os.path.getsize(p) == 0
-# A file written, unlinked while open, is never published.
+# A file written, unlinked while open, is never published; until it is
+# closed it keeps its bytes, an fsync included (it read as empty after one).
 f = open(os.path.join(d, "gone"), "wb")
 f.write(b"x" * 1000)
 os.unlink(os.path.join(d, "gone"))
 f.close()
 assert not os.path.exists(os.path.join(d, "gone"))
+with open(os.path.join(d, "gone2"), "wb") as f:
+    f.write(b"old")
+fd = os.open(os.path.join(d, "gone2"), os.O_RDWR)
+os.write(fd, b"y" * 3826)
+os.unlink(os.path.join(d, "gone2"))
+os.fsync(fd)
+assert os.fstat(fd).st_size == 3826 and os.lseek(fd, 0, os.SEEK_END) == 3826
+os.write(fd, b"z")
+assert os.pread(fd, 4000, 0) == b"y" * 3826 + b"z"
+os.close(fd)
+assert not os.path.exists(os.path.join(d, "gone2"))
 # Shell append, line by line.
 for i in range(5):
     with open(os.path.join(d, "log"), "a") as f:
