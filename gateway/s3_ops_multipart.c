@@ -19,6 +19,9 @@
  * the ETag given, every part but the last at least 5 MiB), then
  * kvt_object_compose() makes the object from the parts' extents without
  * copying a byte; the ETag is S3's: MD5 of the parts' binary MD5s, "-N".
+ * The compose checks the ETags again, in the catalog transaction that takes
+ * the parts: a part re-uploaded after the first check is InvalidPart, never
+ * other bytes under the ETag computed from the listed ones.
  *
  *   Create --> (UploadPart | UploadPartCopy)* --> Complete --> object
  *                                            \--> Abort ----> nothing
@@ -678,7 +681,7 @@ void s3_op_complete_multipart(struct gw_req *rq)
 	struct xml_partlist pl = { 0 };
 	struct kvt_object *meta = NULL, *info = NULL;
 	struct kvt_meta *allmeta = NULL;
-	char **keys = NULL;
+	char **keys = NULL, **etags = NULL;
 	EVP_MD_CTX *md5 = NULL;
 	struct kvt_put_opts opts = { 0 };
 	struct gw_buf runs;
@@ -704,8 +707,9 @@ void s3_op_complete_multipart(struct gw_req *rq)
 	if (!s3_write_cond_begin(rq, &opts))
 		goto out;
 	keys = calloc(pl.n, sizeof(*keys));
+	etags = calloc(pl.n, sizeof(*etags));
 	md5 = EVP_MD_CTX_new();
-	if (!keys || !md5 || EVP_DigestInit_ex(md5, EVP_md5(), NULL) != 1) {
+	if (!keys || !etags || !md5 || EVP_DigestInit_ex(md5, EVP_md5(), NULL) != 1) {
 		http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
 		goto out;
 	}
@@ -752,7 +756,13 @@ void s3_op_complete_multipart(struct gw_req *rq)
 			goto out;
 		}
 		s3_parts_run(&runs, &run_size, &run_n, part->size, i + 1 == pl.n);
+		/* The very ETag checked, for the compose to check again. */
+		etags[i] = strdup(part->etag);
 		kvt_object_free(part);
+		if (!etags[i]) {
+			http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+			goto out;
+		}
 		EVP_DigestUpdate(md5, bin, 16);
 	}
 	EVP_DigestFinal_ex(md5, d, &dn);
@@ -785,12 +795,15 @@ void s3_op_complete_multipart(struct gw_req *rq)
 	}
 	s3_put_kind(&opts);
 	rc = kvt_object_compose(srv->st, rq->route.bucket, rq->route.key, GW_UPLOADS_BUCKET,
-				(const char *const *)keys, pl.n, &opts, &info);
+				(const char *const *)keys, (const char *const *)etags, pl.n,
+				&opts, &info);
 	if (rc < 0 && s3_write_cond_failed(rq, rc))
 		goto out;
 	if (rc < 0) {
-		/* A part gone meanwhile: another Complete or an Abort won the race. */
-		http_send_error(rq, rc == -ENOENT ? S3_INVALID_PART : s3_err_from_errno(rc, 0), NULL);
+		/* A part gone meanwhile (another Complete or an Abort won the race),
+		 * or re-uploaded since the check above with other bytes. */
+		http_send_error(rq, rc == -ENOENT || rc == -ESTALE ? S3_INVALID_PART
+								 : s3_err_from_errno(rc, 0), NULL);
 		goto out;
 	}
 	/* The object is visible; what is left of the upload is garbage. */
@@ -814,10 +827,12 @@ void s3_op_complete_multipart(struct gw_req *rq)
 	xml_close(&b, "CompleteMultipartUploadResult");
 	http_send_xml(rq, 200, &b);
 out:
-	if (keys)
-		for (size_t i = 0; i < pl.n; i++)
-			free(keys[i]);
+	for (size_t i = 0; i < pl.n; i++) {
+		free(keys ? keys[i] : NULL);
+		free(etags ? etags[i] : NULL);
+	}
 	free(keys);
+	free(etags);
 	free(allmeta);
 	gw_buf_release(&runs);
 	EVP_MD_CTX_free(md5);

@@ -435,9 +435,17 @@ int kvt_object_copy(struct kvt_store *st, const char *src_bucket, const char *sr
  * concatenated in that order, without copying a byte: their extents become
  * the new object's and the parts disappear (S3's CompleteMultipartUpload).
  * The CRC32C is combined from the parts'; the ETag is opts->etag if given.
+ *
+ * part_etags (NULL: any part will do) names the parts by content as well:
+ * part i must have the ETag part_etags[i], compared byte for byte, in the
+ * version whose extents the compose takes. A part re-uploaded since its
+ * caller looked at it is -ESTALE and nothing changes (S3's InvalidPart);
+ * -ENOENT when a part is gone. A part replaced meanwhile by one with the
+ * same ETag is taken, after a retry; -EAGAIN if the parts keep changing.
  */
 int kvt_object_compose(struct kvt_store *st, const char *bucket, const char *key,
-		       const char *parts_bucket, const char *const *part_keys, size_t nparts,
+		       const char *parts_bucket, const char *const *part_keys,
+		       const char *const *part_etags, size_t nparts,
 		       const struct kvt_put_opts *opts, struct kvt_object **info);
 
 /* Which fields kvt_object_setattr() changes; ctime always becomes now. */

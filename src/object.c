@@ -295,8 +295,39 @@ out:
 	return rc;
 }
 
+/*
+ * The parts of a compose as the catalog has them now: ids, versions, total
+ * size and combined CRC32C. -ESTALE if a part's ETag is not the one its
+ * caller named (part_etags, may be NULL), -ENOENT if a part is gone.
+ */
+static int compose_read_parts(struct cat *c, int64_t parts_id, const char *const *part_keys,
+			      const char *const *part_etags, size_t nparts, int64_t *ids,
+			      uint64_t *vids, uint64_t *size, uint32_t *crc)
+{
+	*size = 0;
+	*crc = 0;
+	for (size_t i = 0; i < nparts; i++) {
+		struct cat_object *part = NULL;
+		int rc = cat_object_get(c, parts_id, part_keys[i], 0, &part);
+
+		if (rc < 0)
+			return rc;
+		if (part_etags && strcmp(part->obj->etag, part_etags[i]) != 0) {
+			cat_object_free(part);
+			return -ESTALE;
+		}
+		ids[i] = part->id;
+		vids[i] = part->vid;
+		*crc = kvt_crc32c_combine(*crc, part->obj->crc32c, part->obj->size);
+		*size += part->obj->size;
+		cat_object_free(part);
+	}
+	return 0;
+}
+
 int kvt_object_compose(struct kvt_store *st, const char *bucket, const char *key,
-		       const char *parts_bucket, const char *const *part_keys, size_t nparts,
+		       const char *parts_bucket, const char *const *part_keys,
+		       const char *const *part_etags, size_t nparts,
 		       const struct kvt_put_opts *opts, struct kvt_object **info)
 {
 	static const struct kvt_put_opts none;
@@ -326,43 +357,50 @@ int kvt_object_compose(struct kvt_store *st, const char *bucket, const char *key
 		rc = -ENOMEM;
 		goto out;
 	}
-	for (size_t i = 0; i < nparts; i++) {
-		struct cat_object *part = NULL;
-
-		rc = cat_object_get(c, parts_id, part_keys[i], 0, &part);
+	/*
+	 * The parts are read (and their ETags checked) outside the catalog
+	 * transaction that takes their extents, but that transaction takes
+	 * each only at the version read here (cat_object_put_parts, -ESTALE
+	 * otherwise): the ETag checked is the ETag of the bytes composed. A
+	 * part re-uploaded in between is read and checked again.
+	 */
+	for (int tries = 0;; tries++) {
+		rc = compose_read_parts(c, parts_id, part_keys, part_etags, nparts, ids, vids,
+					&size, &crc);
 		if (rc < 0)
 			goto out;
-		ids[i] = part->id;
-		vids[i] = part->vid;
-		crc = kvt_crc32c_combine(crc, part->obj->crc32c, part->obj->size);
-		size += part->obj->size;
-		cat_object_free(part);
+		if (opts->etag)
+			snprintf(etag, sizeof(etag), "%s", opts->etag);
+		else
+			snprintf(etag, sizeof(etag), "\"%08x%016llx-%zu\"", crc,
+				 (unsigned long long)size, nparts);
+		put = (struct cat_put){
+			.bucket_id = bucket_id,
+			.key = key,
+			.vid = store_new_vid(st),
+			.size = size,
+			.etag = etag,
+			.crc32c = crc,
+			.content_type = opts->content_type,
+			.meta = opts->meta,
+			.nmeta = opts->nmeta,
+			.mtime_ns = opts->mtime_ns ? opts->mtime_ns : util_now_ns(),
+			.session = session,
+			.pinned = !!(opts->flags & KVT_PUT_PIN),
+			.keep_pin = !!(opts->flags & KVT_PUT_KEEP_PIN),
+			.if_none_match = !!(opts->flags & KVT_PUT_IF_NONE_MATCH),
+			.precondition = opts->precondition,
+			.precondition_arg = opts->precondition_arg,
+		};
+		store_posix_fill(&put.posix, opts->posix, put.mtime_ns);
+		rc = cat_object_put_parts(c, &put, ids, vids, nparts, NULL, NULL);
+		if (rc != -ESTALE)
+			break;
+		if (tries == 2) {
+			rc = -EAGAIN;	/* the parts keep changing under us */
+			goto out;
+		}
 	}
-	if (opts->etag)
-		snprintf(etag, sizeof(etag), "%s", opts->etag);
-	else
-		snprintf(etag, sizeof(etag), "\"%08x%016llx-%zu\"", crc,
-			 (unsigned long long)size, nparts);
-	put = (struct cat_put){
-		.bucket_id = bucket_id,
-		.key = key,
-		.vid = store_new_vid(st),
-		.size = size,
-		.etag = etag,
-		.crc32c = crc,
-		.content_type = opts->content_type,
-		.meta = opts->meta,
-		.nmeta = opts->nmeta,
-		.mtime_ns = opts->mtime_ns ? opts->mtime_ns : util_now_ns(),
-		.session = session,
-		.pinned = !!(opts->flags & KVT_PUT_PIN),
-		.keep_pin = !!(opts->flags & KVT_PUT_KEEP_PIN),
-		.if_none_match = !!(opts->flags & KVT_PUT_IF_NONE_MATCH),
-		.precondition = opts->precondition,
-		.precondition_arg = opts->precondition_arg,
-	};
-	store_posix_fill(&put.posix, opts->posix, put.mtime_ns);
-	rc = cat_object_put_parts(c, &put, ids, vids, nparts, NULL, NULL);
 	if (rc == 0 && info)
 		rc = kvt_object_head(st, bucket, key, info);
 out:

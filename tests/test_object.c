@@ -817,6 +817,50 @@ static void test_pin(void **state)
 }
 
 /*
+ * A compose given the parts' ETags takes exactly those parts: S3's
+ * CompleteMultipartUpload lists each part with its ETag, and a part
+ * re-uploaded after the gateway checked the list must not slip in (it
+ * published the new bytes under the ETag made from the old ones).
+ */
+static void test_compose_etags(void **state)
+{
+	struct fixture *f = *state;
+	const char *keys[2] = { "e/1", "e/2" };
+	const char *etags[2];
+	struct kvt_object *x, *tail, *y, *o = NULL;
+
+	assert_int_equal(kvt_bucket_create_internal(f->st, ".uploads"), 0);
+	assert_int_equal(put_data(f->st, ".uploads", "e/1", "XXXX", 4, NULL), 0);
+	assert_int_equal(put_data(f->st, ".uploads", "e/2", "tail", 4, NULL), 0);
+	x = head(f->st, ".uploads", "e/1");
+	tail = head(f->st, ".uploads", "e/2");
+	/* The caller has checked part 1 (X); then it is uploaded again (Y). */
+	assert_int_equal(put_data(f->st, ".uploads", "e/1", "YYYY", 4, NULL), 0);
+	y = head(f->st, ".uploads", "e/1");
+	etags[0] = x->etag;
+	etags[1] = tail->etag;
+	assert_int_equal(kvt_object_compose(f->st, "bkt", "e", ".uploads", keys, etags, 2, NULL,
+					    NULL), -ESTALE);
+	/* Nothing changed: no object, both parts still there. */
+	assert_int_equal(kvt_object_head(f->st, "bkt", "e", &o), -ENOENT);
+	assert_int_equal(get_equals(f->st, ".uploads", "e/1", "YYYY", 4), 0);
+	assert_int_equal(get_equals(f->st, ".uploads", "e/2", "tail", 4), 0);
+	/* A part's ETag is compared byte for byte, quotes and all. */
+	etags[0] = "YYYY";
+	assert_int_equal(kvt_object_compose(f->st, "bkt", "e", ".uploads", keys, etags, 2, NULL,
+					    NULL), -ESTALE);
+	/* The ETags the parts have: composed. */
+	etags[0] = y->etag;
+	assert_int_equal(kvt_object_compose(f->st, "bkt", "e", ".uploads", keys, etags, 2, NULL,
+					    NULL), 0);
+	assert_int_equal(get_equals(f->st, "bkt", "e", "YYYYtail", 8), 0);
+	assert_int_equal(kvt_object_head(f->st, ".uploads", "e/1", &o), -ENOENT);
+	kvt_object_free(x);
+	kvt_object_free(y);
+	kvt_object_free(tail);
+}
+
+/*
  * KVT_PUT_KEEP_PIN (a file rewritten through the mount keeps its pin): the
  * new version is pinned exactly when the one it replaces was, decided in
  * the commit, for a streamed writer and for a compose; the info a commit
@@ -857,7 +901,8 @@ static void test_keep_pin(void **state)
 	/* A compose keeps it too. */
 	assert_int_equal(kvt_bucket_create_internal(f->st, ".parts"), 0);
 	assert_int_equal(put_data(f->st, ".parts", "k/part", "abcde", 5, NULL), 0);
-	assert_int_equal(kvt_object_compose(f->st, "bkt", "k", ".parts", part, 1, &keep, NULL), 0);
+	assert_int_equal(kvt_object_compose(f->st, "bkt", "k", ".parts", part, NULL, 1, &keep,
+					    NULL), 0);
 	o = head(f->st, "bkt", "k");
 	assert_int_equal(o->pinned, 1);
 	assert_int_equal(o->size, 5);
@@ -1055,7 +1100,7 @@ static void test_compose(void **state)
 		off += lens[i];
 	}
 	assert_int_equal(kvt_store_stat(f->st, &s0), 0);
-	assert_int_equal(kvt_object_compose(f->st, "bkt", "conv-2/whole", ".uploads", keys, 5,
+	assert_int_equal(kvt_object_compose(f->st, "bkt", "conv-2/whole", ".uploads", keys, NULL, 5,
 					    &opts, &info), 0);
 	assert_int_equal(info->size, total);
 	assert_int_equal(info->crc32c, kvt_crc32c(0, whole, total));
@@ -1099,8 +1144,8 @@ static void test_compose(void **state)
 	assert_int_equal(s1.live_bytes, s0.live_bytes);
 	assert_int_equal(s1.objects, s0.objects - 4);
 	/* A missing part: -ENOENT, nothing made. */
-	assert_int_equal(kvt_object_compose(f->st, "bkt", "again", ".uploads", keys, 1, NULL, NULL),
-			 -ENOENT);
+	assert_int_equal(kvt_object_compose(f->st, "bkt", "again", ".uploads", keys, NULL, 1,
+					    NULL, NULL), -ENOENT);
 	assert_int_equal(kvt_object_head(f->st, "bkt", "again", &o), -ENOENT);
 	/* fsck agrees, and it survives a reopen. */
 	test_fsck_clean(f->st);
@@ -2455,6 +2500,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rename_prefix_key_max, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_commit_as, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_compose, setup_big, teardown),
+		cmocka_unit_test_setup_teardown(test_compose_etags, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_key_validation, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_bucket_names, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_meta_limit, setup_big, teardown),

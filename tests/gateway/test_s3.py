@@ -843,6 +843,61 @@ class Multipart(Base):
                 op()
             self.assertEqual(err_code(cm.exception), ("NoSuchUpload", 404))
 
+    def test_complete_part_reuploaded(self):
+        # Complete names each part by its ETag: a part uploaded again with
+        # other bytes is InvalidPart, whether it changed before the
+        # gateway's check or between that check and the compose (a race
+        # that published Y under the ETag made from X's MD5).
+        key = "mp/reup"
+        x, y = b"X" * 200000, b"Y" * 200000
+        uid = self.s3.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+        ex = self.s3.upload_part(Bucket=self.bucket, Key=key, UploadId=uid, PartNumber=1,
+                                 Body=x)["ETag"]
+        ey = self.s3.upload_part(Bucket=self.bucket, Key=key, UploadId=uid, PartNumber=1,
+                                 Body=y)["ETag"]
+        with self.assertRaises(ClientError) as cm:
+            self.s3.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=uid,
+                MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": ex}]})
+        self.assertEqual(err_code(cm.exception), ("InvalidPart", 400))
+        self.absent(key)
+        # While part 1 is uploaded again and again, X and Y in turn: a
+        # Complete that names X either fails or makes the object of X.
+        want = {ex: x, ey: y}
+        for trial in range(30):
+            k = "%s-%d" % (key, trial)
+            uid = self.s3.create_multipart_upload(Bucket=self.bucket, Key=k)["UploadId"]
+            self.s3.upload_part(Bucket=self.bucket, Key=k, UploadId=uid, PartNumber=1, Body=x)
+            stop = threading.Event()
+
+            def churn():
+                s3 = client()
+                for i in range(100):
+                    if stop.is_set():
+                        break
+                    try:
+                        s3.upload_part(Bucket=self.bucket, Key=k, UploadId=uid, PartNumber=1,
+                                       Body=y if i % 2 == 0 else x)
+                    except ClientError:
+                        break       # completed: no such upload any more
+            t = threading.Thread(target=churn)
+            t.start()
+            time.sleep(0.005 * (trial % 4))
+            try:
+                r = self.s3.complete_multipart_upload(
+                    Bucket=self.bucket, Key=k, UploadId=uid,
+                    MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": ex}]})
+            except ClientError as e:
+                self.assertEqual(err_code(e), ("InvalidPart", 400))
+                r = None
+            stop.set()
+            t.join()
+            if r:
+                self.assertEqual(self.s3.get_object(Bucket=self.bucket, Key=k)["Body"].read(),
+                                 want[ex], "trial %d: %s" % (trial, r["ETag"]))
+            else:
+                self.s3.abort_multipart_upload(Bucket=self.bucket, Key=k, UploadId=uid)
+
     def test_abort_and_part_copy(self):
         src = os.urandom(6 * MiB)
         self.s3.put_object(Bucket=self.bucket, Key="pc/src", Body=src)
