@@ -1043,8 +1043,14 @@ static int s3_upload_cmp(const void *a, const void *b)
 
 	if (c)
 		return c;
-	/* Same key: S3 orders by initiation time. */
-	return x->initiated_ns < y->initiated_ns ? -1 : x->initiated_ns > y->initiated_ns;
+	/*
+	 * Same key: by upload id, the order upload-id-marker pages in (S3
+	 * lists an upload of key-marker only if its id is greater). An order
+	 * by initiation time could not say where a marker upload aborted
+	 * between pages stood, and its next page skipped every upload of
+	 * that key.
+	 */
+	return strcmp(x->id, y->id);
 }
 
 /* One entry of a ListMultipartUploads page: an upload, or the common prefix
@@ -1098,8 +1104,9 @@ void s3_op_list_multipart_uploads(struct gw_req *rq)
 	if (u.n > 1)
 		qsort(u.v, u.n, sizeof(*u.v), s3_upload_cmp);
 	/*
-	 * The page: entries under prefix past (key-marker, upload-id-marker),
-	 * as S3 pages them. With a delimiter, keys holding one after the prefix
+	 * The page: entries under prefix past (key-marker, upload-id-marker)
+	 * in the order above, whether or not that upload still exists, as S3
+	 * pages them. With a delimiter, keys holding one after the prefix
 	 * roll up into a common prefix that counts once against max-uploads.
 	 */
 	started = !key_marker || !*key_marker;
@@ -1113,13 +1120,9 @@ void s3_op_list_multipart_uploads(struct gw_req *rq)
 		if (!started) {
 			int c = strcmp(e->key, key_marker);
 
-			if (c < 0 || (c == 0 && (!id_marker || !*id_marker)))
+			if (c < 0 || (c == 0 && (!id_marker || !*id_marker ||
+						 strcmp(e->id, id_marker) <= 0)))
 				continue;
-			if (c == 0) {
-				if (strcmp(e->id, id_marker) == 0)
-					started = true;
-				continue;
-			}
 			started = true;
 		}
 		if (delim && (d = strstr(e->key + plen, delim)))

@@ -796,6 +796,29 @@ class Multipart(Base):
                 self.s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=uid)
         self.s3.delete_bucket(Bucket=bucket)
 
+    def test_list_uploads_marker_aborted(self):
+        # The cleanup loop: list a page, abort what it lists, ask for the
+        # next page past the (now gone) marker upload. Every upload of the
+        # marker's key after it is still listed: uploads of one key come in
+        # upload-id order, and the marker need not exist.
+        bucket = self.bucket + "-lmu-abort"
+        self.s3.create_bucket(Bucket=bucket)
+        made = [(k, self.s3.create_multipart_upload(Bucket=bucket, Key=k)["UploadId"])
+                for k in ("k",) * 5 + ("z",)]
+        aborted, kw = [], {}
+        for _ in range(10):
+            r = self.s3.list_multipart_uploads(Bucket=bucket, MaxUploads=2, **kw)
+            for u in r.get("Uploads", []):
+                self.s3.abort_multipart_upload(Bucket=bucket, Key=u["Key"],
+                                               UploadId=u["UploadId"])
+                aborted.append((u["Key"], u["UploadId"]))
+            if not r["IsTruncated"]:
+                break
+            kw = {"KeyMarker": r["NextKeyMarker"], "UploadIdMarker": r["NextUploadIdMarker"]}
+        self.assertNotIn("Uploads", self.s3.list_multipart_uploads(Bucket=bucket))
+        self.assertEqual(aborted, sorted(made))
+        self.s3.delete_bucket(Bucket=bucket)
+
     def test_upload_file_transfer(self):
         from boto3.s3.transfer import TransferConfig
         data = os.urandom(12 * MiB + 123)
