@@ -75,12 +75,16 @@
 /*
  * A multipart object's part sizes, for GET ?partNumber=N: runs of
  * "SIZE*COUNT" joined by ',' ("8388608*12,1234*1"). Kept only while its
- * ETag says "-N" parts with the same N, and only up to GW_PARTS_META_MAX
- * bytes (uploads of many different part sizes go without: such an object
- * answers partNumber with 400 InvalidRequest rather than a wrong range).
+ * ETag says "-N" parts with the same N. GW_PARTS_META_MAX only guards
+ * against a bug: 10000 parts of all different sizes take at most 230000
+ * bytes (20 digits, "*1,"), 13 per part of up to 5 GiB; at 5 MiB or more a
+ * part, that is under 3 bytes of metadata per MiB of object, so HEAD and
+ * GET stay cheap. Not user metadata, it does not count against
+ * KVT_META_MAX (GW_SYSMETA_PREFIX), so the object can still be rewritten
+ * through the mount or copied by kvtier cp.
  */
 #define GW_PARTS_META GW_SYSMETA_PREFIX "parts"
-#define GW_PARTS_META_MAX 512
+#define GW_PARTS_META_MAX (256u << 10)
 
 struct gw_options {
 	const char *config;		/* -c */

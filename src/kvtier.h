@@ -243,7 +243,13 @@ struct kvt_posix {
 	enum kvt_kind kind;
 };
 
-/* One user metadata pair (x-amz-meta-NAME: VALUE); NAME in lower case. */
+/*
+ * One user metadata pair (x-amz-meta-NAME: VALUE); NAME in lower case. A
+ * NAME that begins with ':' is a front end's own record (the gateway's
+ * stored headers, a multipart object's part layout; no x-amz-meta- name
+ * can hold a ':'), kept and copied like the others but not user metadata:
+ * it does not count against KVT_META_MAX.
+ */
 struct kvt_meta {
 	char *name;
 	char *value;

@@ -115,7 +115,9 @@ static int writer_copy_opts(struct kvt_writer *w, const struct kvt_put_opts *o)
 			return -ENOMEM;
 	}
 	for (size_t i = 0; i < o->nmeta; i++) {
-		metalen += strlen(o->meta[i].name) + strlen(o->meta[i].value);
+		/* ':' names are a front end's records, not user metadata (kvtier.h). */
+		if (o->meta[i].name[0] != ':')
+			metalen += strlen(o->meta[i].name) + strlen(o->meta[i].value);
 		w->meta[i].name = strdup(o->meta[i].name);
 		w->meta[i].value = strdup(o->meta[i].value);
 		w->nmeta++;

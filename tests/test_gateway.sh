@@ -113,11 +113,15 @@ gw_start small 8M 1M --timeout 3
 GW_SMALL_ENDPOINT=$GW_ENDPOINT
 small_pid=$GW_PID
 
+step "a store whose multipart parts may be of any size (--min-part-size 1)"
+gw_start parts 64M 1M --timeout 3 --min-part-size 1
+GW_PARTS_ENDPOINT=$GW_ENDPOINT
+
 step "the main store (384 MiB)"
 gw_start main 384M 8M --timeout 3 --threads 4
 main_pid=$GW_PID
 main_log=$GW_LOG
-export GW_ENDPOINT GW_SMALL_ENDPOINT
+export GW_ENDPOINT GW_SMALL_ENDPOINT GW_PARTS_ENDPOINT
 GW_TIMEOUT=3
 export GW_TIMEOUT
 

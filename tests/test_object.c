@@ -1354,6 +1354,26 @@ static void test_meta_limit(void **state)
 	/* Nor through a copy. */
 	assert_int_equal(kvt_object_copy(f->st, "bkt", "m", "bkt", "m3", &opts, NULL), -E2BIG);
 	assert_int_equal(kvt_object_head(f->st, "bkt", "m3", &o), -ENOENT);
+	/*
+	 * A ':' name is a front end's record (the gateway's part layout of a
+	 * multipart object, up to 230 KB), not user metadata: an object that
+	 * has one is written, and copied with its metadata, whatever its size.
+	 */
+	memset(value, 'v', KVT_META_MAX - 4);
+	value[KVT_META_MAX - 4] = '\0';
+	meta[1] = (struct kvt_meta){ ":parts", malloc(4 * KVT_META_MAX) };
+	assert_non_null(meta[1].value);
+	memset(meta[1].value, '1', 4 * KVT_META_MAX - 1);
+	meta[1].value[4 * KVT_META_MAX - 1] = '\0';
+	opts.nmeta = 2;
+	assert_int_equal(put_data(f->st, "bkt", "m4", "x", 1, &opts), 0);
+	assert_int_equal(kvt_object_copy(f->st, "bkt", "m4", "bkt", "m5", NULL, NULL), 0);
+	o = head(f->st, "bkt", "m5");
+	assert_int_equal(o->nmeta, 2);
+	assert_int_equal(strlen(o->meta[0].value) + strlen(o->meta[1].value),
+			 KVT_META_MAX - 4 + 4 * KVT_META_MAX - 1);
+	kvt_object_free(o);
+	free(meta[1].value);
 	free(value);
 }
 
