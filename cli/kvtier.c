@@ -997,6 +997,7 @@ static void cli_stat_json(const struct cli *c, const struct kvt_store_stat *s)
 		{ "object_bytes", s->object_bytes },
 		{ "sessions", s->sessions },
 		{ "pinned", s->pinned },
+		{ "pinned_internal", s->pinned_internal },
 		{ "evicted_objects", s->evicted_objects },
 		{ "reclaimed_segments", s->reclaimed_segments },
 		{ "checksum_failures", s->checksum_failures },
@@ -1042,6 +1043,10 @@ static void cli_stat_text(const struct cli *c, const struct kvt_store_stat *s)
 	       s->tier_count[KVT_TIER_DEMOTING], s->tier_count[KVT_TIER_COLD],
 	       s->tier_count[KVT_TIER_RECALLING]);
 	printf("pinned:              %" PRIu64 "\n", s->pinned);
+	/* Kept by reclaim all the same: an operator who finds the tier full
+	 * with "pinned: 0" must see what holds it (open multipart uploads). */
+	printf("pinned internally:   %" PRIu64 " (uploads in progress, the mount's parts)\n",
+	       s->pinned_internal);
 	printf("evicted objects:     %" PRIu64 "\n", s->evicted_objects);
 	printf("reclaimed segments:  %" PRIu64 "\n", s->reclaimed_segments);
 	printf("checksum failures:   %" PRIu64 "\n", s->checksum_failures);

@@ -140,6 +140,14 @@ static const char *const migrations[] = {
 	" o.ctime, o.kind"
 #define OBJ_NCOLS 19
 
+/*
+ * An object reclaim keeps (relocates, never drops), o of objects joined
+ * with b of buckets: pinned, or of an internal bucket (bucket_internal_name:
+ * a name that starts with '.'): the gateway's multipart uploads in
+ * progress, the mount's parts. One definition for reclaim and stat.
+ */
+#define SQL_KEPT "(o.pinned OR substr(b.name, 1, 1) = '.')"
+
 enum stmt_id {
 	S_BEGIN, S_BEGIN_READ, S_COMMIT, S_ROLLBACK, S_SAVEPOINT, S_ROLLBACK_TO, S_RELEASE,
 	S_SETTING_GET, S_SETTING_SET, S_SEG_COUNT, S_SEG_INSERT, S_SEG_TRIM,
@@ -154,9 +162,9 @@ enum stmt_id {
 	S_SEG_REOPEN,
 	S_SEG_SET_STATE, S_SEG_HAS_EXTENTS, S_SEG_FREE, S_SEG_VICTIM, S_SEG_VICTIM_EMPTY,
 	S_SEG_COUNTS,
-	S_SEG_OBJECTS, S_EXT_GET, S_EXT_MOVE, S_SEG_SET_LIVE, S_SEG_EXT_SPACE,
+	S_SEG_OBJECTS, S_SEG_KEPT_SPACE, S_EXT_GET, S_EXT_MOVE, S_SEG_SET_LIVE, S_SEG_EXT_SPACE,
 	S_SESSION_TOUCH, S_SEG_TOUCH, S_COUNTER_ADD, S_COUNTER_GET, S_DATA_VERSION,
-	S_STAT_OBJECTS, S_STAT_TIERS, S_STAT_BUCKETS, S_STAT_SESSIONS, S_STAT_SEGS,
+	S_STAT_OBJECTS, S_STAT_INTERNAL, S_STAT_TIERS, S_STAT_BUCKETS, S_STAT_SESSIONS, S_STAT_SEGS,
 	S_COUNT
 };
 
@@ -262,9 +270,15 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_SEG_VICTIM_EMPTY] = "SELECT id FROM segments WHERE state = 2 AND live = 0"
 			       " ORDER BY last_access, id LIMIT 1",
 	[S_SEG_COUNTS] = "SELECT state, count(*) FROM segments GROUP BY state",
-	[S_SEG_OBJECTS] = "SELECT DISTINCT o.id, o.vid, o.pinned OR substr(b.name, 1, 1) = '.'"
+	[S_SEG_OBJECTS] = "SELECT DISTINCT o.id, o.vid, " SQL_KEPT
 			  " FROM extents e JOIN objects o ON o.id = e.object"
 			  " JOIN buckets b ON b.id = o.bucket WHERE e.segment = ?1",
+	/* What relocating a segment's kept objects copies: seg_extent_space()
+	 * of each of their extents in it. */
+	[S_SEG_KEPT_SPACE] = "SELECT coalesce(sum((?2 + e.length + ?3 - 1) / ?3 * ?3), 0)"
+			     " FROM extents e JOIN objects o ON o.id = e.object"
+			     " JOIN buckets b ON b.id = o.bucket"
+			     " WHERE e.segment = ?1 AND " SQL_KEPT,
 	[S_EXT_GET] = "SELECT segment, gen, offset, length FROM extents WHERE object = ?1 AND seq = ?2",
 	[S_EXT_MOVE] = "UPDATE extents SET segment = ?3, gen = ?4, offset = ?5"
 		       " WHERE object = ?1 AND seq = ?2",
@@ -284,6 +298,9 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_DATA_VERSION] = "PRAGMA data_version",
 	[S_STAT_OBJECTS] = "SELECT count(*), coalesce(sum(size), 0), coalesce(sum(pinned), 0)"
 			   " FROM objects",
+	/* Kept as pinned, not pinned themselves (kvt_store_stat.pinned_internal). */
+	[S_STAT_INTERNAL] = "SELECT count(*) FROM objects o JOIN buckets b ON b.id = o.bucket"
+			    " WHERE " SQL_KEPT " AND NOT o.pinned",
 	[S_STAT_TIERS] = "SELECT tier, count(*) FROM objects GROUP BY tier",
 	[S_STAT_BUCKETS] = "SELECT count(*) FROM buckets",
 	[S_STAT_SESSIONS] = "SELECT count(*) FROM sessions",
@@ -2015,6 +2032,23 @@ int cat_segment_objects(struct cat *c, uint32_t id,
 	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "segment objects");
 }
 
+int cat_segment_kept_space(struct cat *c, uint32_t id, uint64_t *space)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_KEPT_SPACE);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, SEG_HEADER_SIZE);
+	sqlite3_bind_int64(s, 3, SEG_ALIGN);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*space = (uint64_t)sqlite3_column_int64(s, 0);
+	cat_done(s);
+	return rc == SQLITE_ROW ? 0 : cat_errno(c, rc, "segment kept space");
+}
+
 int cat_extent_move(struct cat *c, int64_t obj, uint64_t vid, const struct cat_extent *to,
 		    uint32_t space)
 {
@@ -2227,6 +2261,7 @@ int cat_stat(struct cat *c, struct kvt_store_stat *st)
 	if (rc < 0)
 		return rc;
 	if ((rc = cat_aggregate(c, S_STAT_OBJECTS, objs, 3)) < 0 ||
+	    (rc = cat_aggregate(c, S_STAT_INTERNAL, &st->pinned_internal, 1)) < 0 ||
 	    (rc = cat_aggregate(c, S_STAT_BUCKETS, &st->buckets, 1)) < 0 ||
 	    (rc = cat_aggregate(c, S_STAT_SESSIONS, &st->sessions, 1)) < 0 ||
 	    (rc = cat_aggregate(c, S_STAT_SEGS, segs, 2)) < 0 ||

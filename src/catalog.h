@@ -244,6 +244,10 @@ int cat_segment_counts(struct cat *c, uint64_t counts[4]);
  * its daemon removes when done or stale, never cache to drop. */
 int cat_segment_objects(struct cat *c, uint32_t id,
 			int (*fn)(void *arg, int64_t obj, uint64_t vid, int pinned), void *arg);
+/* The bytes (headers and padding included) of the extents in segment id of
+ * the objects cat_segment_objects() reports pinned: what relocating them
+ * copies. */
+int cat_segment_kept_space(struct cat *c, uint32_t id, uint64_t *space);
 /* Moves extent (obj, seq) if the object still has version vid. */
 int cat_extent_move(struct cat *c, int64_t obj, uint64_t vid, const struct cat_extent *to,
 		    uint32_t space);

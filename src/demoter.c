@@ -47,8 +47,9 @@
 
 /*
  * One pass: nothing if the fill is below the high watermark and a segment
- * is free; else reclaim with demotion toward the low watermark. 0 when a
- * segment is free at the end, -EBUSY when another process's demoter holds
+ * writers may claim is free (beyond the reserve, STORE_RESERVE_SEGS); else
+ * reclaim with demotion toward the low watermark. 0 when one is free at
+ * the end, -EBUSY when another process's demoter holds
  * the pass, -ENOSPC when none could be freed.
  */
 static int demoter_pass(struct kvt_store *st)
@@ -57,13 +58,13 @@ static int demoter_pass(struct kvt_store *st)
 	int64_t start;
 	int lock, rc;
 
-	if (!store_above_high(st, &nfree) && nfree > 0)
+	if (!store_above_high(st, &nfree) && nfree > STORE_RESERVE_SEGS)
 		return 0;
 	lock = g4_lock(st, "demoter", "", "", 0);
 	if (lock < 0)
 		return lock;
 	start = util_mono_ns();
-	rc = reclaim_run(st, 1, 1);
+	rc = reclaim_run(st, STORE_RESERVE_SEGS + 1, 1);
 	g4_unlock(lock);
 	if (rc < 0 && rc != -ENOSPC && rc != -ECANCELED)
 		log_err(rc, "background demotion of '%s' failed", st->dir);

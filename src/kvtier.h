@@ -158,7 +158,11 @@ struct kvt_store_stat {
 	uint64_t object_bytes;		/* sum of object sizes */
 	uint64_t sessions;
 	uint64_t tier_count[4];		/* by enum kvt_tier */
-	uint64_t pinned;
+	uint64_t pinned;		/* pinned by a client (kvt_object_pin, KVT_PUT_PIN) */
+	/* Objects of internal buckets, not pinned themselves: multipart
+	 * uploads in progress, the mount's parts of files being written.
+	 * Reclaim keeps them as it keeps pinned ones. */
+	uint64_t pinned_internal;
 	uint64_t evicted_objects;	/* dropped by reclaim since init */
 	uint64_t reclaimed_segments;	/* since init */
 	uint64_t checksum_failures;	/* since init */

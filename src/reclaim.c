@@ -37,6 +37,16 @@
  * parts) count as pinned: dropping one failed an upload half way
  * (NoSuchUpload) on a node without G4.
  *
+ * Relocation needs somewhere to go. Writers leave STORE_RESERVE_SEGS free
+ * segments to reclaim (store.h): when they took the last one, a store
+ * whose every segment held a little pinned data beside dead space could
+ * never free one again. Only a victim whose pinned objects take at most
+ * relocate_max() of it is relocated: the copy then always fits in the
+ * reserve, and freeing the victim gives the reserve back. Relocating a
+ * segment full of pinned objects would free nothing, its copies filling
+ * another: in a store full of pinned objects, every write that found no
+ * room copied the whole store before it failed.
+ *
  * A reclaimer holds the victim's append lock from the moment it marks it
  * RECLAIMING; if it dies, recovery finds the lock free and puts the segment
  * back to SEALED. A segment left OPEN by a dead process is sealed (or freed,
@@ -164,6 +174,14 @@ static int reclaim_find_unsynced(struct kvt_store *st, struct cat *c,
 	return rc;
 }
 
+/* The most of a victim (its pinned objects' extents) that is relocated:
+ * each byte copied frees at least a third of a byte, and the copy fits in
+ * the one segment of the reserve. */
+static uint64_t relocate_max(const struct kvt_store *st)
+{
+	return st->seg_size / 4 * 3;
+}
+
 static int victim_collect(void *arg, int64_t obj, uint64_t vid, int pinned)
 {
 	struct victim_list *l = arg;
@@ -171,6 +189,14 @@ static int victim_collect(void *arg, int64_t obj, uint64_t vid, int pinned)
 	if (UTIL_GROW(l->v, l->n, l->cap) < 0)
 		return -ENOMEM;
 	l->v[l->n++] = (struct victim_obj){ obj, vid, pinned };
+	return 0;
+}
+
+static int victim_has_pinned(const struct victim_list *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (l->v[i].pinned)
+			return 1;
 	return 0;
 }
 
@@ -305,20 +331,28 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate, int empty_o
 		return rc == -ESTALE ? -EAGAIN : rc;
 	}
 	rc = cat_segment_objects(t->cat, id, victim_collect, &list);
+	/*
+	 * Pinned objects with nowhere to go, or too many to be worth the copy
+	 * (relocate_max()): leave the segment whole, drop nothing, demote
+	 * nothing for it.
+	 */
+	if (rc == 0 && victim_has_pinned(&list)) {
+		uint64_t kept = 0;
+
+		if (!allow_relocate)
+			rc = -ENOSPC;
+		else if ((rc = cat_segment_kept_space(t->cat, id, &kept)) == 0 &&
+			 kept > relocate_max(st))
+			rc = -ENOSPC;
+	}
 	if (rc == 0)
 		rc = reclaim_find_unsynced(st, t->cat, &list, tried, need);
 	if (rc == 0 && need->n > 0)
 		rc = -EINPROGRESS;
-	/* Pinned objects with nowhere to go: leave the segment whole, drop nothing. */
-	for (size_t i = 0; rc == 0 && !allow_relocate && i < list.n; i++)
-		if (list.v[i].pinned)
-			rc = -ENOSPC;
 	for (size_t i = 0; rc == 0 && i < list.n; i++) {
 		const struct victim_obj *vo = &list.v[i];
 
-		if (vo->pinned && !allow_relocate)
-			rc = -ENOSPC;
-		else if (vo->pinned)
+		if (vo->pinned)
 			rc = reclaim_relocate(st, id, vo);
 		else
 			rc = cat_object_drop(t->cat, vo->id, vo->vid, !store_g4_none(st));
@@ -387,8 +421,9 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 	int rc = 0, r, tries = 0, empty_only = 0;
 
 	t->in_reclaim = 1;
-	/* Free segments to reach: below the low watermark, and at least `need`. */
-	target = st->nsegs - (uint64_t)(st->low_watermark * st->nsegs);
+	/* Free segments to reach: below the low watermark, the reserve
+	 * counted as used (store_above_high()), and at least `need`. */
+	target = st->nsegs - (uint64_t)(st->low_watermark * st->nsegs) + STORE_RESERVE_SEGS;
 	for (;;) {
 		/* The store closes: the demoter's pass ends here, not at the
 		 * low watermark (a pass could hold a gateway's SIGTERM). */
@@ -431,7 +466,12 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 			rc = -ENOENT;	/* as if nothing sealed were left */
 			break;
 		}
-		/* Relocating needs somewhere to go: with no free segment, drop only. */
+		/*
+		 * Relocating needs somewhere to go: with no free segment, drop
+		 * only. Writers leave the reserve (STORE_RESERVE_SEGS) for this;
+		 * there may be none left if another process's reclaim is
+		 * relocating too, or after a kvtier from before the reserve.
+		 */
 		rc = reclaim_segment(st, counts[SEG_FREE] > 0, empty_only, &tried, &todo, &done);
 		if (empty_only && rc < 0) {
 			rc = 0;		/* none left, or in another's hands: the target is met */
@@ -491,9 +531,9 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 			usleep(1000 * (unsigned)MIN(tries, 16));
 			continue;
 		}
-		/* Pinned objects in the way and no free segment to move them to:
-		 * the plain objects of other segments can still go (test_object:
-		 * test_reclaim_pinned_in_coldest). */
+		/* Pinned objects in the way, with no free segment to move them
+		 * to or too many to move: the plain objects of other segments
+		 * can still go (test_object: test_reclaim_pinned_in_coldest). */
 		if (rc == -ENOSPC)
 			continue;
 		if (rc < 0)
@@ -545,7 +585,7 @@ void store_reclaim_if_idle(struct kvt_store *st)
 
 	if (!t || pthread_mutex_trylock(&st->reclaim_lock) != 0)
 		return;
-	reclaim_locked(st, t, 1, 1);
+	reclaim_locked(st, t, STORE_RESERVE_SEGS + 1, 1);
 	pthread_mutex_unlock(&st->reclaim_lock);
 }
 

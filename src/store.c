@@ -317,23 +317,40 @@ uint64_t store_new_vid(struct kvt_store *st)
 
 /* ---- allocation ---------------------------------------------------------- */
 
-/* One transaction: claim (FREE -> OPEN) or reopen (SEALED -> OPEN). */
-static int store_claim_txn(struct cat *c, uint32_t id, uint64_t used, int reopen, uint64_t *gen)
+/*
+ * One transaction: claim (FREE -> OPEN) or reopen (SEALED -> OPEN). A
+ * writer's claim leaves STORE_RESERVE_SEGS free segments alone (-ENOSPC);
+ * reclaim's own claim (take_reserve) may take them. Counted in the claim's
+ * transaction: writers of two processes that each saw one segment above
+ * the reserve would otherwise both take one.
+ */
+static int store_claim_txn(struct cat *c, uint32_t id, uint64_t used, int reopen,
+			   int take_reserve, uint64_t *gen)
 {
+	uint64_t counts[4];
 	int rc = cat_begin(c);
 
 	if (rc < 0)
 		return rc;
-	rc = reopen ? cat_segment_reopen(c, id, used, gen) : cat_segment_claim(c, id, gen);
+	if (!reopen && !take_reserve) {
+		rc = cat_segment_counts(c, counts);
+		if (rc == 0 && counts[SEG_FREE] <= STORE_RESERVE_SEGS)
+			rc = -ENOSPC;
+	}
+	if (rc == 0)
+		rc = reopen ? cat_segment_reopen(c, id, used, gen) : cat_segment_claim(c, id, gen);
 	return rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
 }
 
 /*
  * A segment to append `space` bytes to, under its append lock: a sealed one
  * that a process closed part-full (so that short-lived processes, such as
- * the CLI, do not each use up a segment), else the lowest free one.
+ * the CLI, do not each use up a segment), else the lowest free one, unless
+ * only the reserve is left and the caller is not reclaim (take_reserve):
+ * -ENOSPC (STORE_RESERVE_SEGS).
  */
-static int store_claim(struct kvt_store *st, uint64_t space, struct store_open_seg *out)
+static int store_claim(struct kvt_store *st, uint64_t space, int take_reserve,
+		       struct store_open_seg *out)
 {
 	struct cat *c = store_cat(st);
 	uint64_t max_used = st->seg_size - MAX(space, st->seg_size / 16), used = 0, gen;
@@ -366,7 +383,7 @@ static int store_claim(struct kvt_store *st, uint64_t space, struct store_open_s
 		 * reader gets -ESTALE.
 		 */
 		rc = seg_pin_probe(st->lock_fd, id) < 0 ? -EBUSY :
-			store_claim_txn(c, id, used, reopen, &gen);
+			store_claim_txn(c, id, used, reopen, take_reserve, &gen);
 		if (rc < 0) {
 			store_append_unlock(st, id);
 			if (rc == -EBUSY)
@@ -451,7 +468,15 @@ int store_above_high(struct kvt_store *st, uint64_t *nfree)
 		return 0;
 	if (nfree)
 		*nfree = counts[SEG_FREE];
-	return (double)(st->nsegs - counts[SEG_FREE]) > st->high_watermark * st->nsegs;
+	/*
+	 * The reserve counts as used: writers cannot have it. Else a store
+	 * of four segments, three full and one the reserve, was at 75 %,
+	 * below the high watermark, and a process idle in a part-full
+	 * segment kept it while a writer elsewhere found no room
+	 * (store_seal_idle; test_multiproc: test_idle_segment_sealed).
+	 */
+	return (double)(st->nsegs - counts[SEG_FREE] + STORE_RESERVE_SEGS) >
+	       st->high_watermark * st->nsegs;
 }
 
 /* Segments that writers of this process still append to: reclaim cannot
@@ -567,7 +592,8 @@ static int store_alloc_within(struct kvt_store *st, uint64_t space, int64_t limi
 			else
 				store_reclaim_if_idle(st);
 		}
-		rc = store_claim(st, space, &fresh);
+		/* Reclaim relocating pinned objects may use the reserve. */
+		rc = store_claim(st, space, t->in_reclaim, &fresh);
 		if (rc == -ENOSPC && cat_disk_full(t->cat))
 			return rc;	/* the disk under the catalog, not the hot tier */
 		if (rc == -ENOSPC && !t->in_reclaim) {
@@ -592,7 +618,7 @@ static int store_alloc_within(struct kvt_store *st, uint64_t space, int64_t limi
 			if (!reclaimed ||
 			    (!st->demoter_running && util_mono_ns() < give_up_ns)) {
 				reclaimed = 1;
-				rc = reclaim_run(st, 1, !st->demoter_running);
+				rc = reclaim_run(st, STORE_RESERVE_SEGS + 1, !st->demoter_running);
 				if (rc < 0 && rc != -ENOSPC)
 					return rc;
 				if (rc == 0)

@@ -173,6 +173,20 @@ void store_set_fault_plan(struct kvt_store *st, struct io_fault_plan *plan);
 void store_set_powerloss(struct kvt_store *st, struct io_powerloss *pl);
 
 /*
+ * Free segments that writers may not claim: reclaim's, to relocate pinned
+ * objects into (reclaim.c). Segments are freed whole, and a segment that
+ * holds anything pinned is freed only by copying that elsewhere first.
+ * When writers could take the last free segment, a store whose every
+ * segment held a little pinned data (open multipart uploads, `put --pin`)
+ * beside dead space stayed full for good: reclaim had nowhere to copy to,
+ * so nothing could be freed, and a recall of a cold object failed ENOSPC
+ * with three quarters of the tier dead (a stress run: 64 MiB holding 15 to
+ * 30 MiB live). Log-structured stores keep such a reserve for their
+ * cleaner. So writers can fill nsegs - STORE_RESERVE_SEGS segments.
+ */
+#define STORE_RESERVE_SEGS 1
+
+/*
  * Carves `space` bytes (a multiple of SEG_ALIGN) from the segment this
  * process appends to, claiming a new segment (and reclaiming old ones) when
  * it is full. The caller must later call store_release() once for it.
@@ -306,13 +320,15 @@ size_t commit_pending(struct kvt_store *st);
 void commit_stats(struct kvt_store *st, uint64_t *groups, uint64_t *puts, uint64_t *largest);
 
 /* Reclaim toward the low watermark and at least `need` free segments
- * (reclaim.c). demote = 0: session state G4 lacks is left in place (its
- * segment is skipped) and the demoter is woken for it; kvt_store_reclaim()
- * is demote = 1. */
+ * (reclaim.c); a writer that needs a segment asks for
+ * STORE_RESERVE_SEGS + 1, the reserve being no use to it. demote = 0:
+ * session state G4 lacks is left in place (its segment is skipped) and
+ * the demoter is woken for it; kvt_store_reclaim() is demote = 1. */
 int reclaim_run(struct kvt_store *st, unsigned need, int demote);
 
-/* True when the fill (segments not free) exceeds the high watermark; *nfree
- * (may be NULL) is the number of free segments (store.c). */
+/* True when the fill (segments not free, and the reserve:
+ * STORE_RESERVE_SEGS) exceeds the high watermark; *nfree (may be NULL) is
+ * the number of free segments, the reserve included (store.c). */
 int store_above_high(struct kvt_store *st, uint64_t *nfree);
 
 /*

@@ -2288,6 +2288,69 @@ static void test_reclaim_keeps_internal(void **state)
 	teardown((void **)&f);
 }
 
+/*
+ * Pinned objects in every segment, beside dead space: reclaim must still
+ * free segments. A stress run filled a 64 MiB tier of 16 segments with
+ * 1 MB pinned and ~3 MB of other data in each; once the rest had gone,
+ * reclaim could relocate nothing (writers had taken the last free
+ * segment), freed nothing, and every write and recall failed -ENOSPC with
+ * three quarters of the tier dead. Here, in 16 segments of 1 MiB: 200 KiB
+ * kept (pinned, or of an internal bucket, alternately) and 700 KiB pinned
+ * in each until the tier is full of them, which must refuse cleanly; then
+ * the 700 KiB ones go, and plain writes of far more than the tier must
+ * all succeed around the kept objects, which read back byte-exact.
+ */
+static void keep_name(unsigned i, const char **bucket, char *key, size_t len)
+{
+	*bucket = i % 2 ? ".uploads" : "bkt";
+	snprintf(key, len, "keep/%03u", i);
+}
+
+static void test_reclaim_pinned_scattered(void **state)
+{
+	struct fixture *f = *state;
+	struct kvt_put_opts pin = { .flags = KVT_PUT_PIN };
+	const char *bucket;
+	struct kvt_store_stat s;
+	unsigned nkeep = 0, ntmp = 0;
+	char key[32];
+	int rc = 0;
+
+	assert_int_equal(kvt_bucket_create_internal(f->st, ".uploads"), 0);
+	while (rc == 0 && nkeep < 40) {
+		keep_name(nkeep, &bucket, key, sizeof(key));
+		rc = test_put_opts(f->st, bucket, key, 200 * KiB, 100 + nkeep, nkeep % 2 ? NULL : &pin);
+		if (rc < 0)
+			break;
+		nkeep++;
+		snprintf(key, sizeof(key), "tmp/%03u", ntmp);
+		rc = test_put_opts(f->st, "bkt", key, 700 * KiB, 200 + ntmp, &pin);
+		if (rc == 0)
+			ntmp++;
+	}
+	/* Full of pinned objects: refused, not a hang; most segments are used. */
+	assert_int_equal(rc, -ENOSPC);
+	assert_true(ntmp >= 12);
+	assert_int_equal(kvt_store_stat(f->st, &s), 0);
+	assert_int_equal(s.evicted_objects, 0);
+	assert_int_equal(s.pinned, (nkeep + 1) / 2 + ntmp);
+	assert_int_equal(s.pinned_internal, nkeep / 2);
+
+	/* The 700 KiB ones go: every segment keeps ~200 KiB, the rest is dead. */
+	for (unsigned i = 0; i < ntmp; i++) {
+		snprintf(key, sizeof(key), "tmp/%03u", i);
+		assert_int_equal(kvt_object_delete(f->st, "bkt", key), 0);
+	}
+	put_plain(f->st, 0, 60, 300, "200 KiB kept in every segment");
+	for (unsigned i = 0; i < nkeep; i++) {
+		keep_name(i, &bucket, key, sizeof(key));
+		assert_int_equal(test_check(f->st, bucket, key, 200 * KiB, 100 + i), 0);
+	}
+	assert_int_equal(kvt_store_stat(f->st, &s), 0);
+	assert_true(s.evicted_objects > 0);
+	assert_int_equal(s.pinned + s.pinned_internal, nkeep);
+}
+
 struct abort_later {
 	struct kvt_writer *w;
 	unsigned ms;
@@ -2535,6 +2598,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reclaim_all_pinned_enospc, setup_small, teardown),
 		cmocka_unit_test(test_reclaim_pinned_in_coldest),
 		cmocka_unit_test(test_reclaim_keeps_internal),
+		cmocka_unit_test_setup_teardown(test_reclaim_pinned_scattered, setup_small, teardown),
 		cmocka_unit_test(test_space_wait_bounds_write),
 		cmocka_unit_test(test_reclaim_spares_open_writer),
 		cmocka_unit_test_setup_teardown(test_reclaim_takes_empty_segments, setup_small,
