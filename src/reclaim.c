@@ -388,23 +388,36 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate, int empty_o
 static int reclaim_flush(struct kvt_store *st, struct emptied *done)
 {
 	struct store_thread *t = store_thread(st);
-	int rc;
+	int rc, synced;
 
 	if (done->n == 0)
 		return 0;
 	if (!t)
 		return -ENOMEM;
-	rc = kvt_store_sync(st);
+	synced = kvt_store_sync(st);
+	rc = synced;
 	for (unsigned i = 0; i < done->n; i++) {
 		uint32_t id = done->id[i];
-		int r = rc < 0 ? rc : reclaim_free(st, id);
+		int r = synced < 0 ? synced : reclaim_free(st, id);
 
-		if (r < 0) {
+		/*
+		 * -EBUSY: extents were committed into it after it was emptied
+		 * (a multipart Complete, or the mount's publish, adopting
+		 * parts that lay there: they are the new object's now). It is
+		 * not free, and nothing is wrong: sealed again, for a later
+		 * pass. Taken for a failure, it failed the writer or recall
+		 * that had asked for room, and every segment after it in the
+		 * batch stayed sealed too.
+		 */
+		if (r == -EBUSY)
+			log_info("segment %u took new extents while it was reclaimed: kept",
+				 id);
+		else if (r < 0)
 			log_err(r, "cannot free reclaimed segment %u", id);
-			if (reclaim_set_state(t->cat, id, SEG_RECLAIMING, SEG_SEALED) < 0)
-				log_err(0, "segment %u left reclaiming (recovery will seal it)", id);
+		if (r < 0 && reclaim_set_state(t->cat, id, SEG_RECLAIMING, SEG_SEALED) < 0)
+			log_err(0, "segment %u left reclaiming (recovery will seal it)", id);
+		if (r < 0 && r != -EBUSY)
 			rc = r;
-		}
 		store_append_unlock(st, id);
 	}
 	done->n = 0;
