@@ -507,7 +507,16 @@ int main(int argc, char **argv)
 		log_err(rc, "cannot start the gateway's workers");
 		goto out;
 	}
-	flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
+	/*
+	 * poll(2), not epoll: libmicrohttpd 0.9.75's epoll loop never saw a
+	 * close that came with the last bytes of a request cut short (a killed
+	 * uploader), so the connection and its --max-connections slot stayed
+	 * until --timeout: 25 such PUTs made a new client wait 57 s. Its poll
+	 * loop closes them at once, and served the same req/s here (GET and
+	 * PUT of 4 KiB and 256 KiB at 1 and 64 connections, docs/benchmarks.md,
+	 * "Session 25").
+	 */
+	flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG |
 		MHD_ALLOW_SUSPEND_RESUME;
 	if (o->metrics_listen) {
 		srv.metrics_mhd = MHD_start_daemon(

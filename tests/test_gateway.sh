@@ -123,7 +123,8 @@ main_pid=$GW_PID
 main_log=$GW_LOG
 export GW_ENDPOINT GW_SMALL_ENDPOINT GW_PARTS_ENDPOINT
 GW_TIMEOUT=3
-export GW_TIMEOUT
+GW_PID=$main_pid
+export GW_TIMEOUT GW_PID
 
 for py in $pythons; do
 	step "boto3 suite with $py"

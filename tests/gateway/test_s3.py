@@ -10,6 +10,7 @@ Run by tests/test_gateway.sh, which starts the gateway and passes:
   GW_SMALL_ENDPOINT (optional)        a gateway over a tiny store, to fill up
   GW_PARTS_ENDPOINT (optional)        a gateway with --min-part-size 1
   GW_TIMEOUT       the gateway's --timeout, seconds
+  GW_PID           the gateway's pid, to count its sockets (else that test skips)
 Exit status: 0 all passed, 1 a failure.
 """
 import base64
@@ -1252,6 +1253,37 @@ class BadInput(Base):
                     op(Bucket=self.bucket, Key="ni", **args, **kw)
                 self.assertEqual(err_code(cm.exception), ("NotImplemented", 501), (op, kw))
         self.absent("ni")
+
+    def test_aborted_request_frees_connection(self):
+        """A client killed mid-upload (its last bytes and its close in one go) frees
+        its connection at once: libmicrohttpd's epoll loop kept it until --timeout."""
+        pid = os.environ.get("GW_PID")
+        if not pid:
+            self.skipTest("GW_PID (the gateway's pid) not set")
+
+        def sockets():
+            n = 0
+            for fd in os.listdir("/proc/%s/fd" % pid):
+                try:
+                    n += os.readlink("/proc/%s/fd/%s" % (pid, fd)).startswith("socket:")
+                except OSError:
+                    pass
+            return n
+        before = sockets()
+        for i in range(20):
+            path = "/%s/aborted%d" % (self.bucket, i)
+            h = {"Content-Length": str(2 * MiB)}
+            sign("PUT", path, [], h, "UNSIGNED-PAYLOAD")
+            s = socket.create_connection((HOST, PORT), timeout=5)
+            s.sendall(("PUT %s HTTP/1.1\r\n" % path).encode()
+                      + "".join("%s: %s\r\n" % kv for kv in h.items()).encode()
+                      + b"\r\n" + b"z" * 1000)
+            s.close()
+        deadline = time.monotonic() + TIMEOUT / 2   # well before --timeout reaps them
+        while sockets() > before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertLessEqual(sockets(), before)
+        self.absent("aborted0")
 
     def test_disconnect_mid_upload(self):
         path = "/%s/disconnected" % self.bucket
