@@ -214,10 +214,13 @@ int kvfs_stat_node(struct kvfs *kv, struct node *n, struct kvfs_stat *out)
 		/* Created here, not yet published: only this daemon knows it. */
 		struct kvt_object o = { .posix = n->cposix, .mtime_ns = n->wmtime,
 					.size = n->wsize };
+		int unlinked = n->unlinked;
 
 		pthread_mutex_unlock(&kv->lock);
 		out->type = NODE_FILE;
 		kvfs_attr_object(kv, &o, &out->st);
+		if (unlinked)
+			out->st.st_nlink = 0;	/* removed while open: never published */
 		goto overlay;
 	}
 	pthread_mutex_unlock(&kv->lock);

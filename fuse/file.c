@@ -498,7 +498,7 @@ static struct fh *fh_new(struct kvfs *kv, struct node *n, int flags, pid_t opene
 	h->tfd = -1;
 	h->flags = flags;
 	h->opener = opener;
-	h->writable = (flags & O_ACCMODE) != O_RDONLY;
+	h->writable = fh_flags_write(flags);
 	h->kv = kv;
 	pthread_mutex_lock(&kv->lock);
 	n->refs++;
@@ -511,6 +511,11 @@ static struct fh *fh_new(struct kvfs *kv, struct node *n, int flags, pid_t opene
 	kv->open_fhs = h;
 	pthread_mutex_unlock(&kv->lock);
 	return h;
+}
+
+int fh_flags_write(int flags)
+{
+	return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
 }
 
 int fh_writable(const struct fh *h)
@@ -2145,7 +2150,7 @@ int fh_truncate(struct kvfs *kv, struct fh *h, uint64_t size)
 
 	pthread_mutex_lock(&h->lock);
 	if (size == h->size && !h->err)
-		goto out;
+		goto touch;	/* ftruncate(2) moves mtime all the same */
 	if (size == 0) {
 		/* Starts over: even a failed stream is forgotten. */
 		if (h->state == FH_STREAM)
@@ -2174,6 +2179,7 @@ int fh_truncate(struct kvfs *kv, struct fh *h, uint64_t size)
 			goto out;
 	}
 	h->size = size;
+touch:
 	fh_touch(kv, h);
 out:
 	pthread_mutex_unlock(&h->lock);

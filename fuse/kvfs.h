@@ -347,6 +347,12 @@ ssize_t fh_write(struct kvfs *kv, struct fh *h, const char *buf, size_t size, of
 int fh_flush(struct kvfs *kv, struct fh *h, uint64_t owner, pid_t pid);
 int fh_fsync(struct kvfs *kv, struct fh *h);
 int fh_truncate(struct kvfs *kv, struct fh *h, uint64_t size);
+/*
+ * 1 if an open with these flags changes the file: it asks to write, or it
+ * truncates (Linux truncates on O_RDONLY|O_TRUNC too, once the kernel has
+ * checked write permission). Such a handle publishes at close.
+ */
+int fh_flags_write(int flags);
 int fh_writable(const struct fh *h);
 void fh_release(struct kvfs *kv, struct fh *h);
 /* Releases a handle the kernel never got (its reply failed): publishes

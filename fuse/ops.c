@@ -837,7 +837,7 @@ static int open_is_cold(struct kvfs *kv, struct node *n, int flags)
 	struct kvt_object *o = NULL;
 	int pending, cold = 0;
 
-	if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY)
+	if ((flags & O_TRUNC) && fh_flags_write(flags))
 		return 0;	/* the old bytes are not needed */
 	pthread_mutex_lock(&kv->lock);
 	pending = n->pending;

@@ -41,14 +41,6 @@
 #include "s3_xml.h"
 #include "util.h"
 
-static int64_t http_mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* ---- the operation table ------------------------------------------------ */
 
 static void http_op_health(struct gw_req *rq);
@@ -312,7 +304,7 @@ void *http_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
 		return NULL;
 	rq->srv = srv;
 	rq->conn = conn;
-	rq->start_ns = http_mono_ns();
+	rq->start_ns = util_mono_ns();
 	rq->raw_uri = strdup(uri ? uri : "");
 	rq->decoded_len = -1;
 	n = __atomic_add_fetch(&srv->reqid_seq, 1, __ATOMIC_RELAXED);
@@ -960,7 +952,7 @@ void http_completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 	 * (a malformed or oversized request: 400, 413, 431) or the client left
 	 * first; 0 is logged, and counted as "other".
 	 */
-	dur = http_mono_ns() - rq->start_ns;
+	dur = util_mono_ns() - rq->start_ns;
 	metrics_request(rq->op, rq->status, rq->bytes_in, rq->bytes_out, dur);
 	http_access_log(rq, toe, dur);
 	http_req_free(rq);

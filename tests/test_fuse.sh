@@ -169,7 +169,7 @@ EOF
 
 step "Python file I/O: O_EXCL, O_APPEND, seek and overwrite, truncate, fsync"
 python3 - "$B" <<'EOF'
-import os, sys
+import os, sys, time
 d = sys.argv[1]
 p = os.path.join(d, "py")
 with open(p, "xb") as f:
@@ -202,6 +202,27 @@ assert open(p, "rb").read() == b"hel"
 with open(p, "w") as f:
     pass
 assert os.path.getsize(p) == 0
+# O_RDONLY|O_TRUNC truncates, as on Linux's own file systems.
+open(p, "wb").write(b"hello")
+fd = os.open(p, os.O_RDONLY | os.O_TRUNC)
+assert os.fstat(fd).st_size == 0 and os.read(fd, 10) == b""
+os.close(fd)
+assert open(p, "rb").read() == b"", "O_RDONLY|O_TRUNC did not truncate"
+# ftruncate(2) to the size the file has moves mtime all the same.
+open(p, "wb").write(b"hello")
+m0 = os.stat(p).st_mtime_ns
+time.sleep(0.02)
+fd = os.open(p, os.O_RDWR)
+os.ftruncate(fd, 5)
+os.close(fd)
+assert os.stat(p).st_mtime_ns > m0, "ftruncate to the same size kept mtime"
+assert open(p, "rb").read() == b"hello"
+# A new file unlinked while open has no links left.
+fd = os.open(os.path.join(d, "new-gone"), os.O_RDWR | os.O_CREAT)
+os.write(fd, b"x")
+os.unlink(os.path.join(d, "new-gone"))
+assert os.fstat(fd).st_nlink == 0, os.fstat(fd)
+os.close(fd)
 # A file written, unlinked while open, is never published; until it is
 # closed it keeps its bytes, an fsync included (it read as empty after one).
 f = open(os.path.join(d, "gone"), "wb")
