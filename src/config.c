@@ -623,6 +623,12 @@ static int cfg_check_store(const struct kvt_config *cfg, char *msg, size_t len)
 		snprintf(msg, len, "[store] capacity must hold at least 2 segments of segment_size");
 		return -EINVAL;
 	}
+	/* Segments are numbered with 32 bits (store.c: nsegs): more wrapped
+	 * round to a store of capacity mod 2^32 segments, silently. */
+	if (cfg->store.capacity / seg > UINT32_MAX) {
+		snprintf(msg, len, "[store] capacity must be at most 4294967295 segments of segment_size");
+		return -EINVAL;
+	}
 	if (!(low > 0)) {
 		snprintf(msg, len, "[store] low_watermark must be above 0");
 		return -EINVAL;

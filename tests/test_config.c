@@ -284,6 +284,11 @@ static void test_cross_checks(void **state)
 		     ": [store] capacity must hold at least 2 segments of segment_size");
 	expect_error("[store]\ncapacity = 3G\nsegment_size = 2G\n", -EINVAL,
 		     ": [store] capacity must hold at least 2 segments of segment_size");
+	/* 2^32 + 3 segments of 4M: wrapped to a 12 MiB store before. */
+	expect_error("[store]\ncapacity = 18014398526242816\nsegment_size = 4M\n", -EINVAL,
+		     ": [store] capacity must be at most 4294967295 segments of segment_size");
+	expect_error("[store]\ncapacity = 16384T\nsegment_size = 4M\n", -EINVAL,
+		     ": [store] capacity must be at most 4294967295 segments of segment_size");
 	expect_error("[store]\nlow_watermark = 0\n", -EINVAL,
 		     ": [store] low_watermark must be above 0");
 	expect_error("[store]\nlow_watermark = 0.9\n", -EINVAL,
