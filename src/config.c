@@ -252,7 +252,7 @@ int kvt_parse_duration(const char *s, uint64_t *seconds)
 	}
 	if (*end != '\0')
 		return -EINVAL;
-	if (v > UINT64_MAX / mul)
+	if (v > KVT_DURATION_MAX / mul)
 		return -ERANGE;
 	*seconds = v * mul;
 	return 0;

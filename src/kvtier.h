@@ -113,7 +113,12 @@ int kvt_config_load_default(struct kvt_config *cfg, const char *path, char *err,
 /* Parse "64K", "256M", "4G", "1T" (powers of two) or a plain byte count. */
 int kvt_parse_size(const char *s, uint64_t *out);
 
-/* Parse "90s", "15m", "24h", "7d" or plain seconds. */
+/*
+ * Parse "90s", "15m", "24h", "7d" or plain seconds, at most
+ * KVT_DURATION_MAX (-ERANGE past it): durations are used as nanoseconds in
+ * 64 bits, where 200000d wrapped to a moment in the past.
+ */
+#define KVT_DURATION_MAX (36500ull * 86400)	/* 100 years */
 int kvt_parse_duration(const char *s, uint64_t *seconds);
 
 /* ---- logging (log.c) -------------------------------------------------- */
