@@ -1346,11 +1346,15 @@ int kvt_g4_cleanup(struct kvt_store *st)
 	if (!c)
 		return -ENOMEM;
 	rc = g4_abort_stale(st, c, cold);
+	/* What the sweep cannot delete (a partner that refuses a DELETE, a
+	 * copy it cannot reach now) stays for the next run; it must not keep
+	 * this run from demoting and recalling: returned, it made every run
+	 * exit 2, "cannot open g4", for as long as one copy stayed. */
 	r = g4_sweep(st, c, cold);
-	if (r < 0) {
+	if (r < 0 && r != -ENOMEM)
 		log_err(r, "cannot drop from g4 all that was deleted here; the next run goes on");
+	else if (r < 0)
 		rc = rc ? rc : r;
-	}
 	r = cold_cleanup(cold);
 	return rc ? rc : r;
 }

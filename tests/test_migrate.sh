@@ -187,4 +187,25 @@ done
 kvt_expect 0 "$K" -c "$B" head models s3/blk3000000
 kvt_grep out "^tier: +hot$"
 
+step "a G4 copy the sweep cannot delete does not stop later runs"
+# The copy of a deleted key turned into a directory: its delete fails
+# (EISDIR), as a partner that refuses DeleteObject would. Every run exited
+# 2, "cannot open g4", and demoted nothing while it stayed.
+echo sweep >"$T/in.sweep"
+kvt_expect 0 "$K" put models s5/gone "$T/in.sweep"
+kvt_expect 0 "$M" --session models/s5
+kvt_expect 0 "$K" rm models s5/gone
+rm -f "$G4/models/s5/gone%"
+mkdir -p "$G4/models/s5/gone%/blocker"
+kvt_expect 0 "$K" put models s6/new "$T/in.sweep"
+kvt_expect 0 "$M" --idle 0s
+kvt_grep err "cannot delete 'models/s5/gone' from g4"
+kvt_grep err "^kvtier-migrate: demote: [0-9]+ sessions, [0-9]+ objects, .*, 0 failures$"
+tier_is models s6/new cold
+rm -rf "$G4/models/s5/gone%"
+kvt_expect 0 "$M" --idle 0s
+kvt_run grep -q "cannot delete" "$KVT_TMP/err"
+[ "$rc" -ne 0 ] || fail "the sweep still fails once the copy can go: $(cat "$KVT_TMP/err")"
+[ ! -e "$G4/.kvtier/manifests/models/s5.json%" ] || fail "s5's manifest outlived its last object"
+
 echo "PASS"
