@@ -528,7 +528,6 @@ int main(int argc, char **argv)
 			MHD_OPTION_NOTIFY_COMPLETED, http_completed_cb, &srv,
 			MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout,
 			MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64,
-			MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
 			MHD_OPTION_END);
 		if (!srv.metrics_mhd) {
 			log_err(0, "cannot listen on '%s' for metrics", o->metrics_listen);
@@ -562,7 +561,13 @@ int main(int argc, char **argv)
 		 */
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GW_CONN_MEMORY,
 		MHD_OPTION_CONNECTION_MEMORY_INCREMENT, (size_t)(16 * 1024),
-		MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+		/*
+		 * No MHD_OPTION_LISTENING_ADDRESS_REUSE: its SO_REUSEPORT let a
+		 * second gateway (another store, or one started twice) listen on
+		 * the same port, and the kernel split clients between the two
+		 * stores (a PUT answered 200, its GET 404). libmicrohttpd's
+		 * default, SO_REUSEADDR, still restarts at once past TIME_WAIT.
+		 */
 		MHD_OPTION_ARRAY, tls_opts,
 		MHD_OPTION_END);
 	if (!srv.mhd) {

@@ -68,6 +68,11 @@ if command -v curl >/dev/null 2>&1; then
 		-X PUT --data-binary @"$T/body" "http://127.0.0.1:$gport/nob/k"
 	kvt_grep out "no x-amz-content-sha256 header"
 fi
+# A second gateway on the same port (another store, or one started twice) is
+# refused: with SO_REUSEPORT the kernel split clients between the two stores.
+gw_config "$T/g2.conf" "$T/g2" 8M 1M
+kvt_expect 1 "$GATEWAY" -c "$T/g2.conf" --credentials "$GW_CREDS" --listen "127.0.0.1:$gport"
+kvt_grep err "cannot listen on '127.0.0.1:$gport'"
 gw_stop "$g_pid"
 
 step "SIGHUP rereads the credentials (a bad file keeps the old users) and reopens the log"
