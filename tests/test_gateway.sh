@@ -71,7 +71,7 @@ fi
 # A second gateway on the same port (another store, or one started twice) is
 # refused: with SO_REUSEPORT the kernel split clients between the two stores.
 gw_config "$T/g2.conf" "$T/g2" 8M 1M
-kvt_expect 1 "$GATEWAY" -c "$T/g2.conf" --credentials "$GW_CREDS" --listen "127.0.0.1:$gport"
+kvt_expect 1 timeout 30 "$GATEWAY" -c "$T/g2.conf" --credentials "$GW_CREDS" --listen "127.0.0.1:$gport"
 kvt_grep err "cannot listen on '127.0.0.1:$gport'"
 gw_stop "$g_pid"
 
