@@ -252,6 +252,13 @@ const struct auth_user *auth_creds_find(const struct auth_creds *c, const char *
 
 bool auth_user_may(const struct auth_user *u, const char *bucket)
 {
+	/*
+	 * ".name" is an internal bucket (kvt_bucket_create_internal: the
+	 * gateway's .uploads holds every bucket's multipart parts and
+	 * manifests): no user's, not even one allowed every bucket.
+	 */
+	if (bucket && bucket[0] == '.')
+		return false;
 	if (!bucket || u->nbuckets == 0)
 		return true;
 	for (size_t i = 0; i < u->nbuckets; i++)
@@ -652,6 +659,46 @@ static enum s3_code auth_fail(struct auth_result *out, enum s3_code code, const 
 	return code;
 }
 
+/* Whether name is one of the ';'-separated names of signed_headers. */
+static bool auth_is_signed(const char *signed_headers, const char *name)
+{
+	const char *p = signed_headers;
+	size_t nlen = strlen(name);
+
+	while (*p) {
+		const char *semi = strchr(p, ';');
+		size_t len = semi ? (size_t)(semi - p) : strlen(p);
+
+		if (len == nlen && strncasecmp(p, name, len) == 0)
+			return true;
+		p += len + (semi ? 1 : 0);
+	}
+	return false;
+}
+
+/*
+ * An x-amz-* or x-kvtier-* header the signature does not cover could be
+ * added by anyone holding a presigned URL (or on the path): it would turn a
+ * PutObject into a CopyObject (x-amz-copy-source), pin the object, set its
+ * metadata. S3 refuses such requests; so do we. x-amz-date and
+ * x-amz-content-sha256 are bound by the string to sign all the same.
+ * Returns the first such header's name, or NULL.
+ */
+static const char *auth_unsigned_header(const struct auth_input *in, const char *signed_headers)
+{
+	for (size_t i = 0; i < in->nhdrs; i++) {
+		const char *n = in->hdrs[i].name;
+
+		if (strncasecmp(n, "x-amz-", 6) != 0 && strncasecmp(n, "x-kvtier-", 9) != 0)
+			continue;
+		if (strcasecmp(n, "x-amz-date") == 0 || strcasecmp(n, "x-amz-content-sha256") == 0)
+			continue;
+		if (!auth_is_signed(signed_headers, n))
+			return n;
+	}
+	return NULL;
+}
+
 enum s3_code auth_verify(const struct auth_input *in, struct auth_result *out)
 {
 	const char *authz = auth_hdr_get(in->hdrs, in->nhdrs, "authorization");
@@ -870,6 +917,18 @@ enum s3_code auth_verify(const struct auth_input *in, struct auth_result *out)
 			  "requires: send the body's SHA-256 there, or UNSIGNED-PAYLOAD" :
 			  s3_err_message(code));
 		goto out;
+	}
+	{
+		const char *uh = auth_unsigned_header(in, a.signed_headers);
+
+		if (uh) {
+			char msg[256];
+
+			snprintf(msg, sizeof(msg), "There were headers present in the request which "
+				 "were not signed: %.64s", uh);
+			code = auth_fail(out, S3_ACCESS_DENIED, msg);
+			goto out;
+		}
 	}
 	memcpy(out->signature, a.signature, 65);
 out:

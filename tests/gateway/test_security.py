@@ -251,6 +251,65 @@ class Security(unittest.TestCase):
             self.assertNotIn("/", n)
             self.assertFalse(n.startswith("."), n)
 
+    def test_internal_bucket_unreachable(self):
+        # .uploads holds every bucket's multipart parts and manifests: a user
+        # allowed every bucket could list it, read other tenants' parts and
+        # delete their manifests (the upload then vanished), or copy from it.
+        mpu = self.s3.create_multipart_upload(Bucket=BUCKET, Key="mpu-internal")
+        uid = mpu["UploadId"]
+        self.s3.upload_part(Bucket=BUCKET, Key="mpu-internal", UploadId=uid, PartNumber=1,
+                            Body=b"part bytes")
+        for method, path, query, body in (
+                ("GET", "/.uploads", [("list-type", "2")], b""),
+                ("GET", "/%2Euploads", [], b""),
+                ("GET", "/.uploads/%s/%s/00001" % (BUCKET, uid), [], b""),
+                ("HEAD", "/.uploads/%s/%s/meta" % (BUCKET, uid), [], b""),
+                ("PUT", "/.uploads/%s/%s/00001" % (BUCKET, uid), [], b"forged"),
+                ("DELETE", "/.uploads/%s/%s/meta" % (BUCKET, uid), [], b""),
+                ("POST", "/.uploads", [("kvtier-lookup", "")], b"x"),
+                ("POST", "/.uploads", [("delete", "")],
+                 b"<Delete><Object><Key>%s/%s/meta</Key></Object></Delete>"
+                 % (BUCKET.encode(), uid.encode()))):
+            st, _, resp = send(method, path, query, body=body)
+            self.assertEqual(st, 403, (method, path, resp))
+        st, _, resp = send("PUT", "/%s/from-internal" % BUCKET,
+                           headers={"x-amz-copy-source": "/.uploads/%s/%s/00001" % (BUCKET, uid)})
+        self.assertEqual(st, 403, resp)
+        self.assertFalse(self.exists("from-internal"))
+        parts = self.s3.list_parts(Bucket=BUCKET, Key="mpu-internal", UploadId=uid)["Parts"]
+        self.assertEqual([p["Size"] for p in parts], [10])
+        self.s3.abort_multipart_upload(Bucket=BUCKET, Key="mpu-internal", UploadId=uid)
+
+    def test_unsigned_headers_refused(self):
+        # A header the signature does not cover is anyone's to add: to a
+        # presigned PUT, x-amz-copy-source turned it into a CopyObject of
+        # another object; x-kvtier-pin pinned it. S3 refuses such requests.
+        url = self.s3.generate_presigned_url("put_object", Params={"Bucket": BUCKET,
+                                                                   "Key": "presigned-target"},
+                                             ExpiresIn=60)
+        u = urllib.parse.urlparse(url)
+        for extra in ({"x-amz-copy-source": "/%s/%s" % (BUCKET, SECRET_KEY_NAME)},
+                      {"x-kvtier-pin": "true"}, {"x-amz-meta-added": "1"}):
+            head = ("PUT %s?%s HTTP/1.1\r\nHost: %s\r\nContent-Length: 0\r\n"
+                    "Connection: close\r\n%s\r\n" % (
+                        u.path, u.query, u.netloc,
+                        "".join("%s: %s\r\n" % kv for kv in extra.items()))).encode()
+            resp = raw_exchange(head, shut=False)
+            self.assertTrue(resp.startswith(b"HTTP/1.1 403"), (extra, resp[:400]))
+            self.assertIn(b"not signed", resp)
+            self.assertFalse(self.exists("presigned-target"), extra)
+        # Header auth alike: signed headers, then one added after signing.
+        headers = {"Content-Length": "0"}
+        sign("PUT", "/%s/header-target" % BUCKET, [], headers, hashlib.sha256(b"").hexdigest())
+        headers["x-amz-copy-source"] = "/%s/%s" % (BUCKET, SECRET_KEY_NAME)
+        st, _, resp = raw_http("PUT", "/%s/header-target" % BUCKET, [], headers, b"")
+        self.assertEqual(st, 403, resp)
+        self.assertFalse(self.exists("header-target"))
+        # Signed, the same headers work.
+        st, _, resp = send("PUT", "/%s/header-target" % BUCKET,
+                           headers={"x-amz-copy-source": "/%s/%s" % (BUCKET, SECRET_KEY_NAME)})
+        self.assertEqual(st, 200, resp)
+
     # ---- header injection ---------------------------------------------------
 
     def test_no_header_injection(self):
