@@ -303,21 +303,34 @@ void s3_uploads_release_all(struct gw_server *srv)
 
 int s3_uploads_purge(struct gw_server *srv, const char *prefix)
 {
+	char mkey[KVT_BUCKET_MAX + S3_UPLOAD_ID_LEN + 16];
 	struct s3_keys k = { 0 };
-	int rc = s3_uploads_walk(srv, prefix, NULL, s3_keys_add, &k), gone = 0;
+	int rc, gone = 0;
+	size_t blen;
 
+	/*
+	 * The meta object first, the parts after: a part committed once the
+	 * upload is gone finds no meta and removes itself (s3_part_kept); one
+	 * committed before is in the listing below. Listed first, the meta
+	 * went last, and a part committed in between stayed for good.
+	 * Counted once, by whoever deletes the meta (Complete and Abort may race).
+	 */
+	snprintf(mkey, sizeof(mkey), "%smeta", prefix);
+	rc = kvt_object_delete(srv->st, GW_UPLOADS_BUCKET, mkey);
+	if (rc == 0 && (blen = s3_upload_meta_bucket(mkey)) > 0) {
+		s3_uploads_release(srv, mkey, blen);
+		gone++;
+	}
+	if (rc == -ENOENT)
+		rc = 0;
+	if (rc == 0)
+		rc = s3_uploads_walk(srv, prefix, NULL, s3_keys_add, &k);
 	/* Collected first, deleted after: deleting under a listing's feet skips rows. */
 	for (size_t i = 0; i < k.n; i++) {
 		int r2 = kvt_object_delete(srv->st, GW_UPLOADS_BUCKET, k.v[i]);
-		size_t blen;
 
 		if (r2 < 0 && r2 != -ENOENT && rc == 0)
 			rc = r2;
-		/* Counted once, by whoever deleted its meta object (Complete and Abort may race). */
-		if (r2 == 0 && (blen = s3_upload_meta_bucket(k.v[i])) > 0) {
-			s3_uploads_release(srv, k.v[i], blen);
-			gone++;
-		}
 	}
 	s3_keys_free(&k);
 	if (rc < 0)
@@ -504,6 +517,29 @@ void s3_op_upload_part_start(struct gw_req *rq)
 	http_body_to_writer(rq, w);
 }
 
+/*
+ * After a part's commit: whether its upload still exists. A part that met
+ * an Abort or a Complete of its upload (its body still arriving) was
+ * answered 200 and stayed for good, pinned in the internal bucket, which
+ * no sweep looks at without its meta; it is removed here, and the client
+ * gets NoSuchUpload as S3 answers.
+ */
+static bool s3_part_kept(struct gw_req *rq, const char *id, const char *pkey)
+{
+	char mkey[KVT_BUCKET_MAX + S3_UPLOAD_ID_LEN + 16];
+	struct kvt_object *meta = NULL;
+	int rc;
+
+	s3_upload_key(mkey, sizeof(mkey), rq->route.bucket, id, "meta");
+	rc = kvt_object_head(rq->srv->st, GW_UPLOADS_BUCKET, mkey, &meta);
+	kvt_object_free(meta);
+	if (rc == 0)
+		return true;
+	kvt_object_delete(rq->srv->st, GW_UPLOADS_BUCKET, pkey);
+	http_send_errno(rq, rc, S3_CTX_UPLOAD);
+	return false;
+}
+
 void s3_op_upload_part(struct gw_req *rq)
 {
 	struct kvt_writer *w = rq->writer;
@@ -515,6 +551,10 @@ void s3_op_upload_part(struct gw_req *rq)
 	rc = kvt_writer_commit(w, &info);
 	if (rc < 0) {
 		http_send_errno(rq, rc, S3_CTX_UPLOAD);
+		return;
+	}
+	if (!s3_part_kept(rq, s3_route_param(&rq->route, "uploadId"), info->key)) {
+		kvt_object_free(info);
 		return;
 	}
 	resp = http_response_empty();
@@ -613,6 +653,8 @@ void s3_op_upload_part_copy(struct gw_req *rq)
 		http_send_errno(rq, rc, S3_CTX_UPLOAD);
 		goto out;
 	}
+	if (!s3_part_kept(rq, id, pkey))
+		goto out;
 	gw_buf_init(&b);
 	xml_begin(&b, "CopyPartResult");
 	gw_time_iso(date, sizeof(date), info->mtime_ns);

@@ -1538,6 +1538,38 @@ int cat_object_get(struct cat *c, int64_t bucket_id, const char *key, int with_e
 	return 0;
 }
 
+/*
+ * Whether the extents of a hot object hold it whole: in order, from byte 0
+ * to its size, no gap, no overlap. Anything else is a damaged catalog (a
+ * row deleted or changed by hand, a bug in compose or relocation), and a
+ * reader must fail rather than return a short object or other bytes: with
+ * a row missing `kvtier get` exited 0 with the wrong bytes. Cold objects
+ * have no extents here, recalling ones only some.
+ */
+static int cat_extents_whole(const struct cat_object *co, const char *bucket)
+{
+	const struct kvt_object *o = co->obj;
+	uint64_t off = 0;
+	size_t i;
+
+	if (o->tier != KVT_TIER_HOT && o->tier != KVT_TIER_DEMOTING)
+		return 0;
+	for (i = 0; i < co->nextents; i++) {
+		const struct cat_extent *e = &co->extents[i];
+
+		if (e->seq != i || e->obj_off != off || e->length == 0)
+			break;
+		off += e->length;
+	}
+	if (i == co->nextents && off == o->size)
+		return 0;
+	log_err(0, "'%s/%s': the catalog's extents do not hold the object whole (%zu of %zu"
+		" extents in order, %llu of %llu bytes); kvtier fsck tells what is damaged",
+		bucket, o->key, i, co->nextents, (unsigned long long)off,
+		(unsigned long long)o->size);
+	return -EIO;
+}
+
 int cat_object_lookup(struct cat *c, const char *bucket, const char *key, int with_extents,
 		      struct cat_object **out)
 {
@@ -1568,6 +1600,10 @@ int cat_object_lookup(struct cat *c, const char *bucket, const char *key, int wi
 	}
 	if (!co)
 		return -ENOENT;
+	if (with_extents && cat_extents_whole(co, bucket) < 0) {
+		cat_object_free(co);
+		return -EIO;
+	}
 	*out = co;
 	return 0;
 }

@@ -594,13 +594,16 @@ static void test_extent_too_long(void **state)
 
 	put_others(f->st);
 	assert_int_equal(test_put(f->st, BUCKET, "long", len, 61), 0);
-	e = locate(f->st, "long", 0);
+	/* The last extent, with the object's size to match: rows that still
+	 * hold the object whole, or the reader's open would refuse them. */
+	e = locate(f->st, "long", 1);
 	snprintf(sql, sizeof(sql), "UPDATE extents SET length = %u WHERE segment = %u AND"
 		 " offset = %llu", SEG_PAYLOAD_MAX + SEG_ALIGN, e.segment,
 		 (unsigned long long)e.offset);
 	test_catalog_exec(&f->env, sql);
+	test_catalog_exec(&f->env, "UPDATE objects SET size = size + 4096 WHERE key = 'long'");
 	assert_int_equal(read_range(f->st, "long", 0, len, 61, 1), -EIO);
-	assert_int_equal(read_range(f->st, "long", 10, 100, 61, 1), -EIO);
+	assert_int_equal(read_range(f->st, "long", len - 100, 100, 61, 1), -EIO);
 	check_others(f->st);
 }
 
@@ -714,6 +717,40 @@ static void test_segment_map_ahead(void **state)
 	test_fsck_clean(f->st);
 }
 
+/*
+ * The catalog's extent rows of an object changed behind the store's back (a
+ * middle extent's row gone, an extent moved by a byte, the object's size cut):
+ * every read fails -EIO, never a short object or other bytes (kvtier get
+ * exited 0 with the wrong bytes), and fsck says so.
+ */
+static void test_extent_rows_changed(void **state)
+{
+	static const char *const damage[] = {
+		"DELETE FROM extents WHERE seq = 1 AND object ="
+		" (SELECT id FROM objects WHERE key = 'multi')",
+		"UPDATE extents SET obj_off = obj_off + 1 WHERE seq = 1 AND object ="
+		" (SELECT id FROM objects WHERE key = 'multi')",
+		"UPDATE objects SET size = size - 10 WHERE key = 'multi'",
+	};
+	struct fixture *f = *state;
+	struct kvt_fsck_report rep;
+
+	put_others(f->st);
+	for (size_t i = 0; i < sizeof(damage) / sizeof(damage[0]); i++) {
+		struct kvt_reader *r = NULL;
+
+		assert_int_equal(test_put(f->st, BUCKET, "multi", MULTI_LEN, MULTI_SEED), 0);
+		test_catalog_exec(&f->env, damage[i]);
+		assert_int_equal(kvt_reader_open(f->st, BUCKET, "multi", &r), -EIO);
+		assert_int_equal(kvt_store_fsck(f->st, 0, &rep), 1);	/* damage found */
+		assert_int_equal(kvt_store_fsck(f->st, KVT_FSCK_REPAIR, &rep), 0);
+		assert_true(rep.repaired >= 1);	/* the object, and its segments' counts */
+		assert_int_equal(kvt_reader_open(f->st, BUCKET, "multi", &r), -ENOENT);
+	}
+	check_others(f->st);
+	test_fsck_clean(f->st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -731,6 +768,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fsck_several, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_catalog_page_damaged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_segment_map_ahead, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_extent_rows_changed, setup, teardown),
 	};
 
 	/* KVT_TEST_FILTER=test_name runs one test (a cmocka pattern). */
