@@ -162,7 +162,8 @@ enum stmt_id {
 	S_SEG_REOPEN,
 	S_SEG_SET_STATE, S_SEG_HAS_EXTENTS, S_SEG_FREE, S_SEG_VICTIM, S_SEG_VICTIM_EMPTY,
 	S_SEG_COUNTS,
-	S_SEG_OBJECTS, S_SEG_KEPT_SPACE, S_EXT_GET, S_EXT_MOVE, S_SEG_SET_LIVE, S_SEG_EXT_SPACE,
+	S_SEG_OBJECTS, S_SEG_KEPT_SPACE, S_SEG_EXT_END, S_SEG_LEAST_USED,
+	S_EXT_GET, S_EXT_MOVE, S_SEG_SET_LIVE, S_SEG_EXT_SPACE,
 	S_SESSION_TOUCH, S_SEG_TOUCH, S_COUNTER_ADD, S_COUNTER_GET, S_DATA_VERSION,
 	S_STAT_OBJECTS, S_STAT_INTERNAL, S_STAT_TIERS, S_STAT_BUCKETS, S_STAT_SESSIONS, S_STAT_SEGS,
 	S_COUNT
@@ -279,6 +280,11 @@ static const char *const stmt_sql[S_COUNT] = {
 			     " FROM extents e JOIN objects o ON o.id = e.object"
 			     " JOIN buckets b ON b.id = o.bucket"
 			     " WHERE e.segment = ?1 AND " SQL_KEPT,
+	/* Where the last extent anyone committed in a segment ends. */
+	[S_SEG_EXT_END] = "SELECT coalesce(max(offset + (?2 + length + ?3 - 1) / ?3 * ?3), 0)"
+			  " FROM extents WHERE segment = ?1",
+	/* The part-full sealed segment with the most room (S_SEG_NEXT_PARTIAL's). */
+	[S_SEG_LEAST_USED] = "SELECT min(used) FROM segments WHERE state = 2 AND used > 0",
 	[S_EXT_GET] = "SELECT segment, gen, offset, length FROM extents WHERE object = ?1 AND seq = ?2",
 	[S_EXT_MOVE] = "UPDATE extents SET segment = ?3, gen = ?4, offset = ?5"
 		       " WHERE object = ?1 AND seq = ?2",
@@ -2083,6 +2089,41 @@ int cat_segment_kept_space(struct cat *c, uint32_t id, uint64_t *space)
 		*space = (uint64_t)sqlite3_column_int64(s, 0);
 	cat_done(s);
 	return rc == SQLITE_ROW ? 0 : cat_errno(c, rc, "segment kept space");
+}
+
+int cat_segment_extents_end(struct cat *c, uint32_t id, uint64_t *end)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_EXT_END);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, SEG_HEADER_SIZE);
+	sqlite3_bind_int64(s, 3, SEG_ALIGN);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		*end = (uint64_t)sqlite3_column_int64(s, 0);
+	cat_done(s);
+	return rc == SQLITE_ROW ? 0 : cat_errno(c, rc, "segment extents end");
+}
+
+int cat_segment_least_used(struct cat *c, uint64_t *used)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_SEG_LEAST_USED);
+	int rc, found = 0;
+
+	if (!s)
+		return -EIO;
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL) {
+		*used = (uint64_t)sqlite3_column_int64(s, 0);
+		found = 1;
+	}
+	cat_done(s);
+	if (rc != SQLITE_ROW)
+		return cat_errno(c, rc, "least used segment");
+	return found ? 0 : -ENOENT;
 }
 
 int cat_extent_move(struct cat *c, int64_t obj, uint64_t vid, const struct cat_extent *to,

@@ -248,6 +248,12 @@ int cat_segment_objects(struct cat *c, uint32_t id,
  * the objects cat_segment_objects() reports pinned: what relocating them
  * copies. */
 int cat_segment_kept_space(struct cat *c, uint32_t id, uint64_t *space);
+/* Where the last extent committed in segment id ends (0: none): what lies
+ * past it no catalog row names. */
+int cat_segment_extents_end(struct cat *c, uint32_t id, uint64_t *end);
+/* The least `used` of a part-full SEALED segment (the most room a reopen
+ * finds); -ENOENT if there is none. */
+int cat_segment_least_used(struct cat *c, uint64_t *used);
 /* Moves extent (obj, seq) if the object still has version vid. */
 int cat_extent_move(struct cat *c, int64_t obj, uint64_t vid, const struct cat_extent *to,
 		    uint32_t space);

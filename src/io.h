@@ -114,7 +114,11 @@ enum io_fault_kind {
 	IO_FAULT_ENOSPC,	/* the request fails with -ENOSPC */
 	IO_FAULT_SHORT,		/* half the bytes are transferred */
 	IO_FAULT_CORRUPT,	/* a read returns with one byte flipped */
+	IO_FAULT_EXIT,		/* the process exits, as if killed (a forked test child) */
 };
+
+/* The exit status of a process that IO_FAULT_EXIT ended. */
+#define IO_FAULT_EXIT_STATUS 86
 
 /*
  * A plan shared by every fault context made from it: the nth request

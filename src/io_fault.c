@@ -27,6 +27,9 @@
  *                request under 8 KiB) the full length is transferred and
  *                only res is short: code under test must trust res, not
  *                the disk.
+ *   EXIT         the process ends there and then (_exit(IO_FAULT_EXIT_STATUS)),
+ *                the request unsubmitted: a kill -9 at a chosen point, for
+ *                tests of what recovery makes of the state it leaves.
  *   CORRUPT      a read completes normally, then the byte at res / 2 of the
  *                returned data is inverted. A write reaches the disk with
  *                the byte at len / 2 inverted and reports success, like a
@@ -45,6 +48,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io.h"
 
@@ -117,6 +121,8 @@ static int fault_submit(struct io_ctx *io, struct io_req *req)
 		return -ENOMEM;
 
 	kind = fault_decide(f->plan, req);
+	if (kind == IO_FAULT_EXIT)
+		_exit(IO_FAULT_EXIT_STATUS);
 	if (kind == IO_FAULT_EIO || kind == IO_FAULT_ENOSPC) {
 		req->res = kind == IO_FAULT_EIO ? -EIO : -ENOSPC;
 		f->failed[(f->head + f->count) % f->cap] = req;

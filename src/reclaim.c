@@ -13,8 +13,9 @@
  *
  * Reclaim takes the coldest SEALED segment (empty ones first). Each object
  * with bytes in it is either dropped, if it is plain cache, or, if it is
- * pinned, relocated: its extents in the victim are copied to the segment
- * this process appends to and the catalog is pointed at the copies. Then
+ * pinned, relocated: its extents in the victim are copied to reclaim's own
+ * open segment (kvt_store.reloc, which writers never append to) and the
+ * catalog is pointed at the copies. Then
  * the segment becomes FREE with a new generation; no reader is waited for:
  * one still inside it fails its generation check with -ESTALE, and a
  * mapped reader's pin keeps it from being rewritten (segment.h).
@@ -47,11 +48,24 @@
  * another: in a store full of pinned objects, every write that found no
  * room copied the whole store before it failed.
  *
+ * When no segment is free (a reclaimer holds the reserve, or died holding
+ * it), the reserve is the room left in part-full sealed segments: writers
+ * may not reopen those then (store_claim_txn), and a victim is relocated
+ * if its pinned objects fit in one of them (reclaim_room). A reclaim killed
+ * after it had copied part of a victim into the reserve left no segment
+ * free and that victim still pinned; with relocation refused whenever no
+ * segment was free, nothing could be freed again: every put failed ENOSPC
+ * and recalls of cold objects too, in a store mostly of plain cache
+ * (test_multiproc: test_reclaim_killed_relocating). Recovery keeps the room
+ * the dead reclaimer left in its target (reclaim_recover), so the rest of
+ * the victim goes there, and freeing the victim gives the reserve back.
+ *
  * A reclaimer holds the victim's append lock from the moment it marks it
  * RECLAIMING; if it dies, recovery finds the lock free and puts the segment
- * back to SEALED. A segment left OPEN by a dead process is sealed (or freed,
- * if it holds nothing committed): the extents it holds that were never
- * committed are garbage that the next reclaim of it frees.
+ * back to SEALED. A segment left OPEN by a dead process is sealed at the end
+ * of its last committed extent (or freed, if it holds nothing committed):
+ * the extents past that were never committed, garbage that the next append
+ * to it overwrites or the next reclaim of it frees.
  */
 #include "config.h"
 
@@ -200,6 +214,30 @@ static int victim_has_pinned(const struct victim_list *l)
 	return 0;
 }
 
+/*
+ * With no free segment: 0 if `kept` bytes of pinned extents are sure to fit
+ * in the room left in reclaim's open segment (kvt_store.reloc), or in one
+ * part-full sealed segment, else -ENOSPC. The seg_size / 16 on top is what
+ * store_claim() leaves unreopened: the segment must stay reopenable until
+ * the last extent is copied. Another process may take that room first:
+ * then a relocation stops half way, which loses nothing (each extent is
+ * moved in its own transaction, the rest stays in the victim).
+ */
+static int reclaim_room(struct kvt_store *st, struct cat *c, uint64_t kept)
+{
+	uint64_t used = 0;
+	int rc;
+
+	if (store_reloc_room(st) >= kept)
+		return 0;
+	rc = cat_segment_least_used(c, &used);
+	if (rc == -ENOENT)
+		return -ENOSPC;
+	if (rc < 0)
+		return rc;
+	return st->seg_size - used >= kept + st->seg_size / 16 ? 0 : -ENOSPC;
+}
+
 /* Copies the extents of one pinned object that lie in segment id elsewhere. */
 static int reclaim_relocate(struct kvt_store *st, uint32_t id, const struct victim_obj *vo)
 {
@@ -308,8 +346,9 @@ struct emptied {
 };
 
 /* Empties one SEALED segment into *done; -ENOENT if there is none.
- * -EINPROGRESS: nothing done, the sessions in need must be demoted first. */
-static int reclaim_segment(struct kvt_store *st, int allow_relocate, int empty_only,
+ * -EINPROGRESS: nothing done, the sessions in need must be demoted first.
+ * nfree: the free segments the caller counted. */
+static int reclaim_segment(struct kvt_store *st, uint64_t nfree, int empty_only,
 			   const struct session_set *tried, struct session_set *need,
 			   struct emptied *done)
 {
@@ -339,11 +378,11 @@ static int reclaim_segment(struct kvt_store *st, int allow_relocate, int empty_o
 	if (rc == 0 && victim_has_pinned(&list)) {
 		uint64_t kept = 0;
 
-		if (!allow_relocate)
+		rc = cat_segment_kept_space(t->cat, id, &kept);
+		if (rc == 0 && kept > relocate_max(st))
 			rc = -ENOSPC;
-		else if ((rc = cat_segment_kept_space(t->cat, id, &kept)) == 0 &&
-			 kept > relocate_max(st))
-			rc = -ENOSPC;
+		else if (rc == 0 && nfree == 0)
+			rc = reclaim_room(st, t->cat, kept);
 	}
 	if (rc == 0)
 		rc = reclaim_find_unsynced(st, t->cat, &list, tried, need);
@@ -480,12 +519,13 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 			break;
 		}
 		/*
-		 * Relocating needs somewhere to go: with no free segment, drop
-		 * only. Writers leave the reserve (STORE_RESERVE_SEGS) for this;
-		 * there may be none left if another process's reclaim is
-		 * relocating too, or after a kvtier from before the reserve.
+		 * Relocating needs somewhere to go. Writers leave the reserve
+		 * (STORE_RESERVE_SEGS) for this; there may be none left if
+		 * another process's reclaim is relocating too, or died doing
+		 * so, or after a kvtier from before the reserve: then only into
+		 * room left in part-full segments (reclaim_room).
 		 */
-		rc = reclaim_segment(st, counts[SEG_FREE] > 0, empty_only, &tried, &todo, &done);
+		rc = reclaim_segment(st, counts[SEG_FREE], empty_only, &tried, &todo, &done);
 		if (empty_only && rc < 0) {
 			rc = 0;		/* none left, or in another's hands: the target is met */
 			break;
@@ -555,6 +595,8 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 	r = reclaim_flush(st, &done);
 	if (r < 0 && rc >= 0)
 		rc = r;
+	/* Its room is anyone's again, and no live process holds it open. */
+	store_reloc_seal(st);
 	t->in_reclaim = 0;
 	session_set_release(&todo);
 	session_set_release(&tried);
@@ -636,12 +678,24 @@ int reclaim_recover(struct kvt_store *st)
 
 		if (store_append_trylock(st, s->id) < 0)
 			continue;	/* its owner is alive */
-		/* The owner died: what it wrote and never committed is garbage, and
-		 * where its appends ended is unknown: seal it as full. */
+		/*
+		 * The owner died: what it wrote and never committed is garbage.
+		 * An OPEN segment is sealed where the last committed extent in it
+		 * ends: past that, no catalog row names a byte, so appending
+		 * there later overwrites nothing anyone can read. Sealed as full,
+		 * as it once was, the room a reclaimer killed while relocating
+		 * had left in its target (the reserve) was lost, and with it the
+		 * only place the rest of its victim could go: no segment could be
+		 * freed again (test_multiproc: test_reclaim_killed_relocating).
+		 */
 		rc = cat_begin(c);
 		if (rc == 0) {
-			rc = cat_segment_set_state(c, s->id, s->state, SEG_SEALED,
-						   s->state == SEG_OPEN ? st->seg_size : SEG_USED_KEEP);
+			uint64_t used = SEG_USED_KEEP;
+
+			if (s->state == SEG_OPEN)
+				rc = cat_segment_extents_end(c, s->id, &used);
+			if (rc == 0)
+				rc = cat_segment_set_state(c, s->id, s->state, SEG_SEALED, used);
 			rc = rc == 0 ? cat_commit(c) : (cat_rollback(c), rc);
 		}
 		if (rc == 0) {

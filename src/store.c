@@ -322,7 +322,13 @@ uint64_t store_new_vid(struct kvt_store *st)
  * writer's claim leaves STORE_RESERVE_SEGS free segments alone (-ENOSPC);
  * reclaim's own claim (take_reserve) may take them. Counted in the claim's
  * transaction: writers of two processes that each saw one segment above
- * the reserve would otherwise both take one.
+ * the reserve would otherwise both take one. While fewer than
+ * STORE_RESERVE_SEGS are free (a reclaimer has the reserve, or died with
+ * it), a writer does not reopen part-full segments either: their room is
+ * where reclaim relocates to until it has freed a segment again
+ * (reclaim.c, reclaim_room). Filled with cache, it left every segment
+ * pinned and none free, for good (test_multiproc:
+ * test_reclaim_killed_relocating).
  */
 static int store_claim_txn(struct cat *c, uint32_t id, uint64_t used, int reopen,
 			   int take_reserve, uint64_t *gen)
@@ -332,9 +338,9 @@ static int store_claim_txn(struct cat *c, uint32_t id, uint64_t used, int reopen
 
 	if (rc < 0)
 		return rc;
-	if (!reopen && !take_reserve) {
+	if (!take_reserve) {
 		rc = cat_segment_counts(c, counts);
-		if (rc == 0 && counts[SEG_FREE] <= STORE_RESERVE_SEGS)
+		if (rc == 0 && counts[SEG_FREE] < STORE_RESERVE_SEGS + (reopen ? 0 : 1))
 			rc = -ENOSPC;
 	}
 	if (rc == 0)
@@ -514,7 +520,7 @@ static int store_others_open(struct kvt_store *st, int64_t *next_recover_ns)
 	if (cat_segment_counts(c, counts) < 0)
 		return 0;
 	pthread_mutex_lock(&st->alloc_lock);
-	own = st->nretiring + (st->have_cur ? 1 : 0);
+	own = st->nretiring + (st->have_cur ? 1 : 0) + (st->have_reloc ? 1 : 0);
 	pthread_mutex_unlock(&st->alloc_lock);
 	return counts[SEG_OPEN] > own;
 }
@@ -551,6 +557,71 @@ static void store_seal_idle(struct kvt_store *st)
 		store_seal(st, &seal);
 }
 
+/*
+ * Relocation's store_alloc(): from reclaim's own open segment (reloc),
+ * claiming one (a part-full one first, else a free one, the reserve
+ * included) when it has no room. Never waits, never reclaims: -ENOSPC.
+ * Called under reclaim_lock, so by one thread at a time, and each copy is
+ * released before the next is carved (reclaim_relocate): the one it
+ * replaces has no extent in flight.
+ */
+static int store_alloc_reloc(struct kvt_store *st, uint64_t space, struct store_alloc *out)
+{
+	struct store_open_seg fresh, old = { 0 };
+	int rc, seal_old = 0;
+
+	pthread_mutex_lock(&st->alloc_lock);
+	if (!st->have_reloc || st->reloc.off + space > st->seg_size) {
+		pthread_mutex_unlock(&st->alloc_lock);
+		rc = store_claim(st, space, 1, &fresh);
+		if (rc < 0)
+			return rc;
+		pthread_mutex_lock(&st->alloc_lock);
+		if (st->have_reloc) {
+			old = st->reloc;
+			seal_old = 1;
+		}
+		st->reloc = fresh;
+	}
+	st->have_reloc = 1;
+	out->segment = st->reloc.id;
+	out->gen = st->reloc.gen;
+	out->offset = st->reloc.off;
+	st->reloc.off += space;
+	st->reloc.refs++;
+	pthread_mutex_unlock(&st->alloc_lock);
+	if (seal_old)
+		store_seal(st, &old);
+	return 0;
+}
+
+uint64_t store_reloc_room(struct kvt_store *st)
+{
+	uint64_t room = 0;
+
+	pthread_mutex_lock(&st->alloc_lock);
+	if (st->have_reloc)
+		room = st->seg_size - st->reloc.off;
+	pthread_mutex_unlock(&st->alloc_lock);
+	return room;
+}
+
+void store_reloc_seal(struct kvt_store *st)
+{
+	struct store_open_seg seal;
+	int do_seal;
+
+	pthread_mutex_lock(&st->alloc_lock);
+	do_seal = st->have_reloc && st->reloc.refs == 0;
+	if (do_seal) {
+		seal = st->reloc;
+		st->have_reloc = 0;
+	}
+	pthread_mutex_unlock(&st->alloc_lock);
+	if (do_seal)
+		store_seal(st, &seal);
+}
+
 /* store_alloc(), waiting at most limit_ns for room; *wait_start_ns says
  * when it began to wait (left alone if it found room at once). */
 static int store_alloc_within(struct kvt_store *st, uint64_t space, int64_t limit_ns,
@@ -566,6 +637,8 @@ static int store_alloc_within(struct kvt_store *st, uint64_t space, int64_t limi
 		return -ENOMEM;
 	if (space > st->seg_size)
 		return -EFBIG;
+	if (t->in_reclaim)
+		return store_alloc_reloc(st, space, out);
 	for (;;) {
 		pthread_mutex_lock(&st->alloc_lock);
 		if (st->have_cur && st->cur.off + space <= st->seg_size) {
@@ -586,17 +659,16 @@ static int store_alloc_within(struct kvt_store *st, uint64_t space, int64_t limi
 		 * in the background; else this writer reclaims (demoting what
 		 * it must: there is no one else to do it).
 		 */
-		if (!t->in_reclaim && store_above_high(st, NULL)) {
+		if (store_above_high(st, NULL)) {
 			if (st->demoter_running)
 				demoter_kick(st);
 			else
 				store_reclaim_if_idle(st);
 		}
-		/* Reclaim relocating pinned objects may use the reserve. */
-		rc = store_claim(st, space, t->in_reclaim, &fresh);
+		rc = store_claim(st, space, 0, &fresh);
 		if (rc == -ENOSPC && cat_disk_full(t->cat))
 			return rc;	/* the disk under the catalog, not the hot tier */
-		if (rc == -ENOSPC && !t->in_reclaim) {
+		if (rc == -ENOSPC) {
 			/*
 			 * What needs no upload goes now; session state G4 lacks
 			 * is the demoter's (once; then wait for it). Without one,
@@ -712,6 +784,8 @@ void store_release(struct kvt_store *st, uint32_t segment, uint64_t gen)
 	pthread_mutex_lock(&st->alloc_lock);
 	if (st->have_cur && st->cur.id == segment && st->cur.gen == gen) {
 		st->cur.refs--;
+	} else if (st->have_reloc && st->reloc.id == segment && st->reloc.gen == gen) {
+		st->reloc.refs--;
 	} else {
 		for (size_t i = 0; i < st->nretiring; i++) {
 			struct store_open_seg *r = &st->retiring[i];
@@ -1441,6 +1515,7 @@ void kvt_store_close(struct kvt_store *st)
 		} else {
 			pthread_mutex_unlock(&st->alloc_lock);
 		}
+		store_reloc_seal(st);
 	}
 	store_pool_drain(st);
 	pthread_key_delete(st->key);

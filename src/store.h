@@ -78,6 +78,13 @@ struct kvt_store {
 	struct store_open_seg cur;
 	struct store_open_seg *retiring;
 	size_t nretiring;
+	/* Reclaim's own open segment: relocated copies go there, never to cur,
+	 * whose room the writers of this process share. When they did, writers
+	 * could fill the reserve a relocation had claimed, and the rest of the
+	 * victim had nowhere to go. Used under reclaim_lock; sealed when the
+	 * pass ends (store_reloc_seal). */
+	int have_reloc;
+	struct store_open_seg reloc;
 	uint64_t nallocs;	/* from cur, ever; store_seal_idle's last look */
 	uint64_t nallocs_seen;
 	int seal_failed;	/* store_seal() could not: the flusher recovers it */
@@ -182,14 +189,19 @@ void store_set_powerloss(struct kvt_store *st, struct io_powerloss *pl);
  * so nothing could be freed, and a recall of a cold object failed ENOSPC
  * with three quarters of the tier dead (a stress run: 64 MiB holding 15 to
  * 30 MiB live). Log-structured stores keep such a reserve for their
- * cleaner. So writers can fill nsegs - STORE_RESERVE_SEGS segments.
+ * cleaner. So writers can fill nsegs - STORE_RESERVE_SEGS segments, and
+ * while fewer are free (a reclaimer relocates into the reserve, or died
+ * doing so) they do not reopen part-full segments either: that room is
+ * where reclaim relocates to until it has freed one (reclaim.c).
  */
 #define STORE_RESERVE_SEGS 1
 
 /*
  * Carves `space` bytes (a multiple of SEG_ALIGN) from the segment this
  * process appends to, claiming a new segment (and reclaiming old ones) when
- * it is full. The caller must later call store_release() once for it.
+ * it is full; within reclaim (store_thread.in_reclaim), from reclaim's own
+ * (kvt_store.reloc), which may take the reserve. The caller must later
+ * call store_release() once for it.
  */
 struct store_alloc {
 	uint32_t segment;
@@ -214,6 +226,10 @@ void store_append_unlock(struct kvt_store *st, uint32_t id);
  */
 int store_alloc(struct kvt_store *st, uint64_t space, int64_t *waited_ns,
 		struct store_alloc *out);
+/* Reclaim's open segment (reloc): the room left in it, 0 if none; and
+ * sealing it (SEALED at its append pointer) at the end of a pass. */
+uint64_t store_reloc_room(struct kvt_store *st);
+void store_reloc_seal(struct kvt_store *st);
 /* reclaim.c: reclaims toward the low watermark unless this process already does. */
 void store_reclaim_if_idle(struct kvt_store *st);
 void store_release(struct kvt_store *st, uint32_t segment, uint64_t gen);

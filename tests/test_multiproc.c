@@ -16,8 +16,9 @@
  *
  * Also: two processes creating the same bucket at once (one gets -EEXIST),
  * several committing the same key with IF_NONE_MATCH (exactly one wins,
- * and its bytes are what is stored), and a full store whose last room an
- * idle process holds.
+ * and its bytes are what is stored), a full store whose last room an
+ * idle process holds, and a reclaimer killed while it relocated pinned
+ * objects.
  */
 #include "config.h"
 
@@ -734,6 +735,115 @@ static void test_append_lock_threads(void **state)
 	test_env_release(&env);
 }
 
+static uint64_t free_segments(struct kvt_store *st)
+{
+	uint64_t counts[4];
+
+	assert_int_equal(cat_segment_counts(store_cat(st), counts), 0);
+	return counts[SEG_FREE];
+}
+
+/*
+ * A reclaim that died while it relocated pinned objects left the hot tier
+ * full for good. It had taken the one free segment (the reserve,
+ * STORE_RESERVE_SEGS) to copy the victim's pinned objects into, and died
+ * after the first copy: the victim still held pinned data, no segment was
+ * free, recovery sealed the dead reclaimer's target as full, and reclaim
+ * relocated only while a segment was free. Every put failed -ENOSPC from
+ * then on, and recalls of cold objects too (113 unreadable in a stress
+ * run), in a store of which most was plain cache.
+ *
+ * Here 19 of 20 segments hold two pinned objects and one plain one each,
+ * the 20th is the reserve; a child reclaims and dies at the write of its
+ * second copy (IO_FAULT_EXIT: a kill -9 between the first move and the
+ * second). Afterwards puts must find room (reclaim
+ * moves the rest of the victim into the room left in the target, which
+ * writers must not fill first), every pinned object must read back, and
+ * the reserve must be free again. With G4 (the demoter running) a writer
+ * that finds no room wakes the demoter and claims at once, without
+ * reclaiming first: the room left in the target is the first part-full
+ * segment it would reopen.
+ */
+static void reclaim_killed_relocating(int g4)
+{
+	struct kvt_put_opts pin = { .flags = KVT_PUT_PIN };
+	struct test_env env;
+	struct kvt_store *st;
+	int status = -1, rc = 0;
+	char key[32];
+	pid_t pid;
+
+	test_env_init(&env, 20u << 20, 1u << 20);
+	if (g4) {
+		free(env.cfg.g4.url);
+		env.cfg.g4.url = NULL;	/* file://<store dir>/g4; nothing here is session state */
+	}
+	/* No reclaim while it fills: every segment but the reserve is used. */
+	env.cfg.store.high_watermark = 1.0;
+	env.cfg.store.low_watermark = 0.95;
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, BUCKET), 0);
+	for (unsigned s = 0; s < 19; s++) {
+		for (unsigned p = 0; p < 2; p++) {
+			snprintf(key, sizeof(key), "pin%u-%u", s, p);
+			assert_int_equal(test_put_opts(st, BUCKET, key, 150000, 100 + 2 * s + p, &pin), 0);
+		}
+		snprintf(key, sizeof(key), "cache%u", s);
+		assert_int_equal(test_put(st, BUCKET, key, 741376, 200 + s), 0);
+	}
+	assert_int_equal(free_segments(st), STORE_RESERVE_SEGS);
+	kvt_store_close(st);
+
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* The first copy is written and moved; the process dies at the
+		 * second copy's write, its victim RECLAIMING, its target OPEN. */
+		struct io_fault_plan plan = { .kind = IO_FAULT_EXIT, .ops = 1u << IO_WRITE, .nth = 2 };
+
+		rc = kvt_store_open(&env.cfg, 0, &st);
+		if (rc == 0) {
+			store_set_fault_plan(st, &plan);
+			rc = kvt_store_reclaim(st, 1);
+		}
+		_exit(1);	/* reclaim got past the second write */
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == IO_FAULT_EXIT_STATUS);
+
+	/* Recovery at open: the child's target is sealed, nothing is free. */
+	st = test_store_open(&env);
+	assert_int_equal(free_segments(st), 0);
+	/* Puts first: they must neither fail nor take the room reclaim needs. */
+	for (unsigned i = 0; i < 30 && rc == 0; i++) {
+		snprintf(key, sizeof(key), "new%u", i);
+		rc = test_put(st, BUCKET, key, 200000, 300 + i);
+	}
+	assert_int_equal(rc, 0);
+	for (unsigned s = 0; s < 19; s++)
+		for (unsigned p = 0; p < 2; p++) {
+			snprintf(key, sizeof(key), "pin%u-%u", s, p);
+			assert_int_equal(test_check(st, BUCKET, key, 150000, 100 + 2 * s + p), 0);
+		}
+	assert_int_equal(kvt_store_reclaim(st, 1), 0);
+	assert_true(free_segments(st) > STORE_RESERVE_SEGS);
+	test_fsck_clean(st);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+static void test_reclaim_killed_relocating(void **state)
+{
+	(void)state;
+	reclaim_killed_relocating(0);
+}
+
+static void test_reclaim_killed_relocating_g4(void **state)
+{
+	(void)state;
+	reclaim_killed_relocating(1);
+}
+
 /*
  * A process that wrote a little and went idle kept appending rights to its
  * open segment for good, so a writer in another process found the store
@@ -829,6 +939,8 @@ int main(void)
 		cmocka_unit_test(test_if_none_match_race),
 		cmocka_unit_test(test_stress_two),
 		cmocka_unit_test(test_stress_three),
+		cmocka_unit_test(test_reclaim_killed_relocating),
+		cmocka_unit_test(test_reclaim_killed_relocating_g4),
 		cmocka_unit_test(test_idle_segment_sealed),
 		cmocka_unit_test(test_idle_segment_sealed_g4),
 	};
