@@ -286,6 +286,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvtier-migrate: %s: bad [g4] configuration or manifest\n", action);
 		goto out;
 	}
+	if (rc == -ENOENT && mode == OPT_RECALL) {
+		/* It said "recall: No such file or directory", naming nothing. */
+		fprintf(stderr, "kvtier-migrate: recall: no bucket '%s' in this store; a session"
+			" another node demoted is imported first (--import)\n", go.bucket);
+		status = 1;
+		goto out;
+	}
+	if (rc == -ENOENT && mode == OPT_IMPORT) {
+		fprintf(stderr, "kvtier-migrate: import: G4 holds no manifest of session '%s' of"
+			" bucket '%s' (never demoted, or all of it deleted since)\n", go.session,
+			go.bucket);
+		status = 1;
+		goto out;
+	}
 	if (rc < 0) {
 		fprintf(stderr, "kvtier-migrate: %s: %s\n", action, kvt_strerror(rc));
 		status = 1;

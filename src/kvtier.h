@@ -559,7 +559,8 @@ struct kvt_g4_report {
 
 /* Demotes; 0 (see rep->failures) or a negative errno for the whole run. */
 int kvt_g4_demote(struct kvt_store *st, const struct kvt_g4_opts *opts, struct kvt_g4_report *rep);
-/* Recalls every cold object of a session (prestage). */
+/* Recalls every cold object of a session (prestage). -ENOENT: this store
+ * has no such bucket (a session of another node's: import it first). */
 int kvt_g4_recall_session(struct kvt_store *st, const char *bucket, const char *session,
 			  const struct kvt_g4_opts *opts, struct kvt_g4_report *rep);
 /* Makes the session of G4's manifest known here, its objects cold; keys

@@ -175,7 +175,11 @@ segment_size = 4M
 url = file://$G4
 EOF
 kvt_expect 0 "$K" -c "$B" init
+# Before any import, B has no bucket 'models': said so, not "No such file".
+kvt_expect 1 "$M" -c "$B" --recall models/s3
+kvt_grep err "recall: no bucket 'models' in this store; .* imported first"
 kvt_expect 1 "$M" -c "$B" --import models/nosuch
+kvt_grep err "import: G4 holds no manifest of session 'nosuch' of bucket 'models'"
 kvt_expect 0 "$M" -c "$B" --import models/s3 --json
 kvt_grep out "\"action\":\"import\",\"dry_run\":false,\"sessions\":1,\"objects\":5,"
 kvt_expect 0 "$K" -c "$B" head models s3/blk3000000
