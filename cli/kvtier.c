@@ -674,6 +674,12 @@ static int cmd_put(struct cli *c, int argc, char **argv)
 	}
 	if ((status = cli_open(c)))
 		goto out;
+	{
+		struct stat sb;
+
+		if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
+			po.size = (uint64_t)sb.st_size;	/* too large: refused before any write */
+	}
 	rc = kvt_writer_open(c->st, bucket, key, &po, &w);
 	if (rc < 0) {
 		status = cli_fail(c, rc, bucket, key);

@@ -509,6 +509,7 @@ void s3_op_upload_part_start(struct gw_req *rq)
 	s3_part_key(pkey, sizeof(pkey), rq->route.bucket, id, n);
 	if (http_content_md5_etag(rq, etag, sizeof(etag)))
 		opts = (struct kvt_put_opts){ .etag = etag };
+	opts.size = size;
 	rc = kvt_writer_open(rq->srv->st, GW_UPLOADS_BUCKET, pkey, &opts, &w);
 	if (rc < 0) {
 		http_send_errno(rq, rc, S3_CTX_UPLOAD);

@@ -502,6 +502,7 @@ static bool s3_put_prepare(struct gw_req *rq)
 		http_send_error(rq, S3_ENTITY_TOO_LARGE, NULL);
 		return false;
 	}
+	rq->put.size = size;	/* more than the hot tier holds: refused at open */
 	if (!cl && !http_hdr(rq, "Transfer-Encoding")) {
 		http_send_error(rq, S3_MISSING_CONTENT_LENGTH, NULL);
 		return false;

@@ -311,6 +311,13 @@ struct kvt_put_opts {
 	int64_t mtime_ns;		/* 0: now */
 	const struct kvt_posix *posix;	/* NULL: a plain file, 0644, owner 0 */
 	/*
+	 * The size the object will have, if known (0: not known). More than
+	 * the hot tier can ever hold is -EFBIG at once: such a write, left to
+	 * fail at its end, first had every object that could go dropped or
+	 * demoted to make room. Writes past that size fail -EFBIG all the same.
+	 */
+	uint64_t size;
+	/*
 	 * A conditional write (S3's If-Match / If-None-Match): if not NULL,
 	 * called inside the commit's catalog transaction with the ETag of the
 	 * key's current version (NULL: there is none); a non-zero return (a

@@ -196,6 +196,12 @@ void store_set_powerloss(struct kvt_store *st, struct io_powerloss *pl);
  */
 #define STORE_RESERVE_SEGS 1
 
+/* Bytes no object can exceed: all the segments writers may fill. */
+static inline uint64_t store_object_max(const struct kvt_store *st)
+{
+	return (uint64_t)(st->nsegs - STORE_RESERVE_SEGS) * st->seg_size;
+}
+
 /*
  * Carves `space` bytes (a multiple of SEG_ALIGN) from the segment this
  * process appends to, claiming a new segment (and reclaiming old ones) when

@@ -169,6 +169,13 @@ int kvt_writer_open(struct kvt_store *st, const char *bucket, const char *key,
 	rc = kvt_store_readonly(st) ? -EROFS : writer_target(w, bucket, key, opts);
 	if (rc < 0)
 		goto fail;
+	if (opts && opts->size > store_object_max(st)) {
+		log_err(0, "'%s/%s': %llu bytes are more than this hot tier can ever hold (%llu)",
+			bucket, key, (unsigned long long)opts->size,
+			(unsigned long long)store_object_max(st));
+		rc = -EFBIG;
+		goto fail;
+	}
 	if (w->flags & KVT_PUT_MD5_ETAG) {
 		w->md5 = EVP_MD_CTX_new();
 		if (!w->md5 || EVP_DigestInit_ex(w->md5, EVP_md5(), NULL) != 1) {
@@ -317,7 +324,7 @@ int kvt_writer_write(struct kvt_writer *w, const void *data, size_t len)
 
 	if (w->failed)
 		return w->failed;
-	if (w->size + len < w->size)
+	if (w->size + len < w->size || w->size + len > store_object_max(w->st))
 		return w->failed = -EFBIG;
 	while (len > 0) {
 		struct wbuf *b;

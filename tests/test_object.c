@@ -737,6 +737,42 @@ static void test_abort(void **state)
 	free(b);
 }
 
+/*
+ * An object larger than the hot tier can ever hold (16 MiB less the reclaim
+ * reserve): with its size known, refused at open, before any write; streamed,
+ * refused at the write that passes the limit. Neither drops anything: a
+ * 40 MB put into a 32 MiB store first had every object evicted or demoted.
+ */
+static void test_larger_than_tier(void **state)
+{
+	struct fixture *f = *state;
+	struct kvt_put_opts po = { .size = 15 * MiB + 1 };
+	unsigned char *a = pattern(MiB, 13);
+	struct kvt_writer *w = NULL;
+	struct kvt_store_stat s0, s1;
+	int rc = 0;
+
+	assert_int_equal(put_data(f->st, "bkt", "small", a, MiB, NULL), 0);
+	assert_int_equal(kvt_store_stat(f->st, &s0), 0);
+	assert_int_equal(kvt_writer_open(f->st, "bkt", "huge", &po, &w), -EFBIG);
+	assert_null(w);
+	assert_int_equal(kvt_store_stat(f->st, &s1), 0);
+	assert_int_equal(s1.evicted_objects, s0.evicted_objects);
+	assert_int_equal(get_equals(f->st, "bkt", "small", a, MiB), 0);
+	po.size = 15 * MiB;	/* as much as may ever fit: tried */
+	assert_int_equal(kvt_writer_open(f->st, "bkt", "huge", &po, &w), 0);
+	kvt_writer_abort(w);
+	/* Size unknown: the write past the limit fails, and nothing is published. */
+	assert_int_equal(kvt_writer_open(f->st, "bkt", "huge", NULL, &w), 0);
+	for (int i = 0; i < 16 && rc == 0; i++)
+		rc = kvt_writer_write(w, a, MiB);
+	assert_int_equal(rc, -EFBIG);
+	assert_int_equal(kvt_writer_commit(w, NULL), -EFBIG);
+	assert_int_equal(kvt_object_head(f->st, "bkt", "huge", &(struct kvt_object *){ NULL }),
+			 -ENOENT);
+	free(a);
+}
+
 static void test_reader_keeps_version(void **state)
 {
 	struct fixture *f = *state;
@@ -2563,6 +2599,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_roundtrip_sizes, setup_big, teardown),
+		cmocka_unit_test_setup_teardown(test_larger_than_tier, setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_roundtrip_uneven_chunks, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_range_reads, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_head_fields, setup_big, teardown),
