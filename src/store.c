@@ -1097,7 +1097,7 @@ void store_checksum_failure(struct kvt_store *st)
 
 /* ---- open and close ------------------------------------------------------ */
 
-/* Rebuilds the shared generations from the catalog after a reboot. */
+/* The shared generations from the catalog: all after a reboot, else those behind. */
 static int store_map_rebuild(struct kvt_store *st, struct cat *c);
 
 static int map_rebuild_one(void *arg, const struct cat_segment *s)
@@ -1111,9 +1111,10 @@ static int map_rebuild_one(void *arg, const struct cat_segment *s)
 
 static int store_map_rebuild(struct kvt_store *st, struct cat *c)
 {
+	int stale = seg_map_stale(st->sf);
 	int rc = cat_segment_list(c, map_rebuild_one, st);
 
-	if (rc == 0)
+	if (rc == 0 && stale)
 		seg_map_mark_fresh(st->sf);
 	return rc;
 }
@@ -1449,11 +1450,16 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 		rc = -EIO;
 		goto fail;
 	}
-	if (seg_map_stale(st->sf)) {
-		rc = store_map_rebuild(st, t->cat);
-		if (rc < 0)
-			goto fail;
-	}
+	/*
+	 * After a reboot every generation comes from the catalog; otherwise
+	 * those behind it are raised (never lowered: seg_map_set_gen). A map
+	 * behind the catalog (segments.map edited, or restored from a copy)
+	 * had every object of the segment read as reclaimed, through every
+	 * open, and fsck called the store clean.
+	 */
+	rc = store_map_rebuild(st, t->cat);
+	if (rc < 0)
+		goto fail;
 	if (st->readonly) {
 		*out = st;
 		return 0;

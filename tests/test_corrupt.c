@@ -718,6 +718,32 @@ static void test_segment_map_ahead(void **state)
 }
 
 /*
+ * segments.map behind the catalog (edited, or restored from an old copy):
+ * the next open raises it, and every object reads again. Every object of
+ * the segment read as reclaimed, through every open, and fsck was clean.
+ */
+static void test_segment_map_behind(void **state)
+{
+	struct fixture *f = *state;
+	unsigned char zero[4096];
+	char path[600];
+	int fd;
+
+	put_others(f->st);
+	kvt_store_close(f->st);
+	snprintf(path, sizeof(path), "%s/segments.map", f->env.cfg.store.dir);
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	memset(zero, 0, sizeof(zero));	/* past its 4 KiB header: generation 0 */
+	assert_int_equal(pwrite(fd, zero, sizeof(zero), 4096), (ssize_t)sizeof(zero));
+	close(fd);
+
+	f->st = test_store_open(&f->env);
+	check_others(f->st);
+	test_fsck_clean(f->st);
+}
+
+/*
  * The catalog's extent rows of an object changed behind the store's back (a
  * middle extent's row gone, an extent moved by a byte, the object's size cut):
  * every read fails -EIO, never a short object or other bytes (kvtier get
@@ -768,6 +794,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fsck_several, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_catalog_page_damaged, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_segment_map_ahead, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segment_map_behind, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_extent_rows_changed, setup, teardown),
 	};
 
