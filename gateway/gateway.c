@@ -644,6 +644,7 @@ out:
 		OPENSSL_cleanse(tls_key, strlen(tls_key));
 		free(tls_key);
 	}
+	__atomic_store_n(&srv.stopping, 1, __ATOMIC_RELEASE);
 	gw_prestage_wait(&srv);
 	if (uploads_init)
 		s3_uploads_release_all(&srv);

@@ -182,6 +182,7 @@ struct gw_server {
 	uint64_t reqid_seq;		/* atomic */
 	int access_fd;			/* -1: no access log */
 	unsigned prestaging;		/* atomic: prestage threads still running */
+	int stopping;			/* atomic: shutting down; prestages start nothing more */
 	struct gw_uploads uploads;
 	struct gw_work *work;		/* NULL: everything inline (the fuzz harness) */
 	uint64_t cached_read_max;	/* the store's: GETs up to it are read inline */

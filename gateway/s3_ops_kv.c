@@ -88,8 +88,14 @@ nomem:
 /*
  * A prestage in the background: the request returns at once, the recall
  * (a network fetch per object) never holds an HTTP thread. The server
- * waits for these before it closes the store (gw_prestage_wait).
+ * waits for these before it closes the store (gw_prestage_wait), once it
+ * has told them to start nothing more (srv->stopping): with the partner
+ * silent, ten prestages each retrying every object held a SIGTERM 732 s.
+ * At most GW_PRESTAGE_MAX at once; more are 503 SlowDown (each was a
+ * thread of its own, 180 of them seen).
  */
+#define GW_PRESTAGE_MAX 16
+
 struct prestage_job {
 	struct gw_server *srv;
 	char *bucket;
@@ -112,7 +118,8 @@ static void *prestage_main(void *arg)
 {
 	struct prestage_job *j = arg;
 	/* [g4] jobs fetches in parallel; a partner hiccup is retried. */
-	const struct kvt_g4_opts o = { .jobs = j->srv->cfg.g4.jobs, .retries = 3 };
+	const struct kvt_g4_opts o = { .jobs = j->srv->cfg.g4.jobs, .retries = 3,
+				       .stop = &j->srv->stopping };
 	struct kvt_g4_report rep;
 	int rc = 0;
 
@@ -120,7 +127,11 @@ static void *prestage_main(void *arg)
 		rc = kvt_g4_recall_session(j->srv->st, j->bucket, j->session, &o, &rep);
 	} else {
 		for (size_t i = 0; i < j->nkeys; i++) {
-			int r = kvt_object_recall(j->srv->st, j->bucket, j->keys[i]);
+			int r;
+
+			if (__atomic_load_n(&j->srv->stopping, __ATOMIC_ACQUIRE))
+				break;
+			r = kvt_object_recall(j->srv->st, j->bucket, j->keys[i]);
 
 			if (r < 0 && rc == 0)
 				rc = r;
@@ -141,7 +152,11 @@ static bool prestage_start(struct prestage_job *j)
 	pthread_t tid;
 	bool ok;
 
-	__atomic_add_fetch(&j->srv->prestaging, 1, __ATOMIC_ACQUIRE);
+	if (__atomic_add_fetch(&j->srv->prestaging, 1, __ATOMIC_ACQUIRE) > GW_PRESTAGE_MAX) {
+		__atomic_sub_fetch(&j->srv->prestaging, 1, __ATOMIC_RELEASE);
+		prestage_job_free(j);
+		return false;
+	}
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	ok = pthread_create(&tid, &attr, prestage_main, j) == 0;
@@ -189,7 +204,7 @@ static void s3_kv_run(struct gw_req *rq, bool prestage)
 			return;
 		}
 		if (!prestage_start(j)) {
-			http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+			http_send_error(rq, S3_SLOW_DOWN, NULL);	/* GW_PRESTAGE_MAX busy */
 			return;
 		}
 		resp = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);

@@ -551,6 +551,9 @@ struct kvt_g4_opts {
 	uint64_t limit_rate;	/* bytes/s to and from G4 in all, 0: no limit */
 	unsigned retries;	/* more tries of a transfer the partner failed with
 				 * 500, 503 or no answer, with exponential backoff */
+	/* If not NULL: once *stop is non-zero the run starts no other object
+	 * and no retry (what is in flight finishes); a daemon's shutdown. */
+	const int *stop;
 	/* Called for each object moved (or that would be), if not NULL; one
 	 * call at a time, from any of the jobs' threads. */
 	void (*progress)(void *arg, const char *bucket, const char *key, uint64_t size, int rc);

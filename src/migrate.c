@@ -176,6 +176,7 @@ void g4_unlock(int fd)
  * time slot and sleeps until it). NULL: one try, no limit (reads, reclaim).
  */
 struct g4_ctl {
+	const int *stop;	/* kvt_g4_opts.stop */
 	unsigned retries;
 	unsigned object_jobs;	/* objects of one session uploaded at once */
 	uint64_t rate;		/* bytes/s, 0: none */
@@ -187,6 +188,7 @@ static void g4_ctl_init(struct g4_ctl *ctl, const struct kvt_g4_opts *o)
 {
 	memset(ctl, 0, sizeof(*ctl));
 	pthread_mutex_init(&ctl->lock, NULL);
+	ctl->stop = o ? o->stop : NULL;
 	ctl->retries = o ? o->retries : 0;
 	ctl->object_jobs = 1;
 	ctl->rate = o ? o->limit_rate : 0;
@@ -220,6 +222,12 @@ static void g4_rate_take(struct g4_ctl *ctl, size_t len)
 	g4_sleep_ns(start - now);
 }
 
+/* Whether the run was told to stop (kvt_g4_opts.stop). */
+static int g4_stopping(const struct g4_ctl *ctl)
+{
+	return ctl && ctl->stop && __atomic_load_n(ctl->stop, __ATOMIC_ACQUIRE);
+}
+
 /* Whether rc is the partner saying "later" or not answering. */
 static int g4_transient(int rc)
 {
@@ -235,7 +243,7 @@ static int g4_backoff(const struct g4_ctl *ctl, unsigned attempt, int rc, const 
 {
 	int64_t ns;
 
-	if (!ctl || !g4_transient(rc) || attempt >= ctl->retries)
+	if (!ctl || !g4_transient(rc) || attempt >= ctl->retries || g4_stopping(ctl))
 		return 0;
 	ns = MIN((int64_t)250000000 << MIN(attempt, 5u), (int64_t)8000000000);
 	ns += (int64_t)((uint64_t)util_now_ns() % (uint64_t)(ns / 4 + 1));
@@ -1729,6 +1737,7 @@ static int recall_object_ctl(struct kvt_store *st, const char *bucket, const cha
 	struct cat_object *co = NULL;
 	struct cold *cold;
 	int lock = -1, rc;
+	int64_t asked_ns = util_mono_ns();
 
 	if (!c)
 		return -ENOMEM;
@@ -1754,10 +1763,24 @@ static int recall_object_ctl(struct kvt_store *st, const char *bucket, const cha
 	rc = cat_object_lookup(c, bucket, key, 0, &co);
 	if (rc < 0 || co->obj->tier != KVT_TIER_COLD)
 		goto out;
+	/*
+	 * The partner failed a recall in this process while this one waited
+	 * for the lock: that answer is this one's too. Each waiter tried the
+	 * silent partner again, after the one before it had timed out: the
+	 * third of three GETs of one cold key was answered after 180 s.
+	 */
+	if (__atomic_load_n(&st->g4_fail_ns, __ATOMIC_ACQUIRE) > asked_ns) {
+		rc = __atomic_load_n(&st->g4_fail_rc, __ATOMIC_RELAXED);
+		goto out;
+	}
 	for (unsigned attempt = 0;; attempt++) {
 		rc = recall_fetch(st, c, cold, bucket, key, co, ctl);
 		if (!g4_backoff(ctl, attempt, rc, key))
 			break;
+	}
+	if (g4_transient(rc)) {
+		__atomic_store_n(&st->g4_fail_rc, rc, __ATOMIC_RELAXED);
+		__atomic_store_n(&st->g4_fail_ns, util_mono_ns(), __ATOMIC_RELEASE);
 	}
 out:
 	g4_unlock(lock);
@@ -1780,7 +1803,14 @@ int kvt_object_recall(struct kvt_store *st, const char *bucket, const char *key)
 static void job_recall_one(struct g4_job *j, const char *bucket, const char *key, uint64_t size)
 {
 	struct kvt_g4_report r = { 0 };
-	int rc = j->o.dry_run ? 0 : recall_object_ctl(j->st, bucket, key, &j->ctl);
+	int rc;
+
+	if (g4_stopping(&j->ctl)) {
+		r.failures++;	/* left for later: the run was told to stop */
+		job_add(j, &r, 0);
+		return;
+	}
+	rc = j->o.dry_run ? 0 : recall_object_ctl(j->st, bucket, key, &j->ctl);
 
 	g4_progress(&j->o, bucket, key, size, rc);
 	if (rc < 0) {

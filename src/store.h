@@ -134,6 +134,10 @@ struct kvt_store {
 	pthread_cond_t space_cond;	/* a demoter pass ended: writers look again */
 	pthread_t demoter;
 	int demoter_running;		/* set before writers run, cleared after they stop */
+	/* The last recall here that the partner failed to answer (atomic):
+	 * when, and with what (migrate.c, recall_object_ctl). */
+	int64_t g4_fail_ns;
+	int g4_fail_rc;
 	int demoter_stop;
 	int demoter_kicked;
 	uint64_t demoter_passes;	/* passes ended */

@@ -1025,6 +1025,45 @@ static void test_recall_coalesce_threads(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * Four threads read one cold object at once and the partner fails, slowly:
+ * one fetch, whose failure all four get. Each tried the partner again once
+ * the one before it had failed: the fourth waited four timeouts.
+ */
+static void test_recall_failure_shared(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct recall_arg ra[4];
+	pthread_t th[4];
+	unsigned gets;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = cold_one(&env, &plan, 3 * 1024 * 1024);
+	gets = plan.gets;
+	plan.err = -ETIMEDOUT;	/* a partner that does not answer */
+	plan.fail_gets = 100;
+	plan.stall_ms = 300;
+	for (int i = 0; i < 4; i++) {
+		ra[i] = (struct recall_arg){ st, 0 };
+		assert_int_equal(pthread_create(&th[i], NULL, recall_thread, &ra[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		assert_true(ra[i].rc < 0);
+	}
+	assert_int_equal(plan.gets - gets, 1);
+	/* A later read tries the partner again, and recalls once it answers. */
+	plan.fail_gets = 0;
+	plan.stall_ms = 0;
+	assert_int_equal(test_check(st, "kvs", "s1/a", 3 * 1024 * 1024, 21), 0);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 /* Two processes, each with its own store handle, read one cold object at
  * once: one fetch. The plan lives in shared memory, so both count in it. */
 static void test_recall_coalesce_procs(void **state)
@@ -1918,6 +1957,7 @@ int main(void)
 		cmocka_unit_test(test_demoter_bounded_wait),
 		cmocka_unit_test(test_demoter_two_procs),
 		cmocka_unit_test(test_recall_coalesce_threads),
+		cmocka_unit_test(test_recall_failure_shared),
 		cmocka_unit_test(test_recall_coalesce_procs),
 		cmocka_unit_test(test_recall_unreachable),
 		cmocka_unit_test(test_recall_disk_full),
