@@ -2662,7 +2662,8 @@ fail:
  *
  * g4_vid names the version G4 holds verified: DEMOTING with g4_vid = vid
  * needs no new upload after a crash, only the manifest and the mark. A
- * recalled object keeps g4_vid, so demoting it again uploads nothing.
+ * recalled object keeps g4_vid, so demoting it again uploads nothing if G4's
+ * copy still proves to hold its bytes (migrate.c, g4_copy_holds).
  * These statements are prepared per call: none of them is on the data path
  * except the recall's, which follows a fetch from the partner.
  */

@@ -73,7 +73,11 @@ struct cold_ops {
 		   cold_source_fn src, void *arg, struct cold_put_info *info);
 	/* Streams key into sink; *size is the object's size. */
 	int (*get)(struct cold *c, const char *key, cold_sink_fn sink, void *arg, uint64_t *size);
-	int (*head)(struct cold *c, const char *key, uint64_t *size);
+	/* *size is the object's size; etag (may be NULL, KVT_ETAG_MAX bytes)
+	 * gets, quoted, an ETag that changes whenever the bytes do, as put
+	 * answered it (S3: an MD5 or a multipart "MD5-N"), or "" when the tier
+	 * has none (file; S3 with SSE-KMS): then only a read proves them. */
+	int (*head)(struct cold *c, const char *key, uint64_t *size, char *etag);
 	int (*del)(struct cold *c, const char *key);
 	/* Drops what interrupted puts of this host left behind (stale
 	 * multipart uploads, temporary files); called under the migrate lock. */
@@ -144,6 +148,7 @@ struct cold_fault_plan {
 	unsigned unverified_puts;	/* the next N puts answer info->verified = 0 */
 	unsigned fail_heads;	/* the next N heads fail with err */
 	unsigned stall_ms;	/* every put and get waits this long first */
+	unsigned etag_heads;	/* 1: heads answer an ETag of the bytes held (as S3's MD5) */
 	int err;		/* negative errno; -EIO if 0 */
 	unsigned puts, gets;	/* counted: operations that reached the injector */
 	unsigned stalled, max_stalled;	/* counted: operations stalling at once, now and at most */
@@ -166,7 +171,13 @@ static inline int cold_get(struct cold *c, const char *key, cold_sink_fn sink, v
 
 static inline int cold_head(struct cold *c, const char *key, uint64_t *size)
 {
-	return c->ops->head(c, key, size);
+	return c->ops->head(c, key, size, NULL);
+}
+
+/* cold_head() and the ETag of what the partner holds, or "" (cold_ops.head). */
+static inline int cold_head_etag(struct cold *c, const char *key, uint64_t *size, char *etag)
+{
+	return c->ops->head(c, key, size, etag);
 }
 
 static inline int cold_del(struct cold *c, const char *key)

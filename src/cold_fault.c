@@ -5,11 +5,14 @@
  * way, stalls every one (a slow partner; recalls that overlap), stores a
  * put short while reporting success (a partner that lies), or flips a bit
  * of what a get returns (damage in transit). Verification upstream must
- * catch the last two; nothing may be lost through any of them.
+ * catch the last two; nothing may be lost through any of them. It can
+ * also answer heads with an ETag that follows the bytes, as S3's MD5 does
+ * and the file tier cannot (cold.h, cold_ops.head).
  */
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -180,13 +183,32 @@ static int cfa_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg
 	return cold_get(f->inner, key, sink, arg, size);
 }
 
-static int cfa_head(struct cold *c, const char *key, uint64_t *size)
+static int cfa_crc_sink(void *arg, const void *buf, size_t len)
+{
+	uint32_t *crc = arg;
+
+	*crc = kvt_crc32c(*crc, buf, len);
+	return 0;
+}
+
+static int cfa_head(struct cold *c, const char *key, uint64_t *size, char *etag)
 {
 	struct cold_fault *f = (struct cold_fault *)c;
+	uint32_t crc = 0;
+	uint64_t got = 0;
+	int rc;
 
 	if (cfa_take(&f->plan->fail_heads))
 		return cfa_err(f->plan);
-	return cold_head(f->inner, key, size);
+	rc = cold_head_etag(f->inner, key, size, etag);
+	if (rc < 0 || !etag || !__atomic_load_n(&f->plan->etag_heads, __ATOMIC_SEQ_CST))
+		return rc;
+	/* The file tier's put answers this ETag for the bytes it wrote; here
+	 * it is of the bytes there now, so a copy changed since differs. */
+	rc = cold_get(f->inner, key, cfa_crc_sink, &crc, &got);
+	if (rc == 0)
+		snprintf(etag, KVT_ETAG_MAX, "\"%08x%016llx\"", crc, (unsigned long long)got);
+	return rc;
 }
 
 static int cfa_del(struct cold *c, const char *key)

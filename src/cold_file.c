@@ -253,12 +253,17 @@ out:
 	return rc;
 }
 
-static int cf_head(struct cold *c, const char *key, uint64_t *size)
+/* No etag: put's is the CRC32C of what was written, and a file changed
+ * since (bit rot, a hand edit, another node's put of the same size) keeps
+ * its size and mtime tells nothing reliable; the caller reads it back. */
+static int cf_head(struct cold *c, const char *key, uint64_t *size, char *etag)
 {
 	char *path = cf_path((struct cold_file *)c, key);
 	struct stat sb;
 	int rc = 0;
 
+	if (etag)
+		etag[0] = '\0';
 	if (!path)
 		return -ENOMEM;
 	if (stat(path, &sb) < 0)

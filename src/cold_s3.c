@@ -1020,19 +1020,30 @@ static int s3_get(struct cold *cold, const char *key, cold_sink_fn sink, void *a
 	return rc;
 }
 
-static int s3_head(struct cold *cold, const char *key, uint64_t *size)
+/* The ETag only when it is an MD5 (or "MD5-N"), quoted as put recorded it:
+ * another ETag (SSE-KMS) need not change with the bytes. */
+static int s3_head(struct cold *cold, const char *key, uint64_t *size, char *etag)
 {
 	struct cold_s3 *s = (struct cold_s3 *)cold;
 	struct s3_req r = { .method = "HEAD" };
 	char *k = cold_s3_key(s->prefix, key);
 	int rc;
 
+	if (etag)
+		etag[0] = '\0';
 	if (!k)
 		return -ENOMEM;
 	r.pkey = k;
 	rc = s3_perform(s, &r, "head");
 	if (rc == 0 && size)
 		*size = r.length;
+	if (rc == 0 && etag) {
+		char bare[KVT_ETAG_MAX - 2];
+
+		s3_etag_bare(r.etag, bare, sizeof(bare));
+		if (s3_etag_is_md5(bare))
+			snprintf(etag, KVT_ETAG_MAX, "\"%s\"", bare);
+	}
 	s3_req_release(&r);
 	free(k);
 	return rc;

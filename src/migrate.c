@@ -988,6 +988,53 @@ static void demote_step_fail(struct demote_step *d, struct cat *c, struct cat_g4
 	g4_progress(d->o, d->s->bucket, go->co->obj->key, go->co->obj->size, rc);
 }
 
+/*
+ * Whether G4's copy gkey of go, recorded as verified when it was uploaded,
+ * still holds exactly its bytes: 1 if it does, 0 if the partner says it is
+ * gone or holds others, -errno if it did not answer. The size proves
+ * nothing: a copy damaged in G4, or put over by another node, keeps it, and
+ * a recalled object demoted again on a size check was marked cold and lost
+ * its only good bytes. So the ETag the upload recorded, where the partner
+ * gives one that follows the bytes (S3's MD5), else a read of the copy,
+ * size and CRC32C (file://, where that read is local; SSE-KMS).
+ */
+static int g4_copy_holds(struct cold *cold, const char *gkey, const struct cat_g4_obj *go,
+			 struct g4_ctl *ctl)
+{
+	const struct kvt_object *o = go->co->obj;
+	struct crc_sink cs = { .ctl = ctl };
+	char etag[KVT_ETAG_MAX] = "";
+	uint64_t size = 0, got = 0;
+	int rc = cold_head_etag(cold, gkey, &size, etag);
+
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return rc;
+	if (size != o->size)
+		return 0;
+	if (etag[0] && go->g4_etag[0]) {
+		if (strcmp(etag, go->g4_etag) == 0)
+			return 1;
+		log_err(0, "g4 holds '%s' with ETag %s, not %s as uploaded: uploading it again",
+			 gkey, etag, go->g4_etag);
+		return 0;
+	}
+	rc = cold_get(cold, gkey, crc_sink, &cs, &got);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0) {
+		log_err(rc, "cannot read back '%s' from g4", gkey);
+		return rc;
+	}
+	if (cs.size != o->size || cs.crc != o->crc32c) {
+		log_err(0, "g4 holds '%s' as %" PRIu64 " bytes with crc32c %08x, not %" PRIu64
+			" with %08x: uploading it again", gkey, cs.size, cs.crc, o->size, o->crc32c);
+		return 0;
+	}
+	return 1;
+}
+
 static void demote_step_one(void *arg, size_t i)
 {
 	struct demote_step *d = arg;
@@ -1004,11 +1051,10 @@ static void demote_step_one(void *arg, size_t i)
 	if (go->g4_vid == go->co->vid) {
 		/* Uploaded before (a crash, or recalled since): still there? */
 		char *gkey = g4_name(d->s->bucket, go->co->obj->key, go->g4_key);
-		uint64_t size = 0;
 
-		rc = gkey ? cold_head(d->cold, gkey, &size) : -ENOMEM;
+		rc = gkey ? g4_copy_holds(d->cold, gkey, go, d->ctl) : -ENOMEM;
 		free(gkey);
-		if (rc == 0 && size == go->co->obj->size)
+		if (rc == 1)
 			return;
 		/*
 		 * Gone or changed in G4: upload again, but only on the
@@ -1017,7 +1063,7 @@ static void demote_step_one(void *arg, size_t i)
 		 * reclaim would turn the object cold on a copy being
 		 * rewritten, and a partner may keep a cut PUT.
 		 */
-		if (rc == 0 || rc == -ENOENT) {
+		if (rc == 0) {
 			rc = cat_g4_forget(c, go->co->id, go->co->vid);
 			if (rc == -ENOENT)
 				return;	/* changed or cold meanwhile */

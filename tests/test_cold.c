@@ -387,6 +387,80 @@ static void test_redemote_after_recall(void **state)
 	test_env_release(&env);
 }
 
+/* Changes 4 bytes of the file G4 holds as key, keeping its size. */
+static void damage_g4_copy(struct test_env *env, const char *key)
+{
+	char path[600];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/g4/%s%%", env->cfg.store.dir, key);
+	f = fopen(path, "r+");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 5000, SEEK_SET), 0);
+	assert_int_equal(fwrite("XXXX", 1, 4, f), 4);
+	assert_int_equal(fclose(f), 0);
+}
+
+/*
+ * A recalled object demoted again while G4's copy was damaged (or put over
+ * by another node) with its size kept. The demotion checked only the size,
+ * marked the object cold and freed the hot extents, the only good bytes:
+ * every read failed from then on. The copy must be proven: on a tier
+ * without an ETag that follows the bytes (file://) by reading it back, on
+ * one with (S3's MD5; the fault tier's etag_heads here) by that ETag, with
+ * no read. A copy that fails is uploaded again from the hot extents.
+ */
+static void test_redemote_damaged_copy(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	unsigned puts, gets;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", 100000, 6), 0);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(test_check(st, "kvs", "s1/a", 100000, 6), 0);	/* recalled */
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+
+	/* file://: read back, found damaged, uploaded again. */
+	damage_g4_copy(&env, "kvs/s1/a");
+	puts = plan.puts;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(plan.puts, puts + 2);	/* the object and the manifest */
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(st, "kvs", "s1/a", 100000, 6), 0);
+
+	/* An ETag that follows the bytes: an intact copy is trusted with no
+	 * read and no upload, a damaged one is uploaded again. */
+	plan.etag_heads = 1;
+	puts = plan.puts;
+	gets = plan.gets;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(plan.puts, puts + 1);	/* the manifest only */
+	assert_int_equal(plan.gets, gets);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(st, "kvs", "s1/a", 100000, 6), 0);
+	damage_g4_copy(&env, "kvs/s1/a");
+	puts = plan.puts;
+	gets = plan.gets;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(plan.puts, puts + 2);
+	assert_int_equal(plan.gets, gets);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(st, "kvs", "s1/a", 100000, 6), 0);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 /* Two stores over one G4: demoted on A, imported and recalled on B. */
 static void test_import(void **state)
 {
@@ -587,9 +661,9 @@ static int who_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg
 	return cold_get(((struct cold_who *)c)->inner, key, sink, arg, size);
 }
 
-static int who_head(struct cold *c, const char *key, uint64_t *size)
+static int who_head(struct cold *c, const char *key, uint64_t *size, char *etag)
 {
-	return cold_head(((struct cold_who *)c)->inner, key, size);
+	return cold_head_etag(((struct cold_who *)c)->inner, key, size, etag);
 }
 
 static int who_del(struct cold *c, const char *key)
@@ -781,9 +855,9 @@ static int watch_get(struct cold *c, const char *key, cold_sink_fn sink, void *a
 	return cold_get(((struct cold_watch *)c)->inner, key, sink, arg, size);
 }
 
-static int watch_head(struct cold *c, const char *key, uint64_t *size)
+static int watch_head(struct cold *c, const char *key, uint64_t *size, char *etag)
 {
-	return cold_head(((struct cold_watch *)c)->inner, key, size);
+	return cold_head_etag(((struct cold_watch *)c)->inner, key, size, etag);
 }
 
 static int watch_del(struct cold *c, const char *key)
@@ -1972,6 +2046,7 @@ int main(void)
 		cmocka_unit_test(test_overwrite_during_upload),
 		cmocka_unit_test(test_recall_copy_missing),
 		cmocka_unit_test(test_redemote_after_recall),
+		cmocka_unit_test(test_redemote_damaged_copy),
 		cmocka_unit_test(test_import_mode_clamped),
 	};
 

@@ -4,7 +4,9 @@
 # and manifests under s3://BUCKET/PREFIX, kvtier get recalls them
 # byte-exact, kill -9 of the migrator is finished by the next run, a second
 # store imports a session over the same bucket, and a partner that is down
-# fails the read clearly and loses nothing. Then multipart uploads with
+# fails the read clearly and loses nothing; a recalled object goes cold
+# again on its ETag, or is uploaded again when another put replaced its
+# copy with bytes of the same size. Then multipart uploads with
 # parallel parts (verified by ETag, not read back), kill -9 in the middle of
 # one, keys that try to climb out of the prefix, and the partner over TLS
 # with a private CA ([g4] ca_file). s3rver 3.7 checks no SigV4 signature
@@ -78,6 +80,28 @@ for size in 0 1 65536 2097153; do
 	kvt_expect 0 "$K" get models "s1/blk$size" "$T/back"
 	cmp "$T/in.s1.$size" "$T/back" || fail "s1/blk$size came back different"
 done
+
+step "recalled objects go cold again on their ETag; a copy put over since is uploaded again"
+obj=$T/s3/g4bucket/kvtier/g4/models/s1/blk65536._S3rver_object
+before=$(stat -c %y "$obj")
+kvt_expect 0 "$M" --session models/s1
+kvt_grep err " 0 failures$"
+grep -q "uploading it again" "$T/err" && fail "an intact copy was uploaded again: $(cat "$T/err")"
+[ "$(stat -c %y "$obj")" = "$before" ] || fail "the intact copy of s1/blk65536 was rewritten"
+kvt_expect 0 "$K" get models s1/blk65536 "$T/back"
+# Another node's put over it, of the same size (s3rver checks no signature):
+# a size check took it for this object's, which went cold on it and was lost.
+head -c 65536 /dev/urandom >"$T/other"
+curl -sf -X PUT --data-binary @"$T/other" \
+	"http://127.0.0.1:$PORT/g4bucket/kvtier/g4/models/s1/blk65536" >/dev/null ||
+	fail "cannot put over the copy of s1/blk65536"
+kvt_expect 0 "$M" --session models/s1
+kvt_grep err "g4 holds 'models/s1/blk65536' with ETag .* uploading it again"
+kvt_grep err " 0 failures$"
+kvt_expect 0 "$K" head models s1/blk65536
+kvt_grep out "^tier: +cold$"
+kvt_expect 0 "$K" get models s1/blk65536 "$T/back"
+cmp "$T/in.s1.65536" "$T/back" || fail "s1/blk65536 lost to the copy put over it"
 
 step "partner down: the read fails clearly, nothing is lost; back up: it works"
 s3rver_stop
