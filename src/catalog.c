@@ -2797,6 +2797,31 @@ int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session
 	return 0;
 }
 
+/* A g4_dead row for the copy of co under g4_key (NULL: "BUCKET/KEY"). */
+static int cat_g4_dead_add(struct cat *c, const struct cat_object *co, const char *g4_key)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "INSERT INTO g4_dead(bucket, key, session, g4_key)"
+				      " VALUES(?1, ?2, ?3, ?4)");
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, co->bucket_id);
+	sqlite3_bind_text(s, 2, co->obj->key, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 3, co->obj->session, -1, SQLITE_STATIC);
+	sqlite3_bind_text(s, 4, g4_key, -1, SQLITE_TRANSIENT);	/* NULL binds NULL */
+	return cat_g4_run(c, s, "g4 dead", NULL);
+}
+
+int cat_g4_put_pending(struct cat *c, const struct cat_object *co, const char *g4_key,
+		       int64_t *id)
+{
+	int rc = cat_g4_dead_add(c, co, g4_key);
+
+	if (rc == 0)
+		*id = sqlite3_last_insert_rowid(c->db);
+	return rc;
+}
+
 /*
  * The key and the session are checked as well as the version: a rename
  * keeps the object's id and version, and a copy uploaded under the old
@@ -2804,7 +2829,7 @@ int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session
  * could find (the rename's trigger only fires for a copy already recorded).
  */
 int cat_g4_set_uploaded(struct cat *c, const struct cat_object *co, const char *g4_etag,
-			const char *g4_key)
+			const char *g4_key, int64_t pending)
 {
 	sqlite3_stmt *s;
 	int changes = 0, rc = cat_begin(c);
@@ -2824,18 +2849,17 @@ int cat_g4_set_uploaded(struct cat *c, const struct cat_object *co, const char *
 	sqlite3_bind_text(s, 5, co->obj->key, -1, SQLITE_STATIC);
 	sqlite3_bind_text(s, 6, co->obj->session, -1, SQLITE_STATIC);
 	rc = cat_g4_run(c, s, "g4 uploaded", &changes);
-	if (rc == 0 && changes == 0) {
-		s = cat_g4_prep(c, "INSERT INTO g4_dead(bucket, key, session, g4_key)"
-				" VALUES(?1, ?2, ?3, ?4)");
+	if (rc == 0 && changes == 1 && pending) {
+		/* The copy is the object's now: no longer the sweep's. */
+		s = cat_g4_prep(c, "DELETE FROM g4_dead WHERE id = ?1");
 		if (!s) {
 			rc = -EIO;
 			goto fail;
 		}
-		sqlite3_bind_int64(s, 1, co->bucket_id);
-		sqlite3_bind_text(s, 2, co->obj->key, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 3, co->obj->session, -1, SQLITE_STATIC);
-		sqlite3_bind_text(s, 4, g4_key, -1, SQLITE_TRANSIENT);
-		rc = cat_g4_run(c, s, "g4 dead upload", NULL);
+		sqlite3_bind_int64(s, 1, pending);
+		rc = cat_g4_run(c, s, "g4 pending done", NULL);
+	} else if (rc == 0 && changes == 0 && !pending) {
+		rc = cat_g4_dead_add(c, co, g4_key);	/* pending says it already */
 	}
 	if (rc < 0)
 		goto fail;

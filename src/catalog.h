@@ -311,14 +311,27 @@ int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session
 			   struct cat_g4_obj **out, size_t *n);
 void cat_g4_objs_free(struct cat_g4_obj *v, size_t n);
 /*
+ * Before an upload of co under g4_key (NULL: "BUCKET/KEY" of co's key):
+ * records that copy as dead (g4_dead, *id its row) until
+ * cat_g4_set_uploaded() claims it for co in the transaction that records
+ * it. A copy put and never recorded (the process killed between the two,
+ * or the record failing) is then swept like any dead one; before, nothing
+ * named it and it stayed in G4 for good. The sweep leaves a copy that an
+ * object names (cat_g4_name_taken()) and waits for the upload's locks.
+ */
+int cat_g4_put_pending(struct cat *c, const struct cat_object *co, const char *g4_key,
+		       int64_t *id);
+/*
  * G4 holds co's version verified, uploaded under g4_key (NULL: "BUCKET/KEY"
- * of co's key). -ENOENT if the object is no longer DEMOTING at that version
- * under that key and session (overwritten, deleted, renamed or moved to
- * another session during the upload): the copy just made is then recorded
- * as dead, for the sweep (g4_dead).
+ * of co's key); the g4_dead row pending (cat_g4_put_pending(), 0: none) is
+ * deleted in the same transaction. -ENOENT if the object is no longer
+ * DEMOTING at that version under that key and session (overwritten,
+ * deleted, renamed or moved to another session during the upload): the
+ * copy just made stays recorded as dead (pending, else a new row), for the
+ * sweep.
  */
 int cat_g4_set_uploaded(struct cat *c, const struct cat_object *co, const char *g4_etag,
-			const char *g4_key);
+			const char *g4_key, int64_t pending);
 /* Before an upload over the copy G4 holds of a DEMOTING object's version vid:
  * nothing may rely on that copy while it is rewritten (some partners, s3rver
  * among them, keep a cut PUT). -ENOENT if the object changed or went cold. */

@@ -149,10 +149,13 @@ struct cold_fault_plan {
 	unsigned fail_heads;	/* the next N heads fail with err */
 	unsigned stall_ms;	/* every put and get waits this long first */
 	unsigned etag_heads;	/* 1: heads answer an ETag of the bytes held (as S3's MD5) */
+	unsigned exit_after_put;	/* 1: the next put is stored, then _exit(COLD_FAULT_EXIT) */
 	int err;		/* negative errno; -EIO if 0 */
 	unsigned puts, gets;	/* counted: operations that reached the injector */
 	unsigned stalled, max_stalled;	/* counted: operations stalling at once, now and at most */
 };
+
+#define COLD_FAULT_EXIT 86
 
 /* Wraps inner (takes ownership); plan stays the caller's and may change. */
 int cold_fault_new(struct cold *inner, struct cold_fault_plan *plan, struct cold **out);

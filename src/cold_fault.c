@@ -7,7 +7,8 @@
  * of what a get returns (damage in transit). Verification upstream must
  * catch the last two; nothing may be lost through any of them. It can
  * also answer heads with an ETag that follows the bytes, as S3's MD5 does
- * and the file tier cannot (cold.h, cold_ops.head).
+ * and the file tier cannot (cold.h, cold_ops.head), or end the process
+ * right after a put is stored (a kill -9 between a put and its record).
  */
 #include "config.h"
 
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cold.h"
 
@@ -104,6 +106,8 @@ static int cfa_put_inner(struct cold_fault *f, const char *key, uint64_t size, c
 	int rc;
 
 	rc = cold_put(f->inner, key, size, ctype, src, arg, info);
+	if (rc == 0 && cfa_take(&p->exit_after_put))
+		_exit(COLD_FAULT_EXIT);	/* killed before the caller hears of it */
 	if (rc == 0 && info && cfa_take(&p->unverified_puts))
 		info->verified = 0;	/* a partner whose ETag is no MD5 */
 	return rc;

@@ -411,11 +411,18 @@ static int crc_sink(void *arg, const void *buf, size_t len)
  * stored exactly them (its ETag is the MD5 of what was sent: cold.h,
  * cold_put_info). Only a partner that gives nothing to compare is read back
  * (size and CRC32C). Then the catalog says G4 holds it. -ENOENT: it changed
- * meanwhile. Under the key's lock, so that g4_sweep() never deletes a copy
- * that an upload has just made.
+ * meanwhile. Under the key's lock (and demote_session()'s), so that
+ * g4_sweep() never deletes a copy that an upload has just made, nor the
+ * one it is making: the copy is recorded dead before the put
+ * (cat_g4_put_pending()) and claimed with the record.
  */
+struct g4_pending {
+	int64_t id;		/* its g4_dead row, 0: none yet */
+	int versioned;		/* 1: the row names g4_version_key(), 0: "BUCKET/KEY" */
+};
+
 static int demote_upload_once(struct kvt_store *st, struct cold *cold, const char *bucket,
-			      struct cat_g4_obj *go, struct g4_ctl *ctl)
+			      struct cat_g4_obj *go, struct g4_ctl *ctl, struct g4_pending *pend)
 {
 	struct cat *c = store_cat(st);
 	struct kvt_object *o = go->co->obj;
@@ -464,6 +471,15 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 	rc = store_io_get(st, &es.io);
 	if (rc < 0)
 		goto out;
+	/* Dead until recorded: a kill between the put and the record left a
+	 * copy no row named, never deleted. A put that fails leaves it too: a
+	 * partner may keep a cut PUT. One row for all the tries of a name. */
+	if (!pend->id || pend->versioned != (alt != NULL)) {
+		rc = cat_g4_put_pending(c, go->co, alt, &pend->id);
+		if (rc < 0)
+			goto out;
+		pend->versioned = alt != NULL;
+	}
 	rc = cold_put(cold, gkey, o->size, o->content_type, extent_source, &es, &info);
 	if (rc < 0) {
 		if (rc != -ESTALE)	/* moved meanwhile: demote_upload() looks again */
@@ -490,7 +506,7 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 			goto out;
 		}
 	}
-	rc = cat_g4_set_uploaded(c, go->co, info.etag, alt);
+	rc = cat_g4_set_uploaded(c, go->co, info.etag, alt, pend->id);
 	if (rc == 0) {
 		go->g4_vid = go->co->vid;
 		snprintf(go->g4_etag, sizeof(go->g4_etag), "%s", info.etag);
@@ -520,11 +536,12 @@ out:
 static int demote_upload(struct kvt_store *st, struct cold *cold, const char *bucket,
 			 struct cat_g4_obj *go, struct g4_ctl *ctl)
 {
+	struct g4_pending pend = { 0 };
 	unsigned attempt = 0, stale = 0;
 	int rc;
 
 	for (;;) {
-		rc = demote_upload_once(st, cold, bucket, go, ctl);
+		rc = demote_upload_once(st, cold, bucket, go, ctl, &pend);
 		if (rc == -ESTALE && stale++ < DEMOTE_STALE_TRIES)
 			continue;
 		if (!g4_backoff(ctl, attempt++, rc, go->co->obj->key))

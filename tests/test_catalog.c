@@ -768,7 +768,7 @@ static void test_object_drop_keeps_session_state(void **state)
 	assert_int_equal(cat_g4_demote_begin(f->c, b, "sess", &count), 0);
 	assert_int_equal(count, 1);
 	assert_int_equal(cat_object_get(f->c, b, "s/blk", 0, &blk), 0);
-	assert_int_equal(cat_g4_set_uploaded(f->c, blk, "\"etag\"", NULL), 0);
+	assert_int_equal(cat_g4_set_uploaded(f->c, blk, "\"etag\"", NULL, 0), 0);
 	cat_object_free(blk);
 	assert_int_equal(cat_g4_mark_cold(f->c, id, 0x90), 0);
 	assert_int_equal(cat_object_drop(f->c, id, 0x90, 1), -ENOENT);

@@ -1694,6 +1694,97 @@ static void test_deleted_stay_deleted(void **state)
 	test_env_release(&b);
 }
 
+/*
+ * Demotes session s1 in a child process whose G4 ends it right after the
+ * first put is stored (cold_fault_plan.exit_after_put): a kill -9 between
+ * the put and the catalog's record of it. The caller has no store open.
+ */
+static void demote_killed_after_put(struct test_env *env)
+{
+	int status = 0;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct cold_fault_plan plan = { .exit_after_put = 1 };
+		struct kvt_g4_opts o = session_opts("kvs", "s1");
+		struct kvt_g4_report rep;
+		struct kvt_store *st = NULL;
+		struct cold *inner = NULL, *f = NULL;
+		char dir[512];
+
+		snprintf(dir, sizeof(dir), "%s/g4", env->cfg.store.dir);
+		if (kvt_store_open(&env->cfg, 0, &st) == 0 && cold_file_new(dir, &inner) == 0 &&
+		    cold_fault_new(inner, &plan, &f) == 0) {
+			store_set_cold(st, f);
+			kvt_g4_demote(st, &o, &rep);
+		}
+		_exit(1);	/* no put was stored */
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), COLD_FAULT_EXIT);
+}
+
+/*
+ * Killed between an object's put and its record (g4_vid): nothing named the
+ * copy, and once the key was deleted no sweep ever deleted it; G4 kept it
+ * for good. The copy is recorded dead before the put and claimed with the
+ * record. The sweep then deletes what a killed run left, and never a copy
+ * that an object still needs: the next run uploads again and goes cold.
+ */
+static void test_killed_after_put(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	char path[600];
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/b", 80000, 2), 0);
+	kvt_store_close(st);
+
+	/* The next demotion finishes the work: both cold, both intact; the
+	 * sweep after it (the killed run's row still there) leaves the copies
+	 * they went cold on. */
+	demote_killed_after_put(&env);
+	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", env.cfg.store.dir);
+	assert_true(file_exists(path));
+	st = test_store_open(&env);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_DEMOTING);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(kvt_g4_cleanup(st), 0);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(tier_of(st, "kvs", "s1/b"), KVT_TIER_COLD);
+	assert_true(file_exists(path));
+	assert_int_equal(test_check(st, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_check(st, "kvs", "s1/b", 80000, 2), 0);
+
+	/* Killed again after a put, then the key deleted: the sweep deletes
+	 * the copy no object names, and only that one. */
+	assert_int_equal(test_put(st, "kvs", "s1/c", 90000, 3), 0);
+	kvt_store_close(st);
+	demote_killed_after_put(&env);
+	snprintf(path, sizeof(path), "%s/g4/kvs/s1/c%%", env.cfg.store.dir);
+	assert_true(file_exists(path));
+	st = test_store_open(&env);
+	assert_int_equal(kvt_object_delete(st, "kvs", "s1/c"), 0);
+	assert_int_equal(kvt_g4_cleanup(st), 0);
+	assert_false(file_exists(path));
+	assert_int_equal(test_check(st, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_check(st, "kvs", "s1/b", 80000, 2), 0);
+	snprintf(path, sizeof(path), "%s/g4", env.cfg.store.dir);
+	assert_int_equal(count_objects(path), 2);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 /* Replaces the first `from` in *text with `to`. */
 static void text_replace(char **text, const char *from, const char *to)
 {
@@ -2047,6 +2138,7 @@ int main(void)
 		cmocka_unit_test(test_recall_copy_missing),
 		cmocka_unit_test(test_redemote_after_recall),
 		cmocka_unit_test(test_redemote_damaged_copy),
+		cmocka_unit_test(test_killed_after_put),
 		cmocka_unit_test(test_import_mode_clamped),
 	};
 
