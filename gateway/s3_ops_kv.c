@@ -73,11 +73,15 @@ static enum s3_code s3_kv_keys(struct gw_req *rq, struct xml_keylist *out)
 			if (!out->keys[out->n])
 				goto nomem;
 			out->n++;
+			/* Keys are UTF-8: others went back raw, and the answer was not XML. */
+			if (kvt_key_valid(out->keys[out->n - 1]) == -EILSEQ)
+				goto bad;
 		}
 		p = nl ? nl + 1 : end;
 	}
 	return S3_OK;
 toomany:
+bad:
 	xml_keylist_release(out);
 	return S3_INVALID_ARGUMENT;
 nomem:

@@ -1429,6 +1429,10 @@ class KvExtensions(Base):
         st, _, body = send("POST", "/" + self.bucket, query=[("kvtier-lookup", "")],
                            body=b"<Lookup><Key>unclosed</Lookup>")
         self.assertEqual((st, b"MalformedXML" in body), (400, True))
+        # A key that is not UTF-8 went back raw: the answer was not XML.
+        st, _, body = send("POST", "/" + self.bucket, query=[("kvtier-lookup", "")],
+                           body=b"conv1/blk0\nconv1/\xff\xfe\n")
+        self.assertEqual((st, b"InvalidArgument" in body), (400, True), body)
 
 
 class Operator(Base):
