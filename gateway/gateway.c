@@ -502,7 +502,8 @@ int main(int argc, char **argv)
 	 */
 	srv.cached_read_max = srv.cfg.store.cached_read_max;
 	rc = gw_work_new(o->threads * GW_READ_WORKERS_PER_THREAD,
-			 o->threads * GW_WRITE_WORKERS_PER_THREAD, GW_STREAMS_MAX, &srv.work);
+			 o->threads * GW_WRITE_WORKERS_PER_THREAD,
+			 o->threads * GW_RECALL_WORKERS_PER_THREAD, GW_STREAMS_MAX, &srv.work);
 	if (rc < 0) {
 		log_err(rc, "cannot start the gateway's workers");
 		goto out;

@@ -54,6 +54,7 @@
  */
 #define GW_READ_WORKERS_PER_THREAD 1
 #define GW_WRITE_WORKERS_PER_THREAD 2
+#define GW_RECALL_WORKERS_PER_THREAD 2
 #define GW_STREAMS_MAX 16
 /*
  * The write lane's nice value (gw_work.c); 0: off. At 5, an ad-hoc probe
@@ -132,7 +133,8 @@ struct gw_uploads {
 enum gw_lane {
 	GW_LANE_INLINE,			/* on the polling thread: cannot block */
 	GW_LANE_READ,			/* large GET bodies */
-	GW_LANE_WRITE,			/* catalog and hot-tier writes, recalls */
+	GW_LANE_WRITE,			/* catalog and hot-tier writes */
+	GW_LANE_RECALL,			/* GETs of cold objects: they wait on G4 */
 	GW_LANE_COUNT,
 };
 
@@ -147,7 +149,8 @@ struct gw_job {
 
 struct gw_work;
 
-int gw_work_new(unsigned nread, unsigned nwrite, unsigned streams, struct gw_work **out);
+int gw_work_new(unsigned nread, unsigned nwrite, unsigned nrecall, unsigned streams,
+		struct gw_work **out);
 /* Runs what is queued, resumes every connection, joins the workers. */
 void gw_work_stop(struct gw_work *w);
 void gw_work_free(struct gw_work *w);

@@ -29,7 +29,10 @@
  *                  single-piece GETs too large for the page cache;
  *   GW_LANE_WRITE  everything that writes the catalog or the hot tier:
  *                  streamed upload pieces, commits, deletes, copies,
- *                  multipart, recalls of cold objects.
+ *                  multipart;
+ *   GW_LANE_RECALL GETs of cold objects, which wait on the partner: on the
+ *                  write lane, eight of them against a silent partner held
+ *                  a 4-byte PUT of another key 59 s.
  *
  * The write lane can run at a lower priority (GW_WRITE_NICE, off by
  * default; gw.h says why): on a machine with fewer cores than runnable
@@ -141,9 +144,11 @@ static void *gw_lane_main(void *arg)
 	return NULL;
 }
 
-int gw_work_new(unsigned nread, unsigned nwrite, unsigned streams, struct gw_work **out)
+int gw_work_new(unsigned nread, unsigned nwrite, unsigned nrecall, unsigned streams,
+		struct gw_work **out)
 {
-	const unsigned n[GW_LANE_COUNT] = { [GW_LANE_READ] = nread, [GW_LANE_WRITE] = nwrite };
+	const unsigned n[GW_LANE_COUNT] = { [GW_LANE_READ] = nread, [GW_LANE_WRITE] = nwrite,
+					    [GW_LANE_RECALL] = nrecall };
 	struct gw_work *w = calloc(1, sizeof(*w));
 	int rc = 0;
 

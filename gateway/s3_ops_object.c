@@ -956,7 +956,7 @@ void s3_op_get_object(struct gw_req *rq)
 	/*
 	 * HEAD needs no bytes: it works on cold objects too, and touches nothing.
 	 * A GET opens without recall on the polling thread; a cold object is
-	 * recalled on the write lane, which may wait on G4 (gw_work.c).
+	 * recalled on the recall lane, which may wait on G4 (gw_work.c).
 	 */
 	if (head) {
 		rc = kvt_object_head(srv->st, rq->route.bucket, rq->route.key, &ho);
@@ -968,7 +968,7 @@ void s3_op_get_object(struct gw_req *rq)
 		rc = kvt_reader_open(srv->st, rq->route.bucket, rq->route.key, &r);
 	} else {
 		rc = kvt_reader_open_hot(srv->st, rq->route.bucket, rq->route.key, &r);
-		if (rc == -EAGAIN && http_defer(rq, GW_LANE_WRITE))
+		if (rc == -EAGAIN && http_defer(rq, GW_LANE_RECALL))
 			return;
 		if (rc == -EAGAIN)
 			rc = kvt_reader_open(srv->st, rq->route.bucket, rq->route.key, &r);

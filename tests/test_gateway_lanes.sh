@@ -144,4 +144,57 @@ done
 s3 -f "$E/lanes/big5" -o "$T/down5"
 cmp -s "$T/up5" "$T/down5" || fail "big5 came back different after the restart"
 gw_stop "$GW_PID"
+
+step "GETs of cold objects waiting on a silent partner hold up no PUT"
+# The objects go to a file:// G4; the gateway then reads through an S3
+# partner that accepts connections and never answers. On the write lane,
+# two such recalls took both its workers and a PUT of 4 bytes waited 30 s.
+python3 -c '
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(64)
+open(sys.argv[1], "w").write("%d\n" % s.getsockname()[1])
+held, end = [], time.time() + 120
+s.settimeout(1)
+while time.time() < end:
+    try:
+        held.append(s.accept()[0])
+    except socket.timeout:
+        pass' "$T/silent.port" &
+silent_pid=$!
+gw_pids="$gw_pids $silent_pid"	# killed on the way out, however this ends
+poll 100 test -s "$T/silent.port" || fail "the silent partner did not start"
+cat >"$T/cold-file.conf" <<EOC
+[store]
+dir = $T/cold
+capacity = 64M
+segment_size = 4M
+[g4]
+url = file://$T/g4
+EOC
+(umask 077 && printf 'access_key = AK\nsecret_key = SK\n' >"$T/g4.keys")
+sed "s|^url = .*|url = s3://g4bucket/pfx\nendpoint = http://127.0.0.1:$(cat "$T/silent.port")\ncredentials = $T/g4.keys|" \
+	"$T/cold-file.conf" >"$T/cold-s3.conf"
+"$top_builddir/kvtier" -c "$T/cold-file.conf" -q init
+"$top_builddir/kvtier" -c "$T/cold-file.conf" mb lanes
+printf 'cold bytes' >"$T/c"
+for i in 0 1 2 3; do
+	"$top_builddir/kvtier" -c "$T/cold-file.conf" put lanes "cold/blk$i" "$T/c"
+done
+"$top_builddir/kvtier-migrate" -c "$T/cold-file.conf" --idle 0s 2>/dev/null
+"$GATEWAY" -c "$T/cold-s3.conf" --listen 127.0.0.1:0 --credentials "$GW_CREDS" --threads 1 \
+	--access-log off 2>"$T/cold.err" &
+cold_gw=$!
+gw_pids="$gw_pids $cold_gw"
+wait_until "$cold_gw" "$T/cold.err" 60 "the gateway over a silent partner" gateway_serves "$T/cold.err"
+E=http://127.0.0.1:$(gateway_port "$T/cold.err")
+for i in 0 1 2 3; do
+	s3 --max-time 3 "$E/lanes/cold/blk$i" -o /dev/null 2>/dev/null &
+done
+sleep 1
+s3 -f --max-time 10 -X PUT -T "$T/small" "$E/lanes/hot" -o /dev/null ||
+	fail "a PUT waited behind recalls from a silent partner"
+kill -KILL "$cold_gw" "$silent_pid"
+wait "$cold_gw" "$silent_pid" 2>/dev/null || :
 echo "ok"
