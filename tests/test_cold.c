@@ -1070,6 +1070,19 @@ static void *recall_thread(void *arg)
 	return NULL;
 }
 
+/* Four threads read s1/a of st at once; ra[i].rc is each one's test_check(). */
+static void recall_four(struct kvt_store *st, struct recall_arg ra[4])
+{
+	pthread_t th[4];
+
+	for (int i = 0; i < 4; i++) {
+		ra[i] = (struct recall_arg){ st, 1 };
+		assert_int_equal(pthread_create(&th[i], NULL, recall_thread, &ra[i]), 0);
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+}
+
 /* Four threads read one cold object at once: one fetch from the partner. */
 static void test_recall_coalesce_threads(void **state)
 {
@@ -1077,7 +1090,6 @@ static void test_recall_coalesce_threads(void **state)
 	struct test_env env;
 	struct kvt_store *st;
 	struct recall_arg ra[4];
-	pthread_t th[4];
 	unsigned gets;
 
 	(void)state;
@@ -1085,14 +1097,9 @@ static void test_recall_coalesce_threads(void **state)
 	st = cold_one(&env, &plan, 3 * 1024 * 1024);
 	gets = plan.gets;
 	plan.stall_ms = 300;	/* a slow partner: the four overlap */
-	for (int i = 0; i < 4; i++) {
-		ra[i] = (struct recall_arg){ st, 1 };
-		assert_int_equal(pthread_create(&th[i], NULL, recall_thread, &ra[i]), 0);
-	}
-	for (int i = 0; i < 4; i++) {
-		pthread_join(th[i], NULL);
+	recall_four(st, ra);
+	for (int i = 0; i < 4; i++)
 		assert_int_equal(ra[i].rc, 0);
-	}
 	assert_int_equal(plan.gets - gets, 1);
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
 	kvt_store_close(st);
@@ -1110,7 +1117,6 @@ static void test_recall_failure_shared(void **state)
 	struct test_env env;
 	struct kvt_store *st;
 	struct recall_arg ra[4];
-	pthread_t th[4];
 	unsigned gets;
 
 	(void)state;
@@ -1120,14 +1126,9 @@ static void test_recall_failure_shared(void **state)
 	plan.err = -ETIMEDOUT;	/* a partner that does not answer */
 	plan.fail_gets = 100;
 	plan.stall_ms = 300;
-	for (int i = 0; i < 4; i++) {
-		ra[i] = (struct recall_arg){ st, 0 };
-		assert_int_equal(pthread_create(&th[i], NULL, recall_thread, &ra[i]), 0);
-	}
-	for (int i = 0; i < 4; i++) {
-		pthread_join(th[i], NULL);
+	recall_four(st, ra);
+	for (int i = 0; i < 4; i++)
 		assert_true(ra[i].rc < 0);
-	}
 	assert_int_equal(plan.gets - gets, 1);
 	/* A later read tries the partner again, and recalls once it answers. */
 	plan.fail_gets = 0;

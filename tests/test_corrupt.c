@@ -685,22 +685,30 @@ static void test_catalog_page_damaged(void **state)
  * another process's reclaim). With the file removed, the next open makes
  * it again from the catalog and all is well.
  */
+/* With the store closed, every generation in segments.map (past its 4 KiB
+ * header) made of bytes `byte`; path gets the map's path. */
+static void segment_map_fill(struct fixture *f, int byte, char *path, size_t len)
+{
+	unsigned char gens[4096];
+	int fd;
+
+	kvt_store_close(f->st);
+	snprintf(path, len, "%s/segments.map", f->env.cfg.store.dir);
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	memset(gens, byte, sizeof(gens));
+	assert_int_equal(pwrite(fd, gens, sizeof(gens), 4096), (ssize_t)sizeof(gens));
+	close(fd);
+}
+
 static void test_segment_map_ahead(void **state)
 {
 	struct fixture *f = *state;
 	struct kvt_fsck_report rep;
-	unsigned char junk[4096];
 	char path[600];
-	int fd;
 
 	put_others(f->st);
-	kvt_store_close(f->st);
-	snprintf(path, sizeof(path), "%s/segments.map", f->env.cfg.store.dir);
-	fd = open(path, O_RDWR);
-	assert_true(fd >= 0);
-	memset(junk, 0x7f, sizeof(junk));	/* past its 4 KiB header, every generation */
-	assert_int_equal(pwrite(fd, junk, sizeof(junk), 4096), (ssize_t)sizeof(junk));
-	close(fd);
+	segment_map_fill(f, 0x7f, path, sizeof(path));
 
 	f->st = test_store_open(&f->env);
 	assert_int_equal(test_check(f->st, BUCKET, "other/three", others[2].len, others[2].seed),
@@ -725,18 +733,10 @@ static void test_segment_map_ahead(void **state)
 static void test_segment_map_behind(void **state)
 {
 	struct fixture *f = *state;
-	unsigned char zero[4096];
 	char path[600];
-	int fd;
 
 	put_others(f->st);
-	kvt_store_close(f->st);
-	snprintf(path, sizeof(path), "%s/segments.map", f->env.cfg.store.dir);
-	fd = open(path, O_RDWR);
-	assert_true(fd >= 0);
-	memset(zero, 0, sizeof(zero));	/* past its 4 KiB header: generation 0 */
-	assert_int_equal(pwrite(fd, zero, sizeof(zero), 4096), (ssize_t)sizeof(zero));
-	close(fd);
+	segment_map_fill(f, 0, path, sizeof(path));	/* generation 0 */
 
 	f->st = test_store_open(&f->env);
 	check_others(f->st);
