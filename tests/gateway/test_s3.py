@@ -173,6 +173,31 @@ def md5_b64(data):
     return base64.b64encode(hashlib.md5(data).digest()).decode()
 
 
+def put_split(path, query, headers, half, between):
+    """A signed UNSIGNED-PAYLOAD PUT of 2 * half bytes whose body stops half
+    way while between() runs; returns the raw answer (status line, headers
+    and, for an error, its whole XML)."""
+    headers["Content-Length"] = str(2 * half)
+    sign("PUT", path, query, headers, "UNSIGNED-PAYLOAD")
+    target = path + ("?" + urllib.parse.urlencode(query) if query else "")
+    s = socket.create_connection((HOST, PORT), timeout=30)
+    s.sendall(("PUT %s HTTP/1.1\r\n" % target).encode() +
+              "".join("%s: %s\r\n" % kv for kv in headers.items()).encode() + b"\r\n")
+    s.sendall(b"a" * half)
+    time.sleep(0.3)
+    between()
+    s.sendall(b"b" * half)
+    resp = b""
+    while b"\r\n\r\n" not in resp or (not resp.startswith(b"HTTP/1.1 2") and
+                                         b"</Error>" not in resp):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        resp += chunk
+    s.close()
+    return resp
+
+
 class Base(unittest.TestCase):
     s3 = None
     bucket = None
@@ -396,23 +421,8 @@ class Objects(Base):
         """S3: a conditional write whose object is deleted while it uploads is
         409 ConditionalRequestConflict (the client re-reads and retries)."""
         e = self.s3.put_object(Bucket=self.bucket, Key="im-del", Body=b"v0")["ETag"]
-        path = "/%s/im-del" % self.bucket
-        headers = {"Content-Length": str(2 * MiB), "If-Match": e}
-        sign("PUT", path, [], headers, "UNSIGNED-PAYLOAD")
-        s = socket.create_connection((HOST, PORT), timeout=30)
-        s.sendall(("PUT %s HTTP/1.1\r\n" % path).encode() +
-                  "".join("%s: %s\r\n" % kv for kv in headers.items()).encode() + b"\r\n")
-        s.sendall(b"a" * MiB)
-        time.sleep(0.3)
-        self.s3.delete_object(Bucket=self.bucket, Key="im-del")
-        s.sendall(b"b" * MiB)
-        resp = b""
-        while b"</Error>" not in resp:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            resp += chunk
-        s.close()
+        resp = put_split("/%s/im-del" % self.bucket, [], {"If-Match": e}, MiB,
+                         lambda: self.s3.delete_object(Bucket=self.bucket, Key="im-del"))
         self.assertTrue(resp.startswith(b"HTTP/1.1 409"), resp[:200])
         self.assertIn(b"<Code>ConditionalRequestConflict</Code>", resp)
         self.absent("im-del")
@@ -695,25 +705,9 @@ class Multipart(Base):
         aborted is 404 NoSuchUpload, as S3 answers, and leaves nothing: it
         was 200, and its part stayed in the internal bucket for good."""
         uid = self.s3.create_multipart_upload(Bucket=self.bucket, Key="orph")["UploadId"]
-        path = "/%s/orph" % self.bucket
-        query = [("partNumber", "1"), ("uploadId", uid)]
-        headers = {"Content-Length": str(6 * MiB)}
-        sign("PUT", path, query, headers, "UNSIGNED-PAYLOAD")
-        s = socket.create_connection((HOST, PORT), timeout=30)
-        s.sendall(("PUT %s?partNumber=1&uploadId=%s HTTP/1.1\r\n" % (path, uid)).encode() +
-                  "".join("%s: %s\r\n" % kv for kv in headers.items()).encode() + b"\r\n")
-        s.sendall(b"a" * (3 * MiB))
-        time.sleep(0.3)
-        self.s3.abort_multipart_upload(Bucket=self.bucket, Key="orph", UploadId=uid)
-        s.sendall(b"b" * (3 * MiB))
-        resp = b""
-        while b"\r\n\r\n" not in resp or (resp.startswith(b"HTTP/1.1 404") and
-                                             b"</Error>" not in resp):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            resp += chunk
-        s.close()
+        resp = put_split("/%s/orph" % self.bucket, [("partNumber", "1"), ("uploadId", uid)],
+                         {}, 3 * MiB, lambda: self.s3.abort_multipart_upload(
+                             Bucket=self.bucket, Key="orph", UploadId=uid))
         self.assertTrue(resp.startswith(b"HTTP/1.1 404"), resp[:200])
         self.assertIn(b"<Code>NoSuchUpload</Code>", resp)
 
