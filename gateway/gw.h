@@ -329,8 +329,8 @@ int http_content_md5_etag(const struct gw_req *rq, char *etag, size_t len);
  */
 enum s3_code s3_refuse_unkept(const struct gw_req *rq);
 /* Collects x-amz-meta-* and the stored standard headers into rq->meta;
- * refuses what s3_refuse_unkept() refuses. */
-enum s3_code s3_collect_meta(struct gw_req *rq);
+ * refuses what s3_refuse_unkept() refuses: false once the error is sent. */
+bool s3_collect_meta(struct gw_req *rq);
 /*
  * An object written with the metadata the mount shows S3 for a symbolic
  * link (x-amz-meta-kvtier-symlink: 1) is one: opts->posix says so. A link

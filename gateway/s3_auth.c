@@ -699,12 +699,25 @@ static const char *auth_unsigned_header(const struct auth_input *in, const char 
 	return NULL;
 }
 
+/*
+ * SigV4 takes the request's time from x-amz-date, else from Date (RFC 9110's
+ * format), which the string to sign carries as yyyymmddThhmmssZ.
+ */
+static bool auth_date_from_http(const char *value, char out[17])
+{
+	time_t t = value ? gw_time_parse_http(value) : -1;
+	struct tm tm;
+
+	return t >= 0 && gmtime_r(&t, &tm) && strftime(out, 17, "%Y%m%dT%H%M%SZ", &tm) == 16;
+}
+
 enum s3_code auth_verify(const struct auth_input *in, struct auth_result *out)
 {
 	const char *authz = auth_hdr_get(in->hdrs, in->nhdrs, "authorization");
 	char *q_algo = NULL, *q_cred = NULL, *q_date = NULL, *q_exp = NULL, *q_sh = NULL,
 	     *q_sig = NULL, *q_sha = NULL;
 	const char *payload_hash, *date;
+	char http_date[17];	/* a Date header's time as yyyymmddThhmmssZ */
 	struct auth_authz a;
 	struct gw_buf creq, uri;
 	char sig[65];
@@ -726,11 +739,14 @@ enum s3_code auth_verify(const struct auth_input *in, struct auth_result *out)
 			goto out;
 		}
 		date = auth_hdr_get(in->hdrs, in->nhdrs, "x-amz-date");
-		if (!date) {
+		if (!date && !auth_date_from_http(auth_hdr_get(in->hdrs, in->nhdrs, "date"),
+						  http_date)) {
 			code = auth_fail(out, S3_ACCESS_DENIED,
 					 "AWS authentication requires a valid Date or x-amz-date header");
 			goto out;
 		}
+		if (!date)
+			date = http_date;
 		payload_hash = auth_hdr_get(in->hdrs, in->nhdrs, "x-amz-content-sha256");
 		/*
 		 * S3 requires the header. Without it the signature can only have

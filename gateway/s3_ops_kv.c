@@ -64,7 +64,7 @@ static enum s3_code s3_kv_keys(struct gw_req *rq, struct xml_keylist *out)
 			len--;
 		if (len) {
 			if (out->n == S3_KV_MAX_KEYS)
-				goto toomany;
+				goto bad;
 			v = realloc(out->keys, (out->n + 1) * sizeof(*v));
 			if (!v)
 				goto nomem;
@@ -80,7 +80,6 @@ static enum s3_code s3_kv_keys(struct gw_req *rq, struct xml_keylist *out)
 		p = nl ? nl + 1 : end;
 	}
 	return S3_OK;
-toomany:
 bad:
 	xml_keylist_release(out);
 	return S3_INVALID_ARGUMENT;
@@ -216,6 +215,8 @@ static void s3_kv_run(struct gw_req *rq, bool prestage)
 		return;
 	}
 	code = s3_kv_keys(rq, &keys);
+	if (code == S3_OK && keys.n == 0)
+		code = S3_INVALID_ARGUMENT;	/* an answer for no key helps no one */
 	if (code != S3_OK) {
 		http_send_error(rq, code, code == S3_INVALID_ARGUMENT ?
 				"The body must list 1 to 10000 keys, one a line or as <Key> elements"

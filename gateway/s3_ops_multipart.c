@@ -422,11 +422,8 @@ void s3_op_create_multipart(struct gw_req *rq)
 		http_send_error(rq, S3_INVALID_ARGUMENT, "Object keys must be valid UTF-8");
 		return;
 	}
-	code = s3_collect_meta(rq);
-	if (code != S3_OK) {
-		http_send_error(rq, code, NULL);
+	if (!s3_collect_meta(rq))
 		return;
-	}
 	if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
 		http_send_error(rq, S3_INTERNAL_ERROR, NULL);
 		return;

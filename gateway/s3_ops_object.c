@@ -191,7 +191,7 @@ enum s3_code s3_refuse_unkept(const struct gw_req *rq)
 	return S3_OK;
 }
 
-enum s3_code s3_collect_meta(struct gw_req *rq)
+static enum s3_code s3_collect_meta_code(struct gw_req *rq)
 {
 	size_t user_bytes = 0;
 	const char *ct = http_hdr(rq, "Content-Type");
@@ -261,6 +261,18 @@ enum s3_code s3_collect_meta(struct gw_req *rq)
 	}
 	rq->put.session = session && *session ? session : NULL;
 	return S3_OK;
+}
+
+bool s3_collect_meta(struct gw_req *rq)
+{
+	enum s3_code code = s3_collect_meta_code(rq);
+
+	if (code == S3_OK)
+		return true;
+	http_send_error(rq, code, code == S3_INVALID_ARGUMENT ?
+			"User metadata names (x-amz-meta-NAME) must be ASCII letters, digits "
+			"and !#$%&'*+-.^_`|~, their values free of control characters" : NULL);
+	return false;
 }
 
 /*
@@ -519,16 +531,12 @@ void s3_op_put_object_start(struct gw_req *rq)
 	const char *pin = http_hdr(rq, "x-kvtier-pin");
 	struct kvt_writer *w = NULL;
 	char etag[KVT_ETAG_MAX];
-	enum s3_code code;
 	int rc;
 
 	if (!s3_put_prepare(rq))
 		return;
-	code = s3_collect_meta(rq);
-	if (code != S3_OK) {
-		http_send_error(rq, code, NULL);
+	if (!s3_collect_meta(rq))
 		return;
-	}
 	rq->put.flags = KVT_PUT_MD5_ETAG;
 	s3_put_kind(&rq->put);
 	/* Answered before the body when a condition already fails; the commit checks again. */
@@ -1186,11 +1194,8 @@ void s3_op_copy_object(struct gw_req *rq)
 		goto out;
 	}
 	if (replace) {
-		code = s3_collect_meta(rq);
-		if (code != S3_OK) {
-			http_send_error(rq, code, NULL);
+		if (!s3_collect_meta(rq))
 			goto out;
-		}
 		opts = rq->put;
 	} else {
 		code = s3_refuse_unkept(rq);

@@ -234,6 +234,10 @@ enum s3_op s3_route_op(const struct s3_route *r, const char *method, bool has_co
 		return get || head ? S3_OP_LIST_BUCKETS : S3_OP_NOT_ALLOWED;
 	if (s3_route_unsupported(r))
 		return S3_OP_UNSUPPORTED;
+	/* Our extensions are a POST to a bucket; a GET was listed, a PUT or a
+	 * DELETE made or removed the bucket. */
+	if ((HAS("kvtier-lookup") || HAS("kvtier-prestage")) && !(post && !r->key))
+		return S3_OP_NOT_ALLOWED;
 	if (!r->key) {
 		if (get) {
 			if (HAS("location"))

@@ -238,9 +238,12 @@ enum s3_code xml_parse_delete(const char *body, size_t len, struct xml_keylist *
 					: xml_is(c, "ETag") ? &etag : NULL;
 				if (!field)
 					continue;
-				free(*field);
-				*field = xml_text(c);
-				bad = !*field;
+				/* a second <Key> would leave the first undeleted, unsaid */
+				bad = *field != NULL;
+				if (!bad) {
+					*field = xml_text(c);
+					bad = !*field;
+				}
 			}
 			if (bad || !key || out->n == XML_MAX_DELETE) {
 				free(key);

@@ -16,6 +16,7 @@ Exit status: 0 all passed, 1 a failure.
 import base64
 import concurrent.futures
 import datetime
+import email.utils
 import hashlib
 import hmac
 import json
@@ -83,12 +84,18 @@ def amz_now(offset=0):
 
 
 def sign(method, path, query, headers, payload_hash, access=ACCESS, secret=SECRET,
-         amzdate=None, host=None):
-    """Adds x-amz-date, x-amz-content-sha256 and Authorization to headers.
+         amzdate=None, host=None, http_date=False):
+    """Adds x-amz-date (with http_date, Date in RFC 9110's format instead),
+    x-amz-content-sha256 and Authorization to headers.
     path is raw (already encoded); query a list of (name, value) decoded."""
     amzdate = amzdate or amz_now()
     headers["host"] = host or "%s:%d" % (HOST, PORT)
-    headers["x-amz-date"] = amzdate
+    if http_date:
+        headers["date"] = email.utils.format_datetime(
+            datetime.datetime.strptime(amzdate, "%Y%m%dT%H%M%SZ")
+            .replace(tzinfo=datetime.timezone.utc), usegmt=True)
+    else:
+        headers["x-amz-date"] = amzdate
     headers["x-amz-content-sha256"] = payload_hash
     canon_uri = urllib.parse.quote(urllib.parse.unquote(path), safe="/~")
     canon_q = "&".join(sorted("%s=%s" % (urllib.parse.quote(k, safe="~"),
@@ -1042,6 +1049,18 @@ class Auth(Base):
         self.assertIn(b"RequestTimeTooSkewed", body)
         st, _, _ = send("GET", "/" + self.bucket, amzdate=amz_now(-10 * 60))
         self.assertEqual(st, 200)
+        # The time may come from Date instead of x-amz-date, and is checked
+        # the same way.
+        st, _, body = send("GET", "/" + self.bucket, http_date=True)
+        self.assertEqual(st, 200, body)
+        st, _, body = send("GET", "/" + self.bucket, amzdate=amz_now(-20 * 60), http_date=True)
+        self.assertEqual((st, b"RequestTimeTooSkewed" in body), (403, True), body)
+        headers = {}
+        sign("GET", "/" + self.bucket, [], headers, hashlib.sha256(b"").hexdigest(),
+             http_date=True)
+        headers["date"] = "yesterday"
+        st, _, body = raw_http("GET", "/" + self.bucket, [], headers, b"")
+        self.assertEqual((st, b"requires a valid Date or x-amz-date" in body), (403, True), body)
 
     def test_payload_hash(self):
         st, _, body = send("PUT", "/%s/hashed" % self.bucket, body=b"real body",
@@ -1241,7 +1260,10 @@ class BadInput(Base):
         self.absent("meta")
 
     def test_malformed_xml(self):
+        for key in ("a", "b"):
+            self.s3.put_object(Bucket=self.bucket, Key=key, Body=b"kept")
         for body in (b"<Delete><Object><Key>a</Key></Object>", b"not xml at all",
+                     b"<Delete><Object><Key>a</Key><Key>b</Key></Object></Delete>",
                      b'<?xml version="1.0"?><!DOCTYPE d [<!ENTITY x "y">]><Delete>'
                      b"<Object><Key>&x;</Key></Object></Delete>",
                      b"<Wrong><Object><Key>a</Key></Object></Wrong>", b""):
@@ -1249,6 +1271,9 @@ class BadInput(Base):
                                headers={"Content-MD5": md5_b64(body)})
             self.assertEqual(st, 400, body)
             self.assertIn(b"MalformedXML", resp, body)
+        for key in ("a", "b"):
+            self.assertEqual(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read(),
+                             b"kept")
         uid = self.s3.create_multipart_upload(Bucket=self.bucket, Key="x")["UploadId"]
         st, _, resp = send("POST", "/%s/x" % self.bucket, query=[("uploadId", uid)],
                            body=b"<CompleteMultipartUpload><Part><PartNumber>one</PartNumber>"
@@ -1423,6 +1448,25 @@ class KvExtensions(Base):
         st, _, body = send("POST", "/" + self.bucket, query=[("kvtier-lookup", "")],
                            body=b"<Lookup><Key>unclosed</Lookup>")
         self.assertEqual((st, b"MalformedXML" in body), (400, True))
+        # No key at all: refused, as the message says, not answered Count 0.
+        for body in (b"", b"\n\n", b"<Lookup></Lookup>"):
+            st, _, resp = send("POST", "/" + self.bucket, query=[("kvtier-lookup", "")],
+                               body=body)
+            self.assertEqual((st, b"InvalidArgument" in resp), (400, True), body)
+        # Any other method: refused; a GET was a listing, a DELETE removed an
+        # empty bucket.
+        empty = self.bucket + "-empty"
+        self.s3.create_bucket(Bucket=empty)
+        for method, path in (("GET", "/" + self.bucket), ("DELETE", "/" + empty),
+                             ("PUT", "/" + self.bucket + "-new"),
+                             ("GET", "/%s/conv1/blk0" % self.bucket)):
+            for ext in ("kvtier-lookup", "kvtier-prestage"):
+                st, _, resp = send(method, path, query=[(ext, "")])
+                self.assertEqual((st, b"MethodNotAllowed" in resp), (405, True),
+                                 (method, path, ext, resp))
+        self.s3.head_bucket(Bucket=empty)
+        self.assertNotIn(self.bucket + "-new",
+                         [b["Name"] for b in self.s3.list_buckets()["Buckets"]])
         # A key that is not UTF-8 went back raw: the answer was not XML.
         st, _, body = send("POST", "/" + self.bucket, query=[("kvtier-lookup", "")],
                            body=b"conv1/blk0\nconv1/\xff\xfe\n")

@@ -349,6 +349,7 @@ class Security(unittest.TestCase):
             resp = raw_exchange(head + b"z")
             self.assertTrue(resp.startswith(b"HTTP/1.1 400 "), (name, resp[:300]))
             self.assertIn(b"<Code>InvalidArgument</Code>", resp)
+            self.assertIn(b"User metadata names (x-amz-meta-NAME) must be", resp)
             self.assertFalse(self.exists(key), name)
         st, _, _ = send("PUT", "/%s/meta-ok" % BUCKET, body=b"z",
                         headers={"x-amz-meta-a.b_c~1": "v\tw"})
