@@ -104,6 +104,9 @@ static const struct {
 		"Too many multipart uploads are open. Complete or abort some, or retry later." },
 	[S3_READ_ONLY] = { "ServiceUnavailable", 503,
 		"The store is on a read-only file system: it serves reads and refuses writes." },
+	[S3_PARTNER_UNAVAILABLE] = { "ServiceUnavailable", 503,
+		"The object is in the cold tier, whose partner store cannot be reached now. "
+		"Nothing is lost: retry later." },
 };
 
 /*
@@ -137,7 +140,7 @@ static const struct {
 	/* -EROFS: the store's file system went read-only (kvt_store_readonly). */
 	{ EROFS, S3_CTX_ANY, S3_READ_ONLY },
 	/* -EHOSTUNREACH: a cold object's recall found G4 not answering. */
-	{ EHOSTUNREACH, S3_CTX_ANY, S3_SERVICE_UNAVAILABLE },
+	{ EHOSTUNREACH, S3_CTX_ANY, S3_PARTNER_UNAVAILABLE },
 	/* -ENODATA: the object is only in G4 (cold) until it is recalled. */
 	{ ENODATA, S3_CTX_ANY, S3_INVALID_OBJECT_STATE },
 	{ EACCES, S3_CTX_ANY, S3_ACCESS_DENIED },

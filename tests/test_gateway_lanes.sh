@@ -195,6 +195,14 @@ done
 sleep 1
 s3 -f --max-time 10 -X PUT -T "$T/small" "$E/lanes/hot" -o /dev/null ||
 	fail "a PUT waited behind recalls from a silent partner"
-kill -KILL "$cold_gw" "$silent_pid"
-wait "$cold_gw" "$silent_pid" 2>/dev/null || :
+step "a partner that is gone: a cold GET says so, 503 with Retry-After"
+kill -KILL "$silent_pid"
+wait "$silent_pid" 2>/dev/null || :
+code=$(s3 --max-time 60 -D "$T/dead.h" -w '%{http_code}' "$E/lanes/cold/blk1" -o "$T/dead") ||
+	fail "a cold GET against a partner that is gone did not answer"
+[ "$code" = 503 ] && grep -qi '^retry-after:' "$T/dead.h" &&
+	grep -q "partner store cannot be reached" "$T/dead" ||
+	fail "a cold GET against a partner that is gone answered $code: $(cat "$T/dead")"
+kill -KILL "$cold_gw"
+wait "$cold_gw" 2>/dev/null || :
 echo "ok"
