@@ -188,6 +188,7 @@ static int fsck_object_bytes(struct fsck_state *fs, const struct cat_object *co)
 		const struct cat_extent *e = &co->extents[i];
 		int rc = store_read_extent_raw(fs->st, fs->io, 0, buf, co->vid, e);
 		uint32_t ecrc, chunk_crc[SEG_CHUNKS_MAX];
+		const char *why;
 
 		if (rc == -ESTALE)
 			return FSCK_STALE;	/* reclaimed since: not ours to judge */
@@ -197,8 +198,14 @@ static int fsck_object_bytes(struct fsck_state *fs, const struct cat_object *co)
 			fs->rep->extents_checked++;
 			fs->rep->bytes_checked += e->length;
 		}
-		if (seg_header_check(buf, e->hvid, e->hseq, e->gen, e->segment, e->length) < 0)
+		why = seg_header_fault(buf, e->hvid, e->hseq, e->gen, e->segment, e->length);
+		if (why) {
+			if (fs->loud)
+				log_err(0, "'%s/%s': extent %zu (segment %u offset %llu): %s",
+					o->bucket, o->key, i, e->segment,
+					(unsigned long long)e->offset, why);
 			return FSCK_HEADER;
+		}
 		/* The chunks' checksums too: partial reads trust them alone. */
 		ecrc = seg_payload_crc((char *)buf + SEG_HEADER_SIZE, e->length,
 				       e->nchunks ? e->chunk0 : SEG_CHUNK, chunk_crc);

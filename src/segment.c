@@ -92,8 +92,8 @@ uint32_t seg_payload_crc(const void *payload, uint32_t length, uint32_t first,
 	return crc;
 }
 
-int seg_header_check(const struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t gen,
-		     uint32_t segment, uint32_t length)
+const char *seg_header_fault(const struct seg_header *h, uint64_t vid, uint32_t seq,
+			     uint64_t gen, uint32_t segment, uint32_t length)
 {
 	const char *why = NULL;
 
@@ -109,6 +109,14 @@ int seg_header_check(const struct seg_header *h, uint64_t vid, uint32_t seq, uin
 		why = "header from another segment generation";
 	else if (h->length != length)
 		why = "header length mismatch";
+	return why;
+}
+
+int seg_header_check(const struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t gen,
+		     uint32_t segment, uint32_t length)
+{
+	const char *why = seg_header_fault(h, vid, seq, gen, segment, length);
+
 	if (!why)
 		return 0;
 	log_err(0, "extent %u of version %016llx in segment %u: %s", seq,

@@ -131,7 +131,11 @@ void seg_header_fill(struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t 
 /*
  * Checks a header read from disk against what the catalog expects; 0, or
  * -EIO with the reason logged (the payload CRC is the caller's to check).
+ * seg_header_fault() only says why (NULL: sound), for callers that name
+ * the object themselves.
  */
+const char *seg_header_fault(const struct seg_header *h, uint64_t vid, uint32_t seq,
+			     uint64_t gen, uint32_t segment, uint32_t length);
 int seg_header_check(const struct seg_header *h, uint64_t vid, uint32_t seq, uint64_t gen,
 		     uint32_t segment, uint32_t length);
 

@@ -227,6 +227,19 @@ kvt_expect 1 "$K" head damage victim
 kvt_grep err "^kvtier: head: no such object 'damage/victim'$"
 kvt_expect 0 "$K" fsck
 
+step "a damaged extent header: fsck names the object, once"
+KVTIER_CONF=$T/header.conf
+kvt_write_config "$KVTIER_CONF" "$T/header"
+kvt_expect 0 "$K" init
+kvt_expect 0 "$K" mb damage
+kvt_expect 0 "$K" put damage victim "$T/victim"
+printf 'X' | dd of="$T/header/segments/000000" bs=1 count=1 conv=notrunc 2>/dev/null
+kvt_expect 3 "$K" fsck
+kvt_grep out "^header errors: +1$"
+[ "$(grep -c "'damage/victim': extent 0 (segment 0 offset 0): bad magic$" "$KVT_TMP/err")" = 1 ] ||
+	fail "fsck did not name the damaged header's object once: $(cat "$KVT_TMP/err")"
+KVTIER_CONF=$T/fresh.conf
+
 step "a deleted or cut segment file: the next open says so, fsck --repair forgets what it held"
 kvt_expect 0 "$K" put damage gone "$T/victim"
 rm "$seg"
