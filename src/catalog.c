@@ -2870,18 +2870,38 @@ fail:
 	return rc;
 }
 
+/*
+ * A copy under another name than the object's (a renamed cold object,
+ * recalled since) is recorded dead first: the upload that follows goes to
+ * the object's own name, and nothing else would ever delete the old one.
+ */
 int cat_g4_forget(struct cat *c, int64_t id, uint64_t vid)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET g4_vid = 0, g4_etag = NULL,"
-				      " g4_key = NULL"
-				      " WHERE id = ?1 AND vid = ?2 AND g4_vid = ?2 AND tier = 1");
-	int changes = 0, rc;
+	static const char *const sql[] = {
+		"INSERT INTO g4_dead(bucket, key, session, g4_key)"
+		" SELECT bucket, key, session, g4_key FROM objects"
+		" WHERE id = ?1 AND vid = ?2 AND g4_vid = ?2 AND tier = 1 AND g4_key IS NOT NULL",
+		"UPDATE objects SET g4_vid = 0, g4_etag = NULL, g4_key = NULL"
+		" WHERE id = ?1 AND vid = ?2 AND g4_vid = ?2 AND tier = 1",
+	};
+	int changes = 0, rc = cat_begin(c);
 
-	if (!s)
-		return -EIO;
-	sqlite3_bind_int64(s, 1, id);
-	sqlite3_bind_int64(s, 2, (int64_t)vid);
-	rc = cat_g4_run(c, s, "g4 forget", &changes);
+	for (size_t i = 0; i < 2 && rc == 0; i++) {
+		sqlite3_stmt *s = cat_g4_prep(c, sql[i]);
+
+		if (!s) {
+			rc = -EIO;
+			break;
+		}
+		sqlite3_bind_int64(s, 1, id);
+		sqlite3_bind_int64(s, 2, (int64_t)vid);
+		rc = cat_g4_run(c, s, "g4 forget", &changes);
+	}
+	if (rc < 0) {
+		cat_rollback(c);
+		return rc;
+	}
+	rc = cat_commit(c);
 	return rc < 0 ? rc : changes == 1 ? 0 : -ENOENT;
 }
 

@@ -461,6 +461,44 @@ static void test_redemote_damaged_copy(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * The same for a copy under an old name (a cold object renamed, then
+ * recalled): uploaded again under the new name, and the damaged copy under
+ * the old one goes with the next sweep. Before, once a sweep had passed
+ * the rename's record (the name still taken then), nothing recorded it.
+ */
+static void test_redemote_damaged_renamed_copy(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct stat sb;
+	char path[600];
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", 100000, 7), 0);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(kvt_object_rename(st, "kvs", "s1/a", "s1/b", 0), 0);
+	/* The rename's dead row, done: the cold object still names the copy. */
+	assert_int_equal(kvt_g4_cleanup(st), 0);
+	assert_int_equal(test_check(st, "kvs", "s1/b", 100000, 7), 0);	/* recalled */
+	damage_g4_copy(&env, "kvs/s1/a");
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(tier_of(st, "kvs", "s1/b"), KVT_TIER_COLD);
+	assert_int_equal(kvt_g4_cleanup(st), 0);
+	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", env.cfg.store.dir);
+	assert_int_equal(stat(path, &sb), -1);
+	assert_int_equal(errno, ENOENT);
+	assert_int_equal(test_check(st, "kvs", "s1/b", 100000, 7), 0);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 /* Two stores over one G4: demoted on A, imported and recalled on B. */
 static void test_import(void **state)
 {
@@ -2139,6 +2177,7 @@ int main(void)
 		cmocka_unit_test(test_recall_copy_missing),
 		cmocka_unit_test(test_redemote_after_recall),
 		cmocka_unit_test(test_redemote_damaged_copy),
+		cmocka_unit_test(test_redemote_damaged_renamed_copy),
 		cmocka_unit_test(test_killed_after_put),
 		cmocka_unit_test(test_import_mode_clamped),
 	};
