@@ -503,7 +503,8 @@ int main(int argc, char **argv)
 	srv.cached_read_max = srv.cfg.store.cached_read_max;
 	rc = gw_work_new(o->threads * GW_READ_WORKERS_PER_THREAD,
 			 o->threads * GW_WRITE_WORKERS_PER_THREAD,
-			 o->threads * GW_RECALL_WORKERS_PER_THREAD, GW_STREAMS_MAX, &srv.work);
+			 o->threads * GW_RECALL_WORKERS_PER_THREAD, GW_STREAMS_MAX,
+			 (int64_t)o->timeout * 1000000000 / 2, &srv.work);
 	if (rc < 0) {
 		log_err(rc, "cannot start the gateway's workers");
 		goto out;
@@ -592,12 +593,15 @@ int main(int argc, char **argv)
 	 * multipart uploads older than upload_max_age (with their parts): an
 	 * abandoned upload would otherwise hold hot-tier space and a place under
 	 * max_uploads forever. It looks a few times per max age, at most hourly.
+	 * Each second it also refuses uploads that waited too long for a stream
+	 * slot (gw_work_expire): nothing else times a suspended connection.
 	 */
 	sweep_every = GW_MIN(o->upload_max_age / 4 ? o->upload_max_age / 4 : 1, 3600);
 	next_sweep = time(NULL);
 	for (;;) {
 		struct timespec tick = { .tv_sec = 1 };
 
+		gw_work_expire(srv.work);
 		if (time(NULL) >= next_sweep) {
 			rc = s3_uploads_sweep(&srv);
 			if (rc < 0)

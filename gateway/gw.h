@@ -57,6 +57,26 @@
 #define GW_RECALL_WORKERS_PER_THREAD 2
 #define GW_STREAMS_MAX 16
 /*
+ * A stream slot is not held for ever, nor waited for for ever: libmicrohttpd's
+ * --timeout sees only silence, and neither a suspended connection (it is not
+ * timed at all) nor a client that trickles a byte a second. Sixteen such
+ * clients held every slot, and every other large upload waited for good.
+ *
+ * A body that waits for a slot longer than half of --timeout is refused 503
+ * SlowDown (gw_work_expire, from the main thread's tick: within a second
+ * more), before its client's own idle timeout, which SDKs set like ours
+ * (botocore: 60 s), gives up without an answer.
+ *
+ * A body past its stage (holding a slot, or drained after an error) must
+ * bring GW_STREAM_MIN_RATE bytes a second, judged over each --timeout
+ * seconds from when its connection last resumed (a wait for the write lane
+ * or for a slot is not the client's); a slower one is cut, its slot freed
+ * (http_too_slow). 64 KiB/s: sixteen clients must send 8 Mbit/s between
+ * them to keep every slot, and an upload of a KV cache from a client that
+ * slow is not one a tier is for. With --timeout 0 (never), neither applies.
+ */
+#define GW_STREAM_MIN_RATE (64u << 10)
+/*
  * The write lane's nice value (gw_work.c); 0: off. At 5, an ad-hoc probe
  * gave lookups a p50 of 0.15 ms once and 5 ms in a rerun under 16 streaming
  * 32 MiB uploads, while a single PUT's p50 rose from 1.4 to 8-20 ms when
@@ -144,13 +164,16 @@ struct gw_job {
 	void (*run)(struct gw_job *j);
 	struct MHD_Connection *conn;	/* resumed once run returns */
 	bool *has_slot;			/* gw_work_submit_streaming: the request's flag */
+	int64_t slot_deadline_ns;	/* ... and when its wait for a slot ends (monotonic) */
+	bool no_slot;			/* the wait ended without a slot: run was not called */
 	bool done;			/* atomic: set by the worker before the resume */
 };
 
 struct gw_work;
 
+/* A streamed body waits at most slot_wait_ns for a stream slot (gw_work_expire); 0: for ever. */
 int gw_work_new(unsigned nread, unsigned nwrite, unsigned nrecall, unsigned streams,
-		struct gw_work **out);
+		int64_t slot_wait_ns, struct gw_work **out);
 /* Runs what is queued, resumes every connection, joins the workers. */
 void gw_work_stop(struct gw_work *w);
 void gw_work_free(struct gw_work *w);
@@ -166,6 +189,11 @@ bool gw_work_submit(struct gw_work *w, enum gw_lane lane, struct gw_job *j);
 bool gw_work_submit_streaming(struct gw_work *w, struct gw_job *j, bool *has_slot);
 /* Gives the request's stream slot back (to the first waiter); accepts none. */
 void gw_work_slot_put(struct gw_work *w, bool *has_slot);
+/*
+ * Resumes, without running them, the jobs that have waited for a slot past
+ * their deadline, with j->no_slot set; called each second by the main thread.
+ */
+void gw_work_expire(struct gw_work *w);
 
 struct gw_server {
 	struct gw_options opt;
@@ -275,6 +303,8 @@ struct gw_req {
 	struct MHD_Response *kept;	/* made on a lane, queued by the polling thread */
 	unsigned kept_status;
 	struct kvt_reader *reader;	/* GET: opened inline, read on a lane */
+	int64_t rate_ns;		/* the body's rate is judged from here; 0: not */
+	uint64_t rate_bytes;		/* bytes_in then (http_too_slow) */
 };
 
 /* ---- gw_http.c ---------------------------------------------------------- */

@@ -782,8 +782,50 @@ static void http_job_done(struct gw_req *rq)
 	}
 	rq->job_kind = GW_JOB_NONE;
 	rq->in_worker = false;
-	if (kind == GW_JOB_FLUSH && rq->job_code != S3_OK)
+	if (kind != GW_JOB_FLUSH)
+		return;
+	if (rq->job.no_slot) {
+		/* It waited for a stream slot too long (gw_work_expire); the rest drains. */
+		rq->job.no_slot = false;
+		http_body_fail(rq, S3_NO_STREAM_SLOT, NULL);
+	} else if (rq->job_code != S3_OK) {
 		http_body_fail(rq, rq->job_code, NULL);
+	}
+	/* The client sends again from now: its rate is judged from here (http_too_slow). */
+	rq->rate_ns = util_mono_ns();
+	rq->rate_bytes = rq->bytes_in;
+}
+
+/*
+ * A body past its stage holds a stream slot (or drains after an error) and
+ * must arrive at GW_STREAM_MIN_RATE at least, judged over each --timeout
+ * seconds (gw.h says why). True when it did not: the slot is given back,
+ * and the caller closes the connection, for libmicrohttpd 0.9.75 takes no
+ * response before the body is all in, and waiting for that is what a slow
+ * client must not be able to make us do. The access log says 400.
+ */
+static bool http_too_slow(struct gw_req *rq)
+{
+	int64_t now, dt;
+	uint64_t sent;
+
+	if (!rq->rate_ns || !rq->srv->opt.timeout)
+		return false;	/* no lanes, or --timeout 0: connections are never timed */
+	now = util_mono_ns();
+	dt = now - rq->rate_ns;
+	if (dt < (int64_t)rq->srv->opt.timeout * 1000000000)
+		return false;
+	sent = rq->bytes_in - rq->rate_bytes;
+	if ((double)sent * 1e9 >= (double)GW_STREAM_MIN_RATE * (double)dt) {
+		rq->rate_ns = now;
+		rq->rate_bytes = rq->bytes_in;
+		return false;
+	}
+	log_info("request %s: %llu bytes of body in %.1f s, under %u bytes/s: closed",
+		 rq->id, (unsigned long long)sent, (double)dt / 1e9, GW_STREAM_MIN_RATE);
+	http_body_fail(rq, S3_REQUEST_TIMEOUT, NULL);
+	rq->status = s3_err_status(S3_REQUEST_TIMEOUT);
+	return true;
 }
 
 /*
@@ -863,6 +905,8 @@ enum MHD_Result http_access_cb(void *cls, struct MHD_Connection *conn, const cha
 	if (*upload_data_size > 0) {
 		http_body(rq, upload_data, *upload_data_size);
 		*upload_data_size = 0;
+		if (http_too_slow(rq))
+			return MHD_NO;
 		if (rq->body_mode == GW_BODY_WRITER && rq->body_err == S3_OK && !rq->queued &&
 		    rq->body.len > GW_STAGE_MAX)
 			http_flush(rq);

@@ -45,7 +45,10 @@
  * so only GW_STREAMS_MAX uploads stream at once. A body that needs a slot
  * while none is free waits with its connection suspended (its client is
  * held back by TCP) and its first flush queued behind the slot; the slot's
- * release hands it over (gw_work_slot_put).
+ * release hands it over (gw_work_slot_put). It waits a bounded time only:
+ * libmicrohttpd does not time a suspended connection, so the main thread's
+ * tick (gw_work_expire) resumes a waiter past its deadline without running
+ * its job (j->no_slot), and the request answers 503 SlowDown (gw.h).
  *
  * A job is always queued after its connection was suspended, and the worker
  * touches nothing of the job once it has called MHD_resume_connection(): the
@@ -66,6 +69,7 @@
 
 #include "gw.h"
 #include "log.h"
+#include "util.h"
 
 struct gw_lane_q {
 	pthread_mutex_t lock;
@@ -82,7 +86,8 @@ struct gw_work {
 	struct gw_lane_q lanes[GW_LANE_COUNT];
 	pthread_mutex_t slot_lock;
 	unsigned slots_free;
-	struct gw_job *wait_head, *wait_tail;	/* flushes waiting for a slot */
+	int64_t slot_wait_ns;			/* how long a flush may wait for one */
+	struct gw_job *wait_head, *wait_tail;	/* flushes waiting for a slot, oldest first */
 	bool stopping;				/* atomic */
 };
 
@@ -145,7 +150,7 @@ static void *gw_lane_main(void *arg)
 }
 
 int gw_work_new(unsigned nread, unsigned nwrite, unsigned nrecall, unsigned streams,
-		struct gw_work **out)
+		int64_t slot_wait_ns, struct gw_work **out)
 {
 	const unsigned n[GW_LANE_COUNT] = { [GW_LANE_READ] = nread, [GW_LANE_WRITE] = nwrite,
 					    [GW_LANE_RECALL] = nrecall };
@@ -156,6 +161,7 @@ int gw_work_new(unsigned nread, unsigned nwrite, unsigned nrecall, unsigned stre
 		return -ENOMEM;
 	pthread_mutex_init(&w->slot_lock, NULL);
 	w->slots_free = streams;
+	w->slot_wait_ns = slot_wait_ns;
 	for (int i = 0; i < GW_LANE_COUNT; i++) {
 		struct gw_lane_q *l = &w->lanes[i];
 
@@ -203,6 +209,7 @@ bool gw_work_submit(struct gw_work *w, enum gw_lane lane, struct gw_job *j)
 	if (gw_work_stopping(w) || lane == GW_LANE_INLINE || !w->lanes[lane].nthreads)
 		return false;
 	j->done = false;
+	j->no_slot = false;
 	/* Suspended before anyone can resume it: the job is not visible yet. */
 	MHD_suspend_connection(j->conn);
 	gw_lane_push(&w->lanes[lane], j);
@@ -214,6 +221,7 @@ bool gw_work_submit_streaming(struct gw_work *w, struct gw_job *j, bool *has_slo
 	if (gw_work_stopping(w) || !w->lanes[GW_LANE_WRITE].nthreads)
 		return false;
 	j->done = false;
+	j->no_slot = false;
 	MHD_suspend_connection(j->conn);
 	pthread_mutex_lock(&w->slot_lock);
 	if (!*has_slot && w->slots_free > 0 && !w->wait_head) {
@@ -223,6 +231,7 @@ bool gw_work_submit_streaming(struct gw_work *w, struct gw_job *j, bool *has_slo
 	if (!*has_slot) {
 		/* gw_work_slot_put() sets *has_slot and queues it */
 		j->has_slot = has_slot;
+		j->slot_deadline_ns = util_mono_ns() + w->slot_wait_ns;
 		j->next = NULL;
 		if (w->wait_tail)
 			w->wait_tail->next = j;
@@ -262,6 +271,38 @@ void gw_work_slot_put(struct gw_work *w, bool *has_slot)
 	pthread_mutex_unlock(&w->slot_lock);
 	if (next)
 		gw_lane_push(&w->lanes[GW_LANE_WRITE], next);
+}
+
+void gw_work_expire(struct gw_work *w)
+{
+	struct gw_job *expired = NULL, **tail = &expired;
+	int64_t now = util_mono_ns();
+
+	if (!w || !w->slot_wait_ns)
+		return;		/* --timeout 0: connections are never timed */
+	/* All wait the same bound, so the queue is in deadline order too. */
+	pthread_mutex_lock(&w->slot_lock);
+	while (w->wait_head && w->wait_head->slot_deadline_ns <= now) {
+		struct gw_job *j = w->wait_head;
+
+		w->wait_head = j->next;
+		if (!w->wait_head)
+			w->wait_tail = NULL;
+		j->next = NULL;
+		*tail = j;
+		tail = &j->next;
+	}
+	pthread_mutex_unlock(&w->slot_lock);
+	while (expired) {
+		struct gw_job *j = expired;
+		struct MHD_Connection *conn = j->conn;
+
+		expired = j->next;
+		j->no_slot = true;
+		/* as gw_job_run: j may be gone once the connection runs again */
+		__atomic_store_n(&j->done, true, __ATOMIC_RELEASE);
+		MHD_resume_connection(conn);
+	}
 }
 
 void gw_work_stop(struct gw_work *w)

@@ -107,6 +107,14 @@ static const struct {
 	[S3_PARTNER_UNAVAILABLE] = { "ServiceUnavailable", 503,
 		"The object is in the cold tier, whose partner store cannot be reached now. "
 		"Nothing is lost: retry later." },
+	/* A streamed upload that waited too long for a stream slot (gw.h). */
+	[S3_NO_STREAM_SLOT] = { "SlowDown", 503,
+		"Too many uploads are streaming at once and this one waited too long for its turn. "
+		"Please retry later." },
+	/* S3's words; here also a body that arrives too slowly (gw.h). */
+	[S3_REQUEST_TIMEOUT] = { "RequestTimeout", 400,
+		"Your socket connection to the server was not read from or written to within the "
+		"timeout period. Idle connections will be closed." },
 };
 
 /*

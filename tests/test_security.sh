@@ -128,6 +128,7 @@ step "gateways: plain, with --metrics-listen, with tight limits"
 : >"$T/main.err"
 : >"$T/metrics.err"
 : >"$T/limits.err"
+: >"$T/streams.err"
 gw_start main 64M 4M --timeout 3
 main_pid=$GW_PID
 main=$GW_ENDPOINT
@@ -141,9 +142,15 @@ GW_LIMITS_ENDPOINT=$GW_ENDPOINT
 gw_start uploads 16M 1M --max-uploads 5 --max-uploads-per-bucket 3 --upload-max-age 6s \
 	--min-part-size 1K
 GW_UPLOADS_ENDPOINT=$GW_ENDPOINT
+# Stream slots: a wait for one ends at half of --timeout, a holder under the
+# floor rate is cut after --timeout; the test's bounds are made from it.
+GW_STREAMS_TIMEOUT=4
+gw_start streams 128M 4M --timeout "$GW_STREAMS_TIMEOUT"
+GW_STREAMS_ENDPOINT=$GW_ENDPOINT
 GW_ENDPOINT=$main
 GW_TIMEOUT=3
 export GW_ENDPOINT GW_METRICS_ENDPOINT GW_METRICS_ONLY GW_LIMITS_ENDPOINT GW_UPLOADS_ENDPOINT GW_TIMEOUT
+export GW_STREAMS_ENDPOINT GW_STREAMS_TIMEOUT
 
 step "tests/gateway/test_security.py"
 "$py" "$top_srcdir/tests/gateway/test_security.py" ||

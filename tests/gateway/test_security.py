@@ -12,6 +12,7 @@ file reuses):
   GW_LIMITS_ENDPOINT    a gateway with --max-connections 4 --max-object 1M
   GW_UPLOADS_ENDPOINT   a gateway with --max-uploads 5 --max-uploads-per-bucket 3
                         --upload-max-age 6s --min-part-size 1K, over a store of its own
+  GW_STREAMS_ENDPOINT   a gateway over a store of its own, with --timeout GW_STREAMS_TIMEOUT
 Exit status: 0 all passed, 1 a failure.
 """
 import hashlib
@@ -32,6 +33,10 @@ METRICS_ENDPOINT = os.environ.get("GW_METRICS_ENDPOINT")
 METRICS_ONLY = os.environ.get("GW_METRICS_ONLY")
 LIMITS_ENDPOINT = os.environ.get("GW_LIMITS_ENDPOINT")
 UPLOADS_ENDPOINT = os.environ.get("GW_UPLOADS_ENDPOINT")
+STREAMS_ENDPOINT = os.environ.get("GW_STREAMS_ENDPOINT")
+STREAMS_TIMEOUT = int(os.environ.get("GW_STREAMS_TIMEOUT", "4"))
+STREAMS_MAX = 16                # GW_STREAMS_MAX
+MiB = 1 << 20
 BUCKET = "sec-bucket-visible"
 SECRET_KEY_NAME = "very-private/key-name"
 
@@ -483,6 +488,113 @@ class Security(unittest.TestCase):
         self.assertEqual(cm.exception.response["Error"]["Code"], "NoSuchUpload")
         for i in range(3):
             s3.create_multipart_upload(Bucket="up-a", Key="again%d" % i)
+
+    def test_stream_slots_not_held_for_ever(self):
+        """Sixteen uploads that trickle hold every stream slot: another large
+        PUT waits at most half of --timeout (and the main thread's second) for
+        one, then gets 503 SlowDown, and succeeds once they are gone; a holder
+        slower than 64 KiB/s is cut within --timeout (and its next byte), and
+        its slot serves the next upload. Nothing partial is ever visible.
+        Before, slot waiters had no deadline: the PUT waited for good."""
+        if not STREAMS_ENDPOINT:
+            self.skipTest("no gateway for stream slots")
+        import threading
+        import boto3
+        from botocore.config import Config
+        from botocore.exceptions import ClientError
+        h, p = host_port(STREAMS_ENDPOINT)
+        # One attempt: a retry of the 503 would double the time it took.
+        # urllib3 times the sending of the body with connect_timeout: past
+        # the bound of the 503, so that only a gateway that never answers
+        # (it hung here before) runs into it.
+        s3 = boto3.client(
+            "s3", endpoint_url=STREAMS_ENDPOINT, aws_access_key_id=ACCESS,
+            aws_secret_access_key=SECRET, region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}, signature_version="s3v4",
+                          retries={"total_max_attempts": 1}, connect_timeout=15,
+                          read_timeout=30))
+        s3.create_bucket(Bucket="streams")
+        stop = threading.Event()
+        cut = {}
+
+        def holder(i, piece, every):
+            """Past the 1 MiB stage (it takes a slot), then piece bytes each
+            every seconds until stop, or until the gateway closes it."""
+            head = signed_head("PUT", "/streams/slow%d" % i,
+                               headers={"Content-Length": str(64 * MiB)},
+                               host="%s:%d" % (h, p), payload_hash="UNSIGNED-PAYLOAD")
+            s = socket.create_connection((h, p), timeout=10)
+            start = time.monotonic()
+            try:
+                s.sendall(head + b"h" * (MiB + 128 * 1024))
+                while not stop.wait(every):
+                    s.sendall(b"t" * piece)
+                    s.settimeout(0.01)
+                    try:
+                        if s.recv(4096) == b"":
+                            cut[i] = time.monotonic() - start
+                            return
+                    except socket.timeout:
+                        pass
+                    s.settimeout(10)
+            except OSError:
+                cut[i] = time.monotonic() - start
+            finally:
+                s.close()
+
+        def hold(piece, every):
+            ts = [threading.Thread(target=holder, args=(i, piece, every), daemon=True)
+                  for i in range(STREAMS_MAX)]
+            for t in ts:
+                t.start()
+            time.sleep(1)       # every holder past its stage: all slots taken
+            return ts
+
+        def release(ts):
+            stop.set()
+            for t in ts:
+                t.join(10)
+            stop.clear()
+
+        data = os.urandom(4 * MiB)
+        # 160 KiB/s each, above the floor: they keep their slots; the PUT is refused.
+        ts = hold(16 * 1024, 0.1)
+        try:
+            start = time.monotonic()
+            with self.assertRaises(ClientError) as cm:
+                s3.put_object(Bucket="streams", Key="big", Body=data)
+            took = time.monotonic() - start
+            e = cm.exception.response
+            self.assertEqual((e["Error"]["Code"], e["ResponseMetadata"]["HTTPStatusCode"]),
+                             ("SlowDown", 503))
+            self.assertIn("streaming", e["Error"]["Message"])
+            hdrs = e["ResponseMetadata"]["HTTPHeaders"]
+            self.assertEqual(hdrs.get("retry-after"), "1")
+            self.assertRegex(hdrs.get("x-amz-request-id", ""), r"^[0-9A-F]{16}$")
+            self.assertLess(took, STREAMS_TIMEOUT / 2 + 1 + 2, "the 503 came late")
+            self.assertEqual(cut, {}, "a holder above the floor was cut")
+        finally:
+            release(ts)
+        with self.assertRaises(ClientError) as cm:
+            s3.head_object(Bucket="streams", Key="big")
+        self.assertEqual(cm.exception.response["ResponseMetadata"]["HTTPStatusCode"], 404)
+        s3.put_object(Bucket="streams", Key="big", Body=data)
+        self.assertEqual(s3.get_object(Bucket="streams", Key="big")["Body"].read(), data)
+        s3.delete_object(Bucket="streams", Key="big")
+        # A byte each half second: every holder is cut, and slots are free again.
+        ts = hold(1, 0.5)
+        try:
+            deadline = time.monotonic() + 2 * STREAMS_TIMEOUT + 5
+            while len(cut) < STREAMS_MAX and time.monotonic() < deadline:
+                time.sleep(0.2)
+            self.assertEqual(len(cut), STREAMS_MAX, "tricklers kept their slots")
+            self.assertLess(max(cut.values()), STREAMS_TIMEOUT + 4)
+            s3.put_object(Bucket="streams", Key="after", Body=data)
+        finally:
+            release(ts)
+        self.assertEqual(s3.get_object(Bucket="streams", Key="after")["Body"].read(), data)
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket="streams").get("Contents", [])]
+        self.assertEqual(keys, ["after"], "a cut or refused upload left an object")
 
 
 if __name__ == "__main__":
