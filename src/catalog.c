@@ -1704,7 +1704,8 @@ fail:
 
 static int cat_g4_drop_to_cold(struct cat *c, int64_t id, uint64_t vid);
 
-int cat_object_drop(struct cat *c, int64_t id, uint64_t vid, int keep_session_state)
+int cat_object_drop(struct cat *c, int64_t id, uint64_t vid, int keep_session_state,
+		    int g4_proven)
 {
 	sqlite3_stmt *s;
 	int tier, in_g4, plain_cache;
@@ -1739,7 +1740,17 @@ int cat_object_drop(struct cat *c, int64_t id, uint64_t vid, int keep_session_st
 		rc = -ENOENT;	/* cold or being recalled: holds no extent of the victim */
 		goto fail;
 	}
-	/* G4 holds this version verified: it goes cold, not away (migrate.c). */
+	/*
+	 * G4 holds this version verified: it goes cold, not away (migrate.c),
+	 * but only on a copy reclaim has just proven to hold its bytes. A
+	 * recalled object keeps g4_vid, and G4's copy may have been damaged or
+	 * put over since: cold on it, the object was lost. Not proven (G4 took
+	 * it since reclaim looked): reclaim looks again.
+	 */
+	if (in_g4 && !g4_proven) {
+		rc = -EAGAIN;
+		goto fail;
+	}
 	if (in_g4) {
 		rc = cat_g4_drop_to_cold(c, id, vid);
 		if (rc < 0)
@@ -2745,11 +2756,63 @@ void cat_g4_objs_free(struct cat_g4_obj *v, size_t n)
 	free(v);
 }
 
+#define G4_OBJ_COLS OBJ_COLS ", o.g4_vid, o.g4_attempts, o.g4_etag, o.g4_key"
+
+/* A row of G4_OBJ_COLS into *go; -ENOMEM leaves nothing to free. */
+static int cat_g4_obj_from_row(sqlite3_stmt *s, struct cat_g4_obj *go)
+{
+	struct cat_object *co = NULL;
+
+	memset(go, 0, sizeof(*go));
+	if (cat_object_from_row(s, &co) < 0)
+		return -ENOMEM;
+	go->g4_key = col_strdup(s, OBJ_NCOLS + 3);
+	if (!go->g4_key && sqlite3_column_type(s, OBJ_NCOLS + 3) != SQLITE_NULL) {
+		cat_object_free(co);
+		return -ENOMEM;
+	}
+	go->co = co;
+	go->g4_vid = (uint64_t)sqlite3_column_int64(s, OBJ_NCOLS);
+	go->attempts = (unsigned)sqlite3_column_int64(s, OBJ_NCOLS + 1);
+	snprintf(go->g4_etag, sizeof(go->g4_etag), "%s",
+		 sqlite3_column_text(s, OBJ_NCOLS + 2) ?
+		 (const char *)sqlite3_column_text(s, OBJ_NCOLS + 2) : "");
+	return 0;
+}
+
+int cat_g4_object(struct cat *c, int64_t id, uint64_t vid, struct cat_g4_obj **out)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT " G4_OBJ_COLS " FROM objects o"
+				      " WHERE o.id = ?1 AND o.vid = ?2");
+	struct cat_g4_obj *go = calloc(1, sizeof(*go));
+	int rc;
+
+	*out = NULL;
+	if (!s || !go) {
+		sqlite3_finalize(s);
+		free(go);
+		return s ? -ENOMEM : -EIO;
+	}
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)vid);
+	rc = sqlite3_step(s);
+	if (rc == SQLITE_ROW)
+		rc = cat_g4_obj_from_row(s, go);
+	else
+		rc = rc == SQLITE_DONE ? -ENOENT : cat_errno(c, rc, "g4 object");
+	sqlite3_finalize(s);
+	if (rc < 0) {
+		free(go);
+		return rc;
+	}
+	*out = go;
+	return 0;
+}
+
 int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session, unsigned tiers,
 			   struct cat_g4_obj **out, size_t *nout)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "SELECT " OBJ_COLS ", o.g4_vid, o.g4_attempts, o.g4_etag,"
-				      " o.g4_key"
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT " G4_OBJ_COLS
 				      " FROM objects o WHERE o.bucket = ?1 AND o.session = ?2"
 				      " AND ((?3 >> o.tier) & 1) ORDER BY o.key");
 	struct cat_g4_obj *v = NULL;
@@ -2762,25 +2825,11 @@ int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session
 	sqlite3_bind_text(s, 2, session, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(s, 3, tiers);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		struct cat_object *co = NULL;
-
 		if (UTIL_GROW(v, n, cap) < 0) {
 			rc = SQLITE_NOMEM;
 			break;
 		}
-		if (cat_object_from_row(s, &co) < 0) {
-			rc = SQLITE_NOMEM;
-			break;
-		}
-		v[n].co = co;
-		v[n].g4_vid = (uint64_t)sqlite3_column_int64(s, OBJ_NCOLS);
-		v[n].attempts = (unsigned)sqlite3_column_int64(s, OBJ_NCOLS + 1);
-		snprintf(v[n].g4_etag, sizeof(v[n].g4_etag), "%s",
-			 sqlite3_column_text(s, OBJ_NCOLS + 2) ?
-			 (const char *)sqlite3_column_text(s, OBJ_NCOLS + 2) : "");
-		v[n].g4_key = col_strdup(s, OBJ_NCOLS + 3);
-		if (!v[n].g4_key && sqlite3_column_type(s, OBJ_NCOLS + 3) != SQLITE_NULL) {
-			cat_object_free(co);
+		if (cat_g4_obj_from_row(s, &v[n]) < 0) {
 			rc = SQLITE_NOMEM;
 			break;
 		}
@@ -2880,9 +2929,9 @@ int cat_g4_forget(struct cat *c, int64_t id, uint64_t vid)
 	static const char *const sql[] = {
 		"INSERT INTO g4_dead(bucket, key, session, g4_key)"
 		" SELECT bucket, key, session, g4_key FROM objects"
-		" WHERE id = ?1 AND vid = ?2 AND g4_vid = ?2 AND tier = 1 AND g4_key IS NOT NULL",
+		" WHERE id = ?1 AND vid = ?2 AND g4_vid = ?2 AND tier IN (0, 1) AND g4_key IS NOT NULL",
 		"UPDATE objects SET g4_vid = 0, g4_etag = NULL, g4_key = NULL"
-		" WHERE id = ?1 AND vid = ?2 AND g4_vid = ?2 AND tier = 1",
+		" WHERE id = ?1 AND vid = ?2 AND g4_vid = ?2 AND tier IN (0, 1)",
 	};
 	int changes = 0, rc = cat_begin(c);
 
@@ -3064,8 +3113,9 @@ int cat_g4_victim(struct cat *c, int64_t id, uint64_t vid, char **bucket, char *
 
 /*
  * Reclaim's drop, inside its transaction, of a hot or demoting object whose
- * version vid G4 holds verified (g4_vid = vid): the object becomes COLD and
- * its extents are released.
+ * version vid G4 holds verified (g4_vid = vid) and whose copy reclaim has
+ * just proven (reclaim.c, g4_victim_copy_holds()): the object becomes COLD
+ * and its extents are released.
  */
 static int cat_g4_drop_to_cold(struct cat *c, int64_t id, uint64_t vid)
 {

@@ -191,11 +191,13 @@ int cat_object_put_parts(struct cat *c, const struct cat_put *put, const int64_t
 /*
  * Reclaim's drop of object id at version vid, decided in one transaction:
  * -ENOENT if it changed (another version, deleted, cold or recalling: it
- * holds nothing in the victim any more); COLD if G4 holds this version;
- * with keep_session_state, -EAGAIN for session state G4 lacks (only plain
- * cache, a key that is its own session, is deleted); else deleted.
+ * holds nothing in the victim any more); COLD if G4 holds this version and
+ * g4_proven says reclaim proved that copy (else -EAGAIN: reclaim looks
+ * again); with keep_session_state, -EAGAIN for session state G4 lacks (only
+ * plain cache, a key that is its own session, is deleted); else deleted.
  */
-int cat_object_drop(struct cat *c, int64_t id, uint64_t vid, int keep_session_state);
+int cat_object_drop(struct cat *c, int64_t id, uint64_t vid, int keep_session_state,
+		    int g4_proven);
 int cat_object_set_pin(struct cat *c, int64_t bucket_id, const char *key, int pinned);
 
 /* Lists up to limit objects of a bucket with key > after (NULL: from the
@@ -310,6 +312,9 @@ struct cat_g4_obj {
 int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session, unsigned tiers,
 			   struct cat_g4_obj **out, size_t *n);
 void cat_g4_objs_free(struct cat_g4_obj *v, size_t n);
+/* Object id at version vid as cat_g4_session_objects() gives it, any tier;
+ * -ENOENT if it is gone or changed. Caller frees with cat_g4_objs_free(*out, 1). */
+int cat_g4_object(struct cat *c, int64_t id, uint64_t vid, struct cat_g4_obj **out);
 /*
  * Before an upload of co under g4_key (NULL: "BUCKET/KEY" of co's key):
  * records that copy as dead (g4_dead, *id its row) until
@@ -334,7 +339,8 @@ int cat_g4_set_uploaded(struct cat *c, const struct cat_object *co, const char *
 			const char *g4_key, int64_t pending);
 /* Before an upload over the copy G4 holds of a DEMOTING object's version vid:
  * nothing may rely on that copy while it is rewritten (some partners, s3rver
- * among them, keep a cut PUT). -ENOENT if the object changed or went cold. */
+ * among them, keep a cut PUT); and when reclaim finds that copy does not
+ * hold a HOT object's bytes. -ENOENT if the object changed or went cold. */
 int cat_g4_forget(struct cat *c, int64_t id, uint64_t vid);
 int cat_g4_failed(struct cat *c, int64_t id);
 /* DEMOTING -> COLD and the extents freed, if still vid and uploaded; else -ENOENT. */

@@ -16,8 +16,9 @@
  *         the low watermark --> idle, waking every writer that waits
  *
  * Writers (store_alloc()) above the high watermark only kick it. One that
- * finds no free segment reclaims what needs no upload (plain cache, pinned
- * objects relocated, objects G4 holds turned cold) and then waits in
+ * finds no free segment reclaims what needs no partner (plain cache, pinned
+ * objects relocated; an object G4 holds turns cold only on a copy proven,
+ * which asks the partner: the demoter's) and then waits in
  * demoter_wait(), trying to claim between waits, for at most [store]
  * space_wait; it gives up sooner with -ENOSPC when a whole pass of this
  * process's demoter, started after the writer began to wait, could not

@@ -24,7 +24,7 @@
  * session, from the catalog, and lists every object of it whose current
  * version G4 holds verified (g4_vid = vid): cold, demoting or recalled.
  * Reclaim turns such an object cold instead of dropping it (catalog.c,
- * cat_object_drop).
+ * cat_object_drop), once g4_victim_copy_holds() has proven the copy.
  *
  * G4 names: an object's copy is "BUCKET/KEY", unless the catalog records
  * another (objects.g4_key): a cold object renamed keeps its copy under its
@@ -1050,6 +1050,34 @@ static int g4_copy_holds(struct cold *cold, const char *gkey, const struct cat_g
 		return 0;
 	}
 	return 1;
+}
+
+int g4_victim_copy_holds(struct kvt_store *st, int64_t id, uint64_t vid, const char *bucket)
+{
+	struct cat *c = store_cat(st);
+	struct cat_g4_obj *go = NULL;
+	struct cold *cold;
+	char *gkey = NULL;
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	rc = store_cold(st, &cold);
+	if (rc < 0)
+		return rc;
+	rc = cat_g4_object(c, id, vid, &go);
+	if (rc < 0)
+		return rc;
+	if (go->g4_vid != vid) {
+		rc = -ENOENT;	/* forgotten meanwhile: nothing to prove */
+		goto out;
+	}
+	gkey = g4_name(bucket, go->co->obj->key, go->g4_key);
+	rc = gkey ? g4_copy_holds(cold, gkey, go, NULL) : -ENOMEM;
+out:
+	free(gkey);
+	cat_g4_objs_free(go, 1);
+	return rc;
 }
 
 static void demote_step_one(void *arg, size_t i)

@@ -30,7 +30,11 @@
  * verify, manifest, cold), and takes the victim again, whose objects now
  * drop to COLD. A writer's reclaim (demote = 0) leaves such a segment
  * whole and wakes the demoter instead: it must not wait for the partner. An object G4
- * holds goes COLD instead of away (cat_object_drop). A session whose
+ * holds goes COLD instead of away (cat_object_drop), but only once its copy
+ * has proven to hold its bytes (reclaim_prove(): a recalled object keeps
+ * g4_vid, and a copy damaged in G4 or put over by another node since made
+ * it cold and unreadable); a copy that fails is forgotten and the object
+ * demoted again like session state G4 lacks. A session whose
  * demotion failed is not tried again in the same call: its segment stays
  * whole (-ENOSPC for the writer, a 503 SlowDown at the gateway), nothing is
  * lost. With [g4] url = none every unpinned object is plain cache. The
@@ -82,6 +86,7 @@ struct victim_obj {
 	int64_t id;
 	uint64_t vid;
 	int pinned;
+	int g4_proven;		/* G4's copy of vid proven to hold it (reclaim_prove) */
 };
 
 struct victim_list {
@@ -148,23 +153,69 @@ static void session_set_release(struct session_set *ss)
 }
 
 /*
- * Before anything of the victim is dropped: the sessions of its unpinned
- * objects that are session state G4 does not hold yet go into need, unless
- * their demotion failed already in this call (tried): then -ENOSPC, the
- * segment must stay whole.
+ * An unpinned victim vo whose version G4 holds verified (g4_vid = vid), as
+ * far as the catalog knows: a recalled object, or one demoted and not yet
+ * marked cold. Before it turns cold, G4's copy must prove that it still
+ * holds its bytes (g4_victim_copy_holds(): the ETag recorded, or a read
+ * back): a copy damaged in G4, or put over by another node, made a cold
+ * object that no read could return. Proven: vo->g4_proven. Not: the copy
+ * is forgotten (g4_vid = 0) and *lost set, the object is one G4 lacks,
+ * demoted again before its segment is freed. The partner does not
+ * answer: -ENOSPC, the segment stays whole, and *g4_down spares the other
+ * victims of this call the wait. A writer's reclaim (!demote) does not wait
+ * for the partner: -EINPROGRESS, the demoter proves it.
  */
-static int reclaim_find_unsynced(struct kvt_store *st, struct cat *c,
-				 const struct victim_list *list, const struct session_set *tried,
-				 struct session_set *need)
+static int reclaim_prove(struct kvt_store *st, struct cat *c, uint32_t id,
+			 struct victim_obj *vo, const char *bucket, const char *key,
+			 int demote, int *g4_down, int *lost)
+{
+	int rc;
+
+	if (!demote)
+		return -EINPROGRESS;
+	if (*g4_down)
+		return -ENOSPC;
+	rc = g4_victim_copy_holds(st, vo->id, vo->vid, bucket);
+	if (rc == 1) {
+		vo->g4_proven = 1;
+		return 0;
+	}
+	if (rc == -ENOENT)
+		return 0;	/* changed meanwhile: the drop looks again */
+	if (rc < 0) {
+		log_err(rc, "cannot prove g4's copy of '%s/%s': segment %u stays whole",
+			bucket, key, id);
+		*g4_down = 1;
+		return -ENOSPC;
+	}
+	/* g4_copy_holds() logged what G4 holds instead. */
+	rc = cat_g4_forget(c, vo->id, vo->vid);
+	if (rc == -ENOENT)
+		return 0;	/* changed meanwhile: the drop looks again */
+	if (rc == 0)
+		*lost = 1;
+	return rc;
+}
+
+/*
+ * Before anything of the victim is dropped: the sessions of its unpinned
+ * objects that are session state G4 does not hold yet, or whose copy in G4
+ * failed its proof (reclaim_prove()), go into need, unless their demotion
+ * failed already in this call (tried): then -ENOSPC, the segment must stay
+ * whole.
+ */
+static int reclaim_find_unsynced(struct kvt_store *st, struct cat *c, uint32_t id,
+				 struct victim_list *list, const struct session_set *tried,
+				 struct session_set *need, int demote, int *g4_down)
 {
 	int rc = 0;
 
 	if (store_g4_none(st))
 		return 0;
 	for (size_t i = 0; rc == 0 && i < list->n; i++) {
-		const struct victim_obj *vo = &list->v[i];
+		struct victim_obj *vo = &list->v[i];
 		char *bucket = NULL, *key = NULL, *session = NULL;
-		int in_g4 = 0;
+		int in_g4 = 0, lost = 0;
 
 		if (vo->pinned)
 			continue;
@@ -173,7 +224,11 @@ static int reclaim_find_unsynced(struct kvt_store *st, struct cat *c,
 			rc = 0;	/* deleted or overwritten meanwhile */
 			continue;
 		}
-		if (rc == 0 && !in_g4 && strcmp(key, session) != 0) {
+		if (rc == 0 && in_g4)
+			rc = reclaim_prove(st, c, id, vo, bucket, key, demote, g4_down, &lost);
+		/* A copy that failed: uploaded again, even for plain cache, whose
+		 * copy G4 was to keep. */
+		if (rc == 0 && (lost || (!in_g4 && strcmp(key, session) != 0))) {
 			if (session_set_has(tried, bucket, session)) {
 				rc = -ENOSPC;
 			} else {
@@ -202,7 +257,7 @@ static int victim_collect(void *arg, int64_t obj, uint64_t vid, int pinned)
 
 	if (UTIL_GROW(l->v, l->n, l->cap) < 0)
 		return -ENOMEM;
-	l->v[l->n++] = (struct victim_obj){ obj, vid, pinned };
+	l->v[l->n++] = (struct victim_obj){ obj, vid, pinned, 0 };
 	return 0;
 }
 
@@ -350,7 +405,7 @@ struct emptied {
  * nfree: the free segments the caller counted. */
 static int reclaim_segment(struct kvt_store *st, uint64_t nfree, int empty_only,
 			   const struct session_set *tried, struct session_set *need,
-			   struct emptied *done)
+			   int demote, int *g4_down, struct emptied *done)
 {
 	struct store_thread *t = store_thread(st);
 	struct victim_list list = { 0 };
@@ -385,7 +440,7 @@ static int reclaim_segment(struct kvt_store *st, uint64_t nfree, int empty_only,
 			rc = reclaim_room(st, t->cat, kept);
 	}
 	if (rc == 0)
-		rc = reclaim_find_unsynced(st, t->cat, &list, tried, need);
+		rc = reclaim_find_unsynced(st, t->cat, id, &list, tried, need, demote, g4_down);
 	if (rc == 0 && need->n > 0)
 		rc = -EINPROGRESS;
 	for (size_t i = 0; rc == 0 && i < list.n; i++) {
@@ -394,7 +449,8 @@ static int reclaim_segment(struct kvt_store *st, uint64_t nfree, int empty_only,
 		if (vo->pinned)
 			rc = reclaim_relocate(st, id, vo);
 		else
-			rc = cat_object_drop(t->cat, vo->id, vo->vid, !store_g4_none(st));
+			rc = cat_object_drop(t->cat, vo->id, vo->vid, !store_g4_none(st),
+					     vo->g4_proven);
 		if (rc == -ENOENT)
 			rc = 0;	/* deleted or overwritten meanwhile */
 	}
@@ -470,7 +526,7 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 	struct session_set tried = { 0 }, todo = { 0 };
 	struct emptied done = { .n = 0 };
 	uint64_t counts[4], target, swept = 0;
-	int rc = 0, r, tries = 0, empty_only = 0;
+	int rc = 0, r, tries = 0, empty_only = 0, g4_down = 0;
 
 	t->in_reclaim = 1;
 	/* Free segments to reach: below the low watermark, the reserve
@@ -525,7 +581,8 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 		 * so, or after a kvtier from before the reserve: then only into
 		 * room left in part-full segments (reclaim_room).
 		 */
-		rc = reclaim_segment(st, counts[SEG_FREE], empty_only, &tried, &todo, &done);
+		rc = reclaim_segment(st, counts[SEG_FREE], empty_only, &tried, &todo, demote,
+				     &g4_down, &done);
 		if (empty_only && rc < 0) {
 			rc = 0;		/* none left, or in another's hands: the target is met */
 			break;

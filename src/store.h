@@ -160,6 +160,12 @@ void store_set_cold(struct kvt_store *st, struct cold *c);
  * cold), as kvtier-migrate would; 0 or -errno (migrate.c). Call with no
  * lock held: it waits for the partner. */
 int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *session);
+/* Before reclaim turns object id of bucket cold on G4's copy of version
+ * vid: 1 if that copy still holds its bytes (the ETag recorded, else a
+ * read back: size and CRC32C), 0 if it is gone or holds others (logged),
+ * -ENOENT if the object changed, else -errno (the partner did not
+ * answer). Waits for the partner: call with no catalog transaction open. */
+int g4_victim_copy_holds(struct kvt_store *st, int64_t id, uint64_t vid, const char *bucket);
 /* COLD -> HOT for bucket/key: fetch, verify, write back (migrate.c). */
 int recall_object(struct kvt_store *st, const char *bucket, const char *key);
 

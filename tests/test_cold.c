@@ -499,6 +499,87 @@ static void test_redemote_damaged_renamed_copy(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * Frees every sealed segment it can, as a writer's reclaim would not (it
+ * leaves proofs to the demoter); -ENOSPC when fewer than all are free.
+ */
+static void reclaim_all(struct kvt_store *st)
+{
+	struct kvt_store_stat s;
+	int rc;
+
+	assert_int_equal(kvt_store_stat(st, &s), 0);
+	rc = kvt_store_reclaim(st, (unsigned)s.segments);
+	assert_true(rc == 0 || rc == -ENOSPC);
+}
+
+/*
+ * Reclaim of a recalled object while G4's copy was damaged (or put over by
+ * another node) with its size kept. The object kept g4_vid, so reclaim took
+ * that copy for its own, turned the object cold and freed the hot extents,
+ * the only good bytes: every read failed from then on. The copy must be
+ * proven as a demotion proves it (test_redemote_damaged_copy): read back on
+ * file://, by its ETag where the partner gives one that follows the bytes
+ * (the fault tier's etag_heads). A copy that fails is uploaded again before
+ * the segment goes; one that holds goes cold with no upload.
+ */
+static void test_reclaim_damaged_copy(void **state)
+{
+	const uint64_t size = (1u << 20) - 64;	/* one extent fills a segment */
+	struct cold_fault_plan plan = { 0 };
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct kvt_g4_report rep;
+	struct test_env env;
+	struct kvt_store *st;
+	unsigned puts, gets;
+
+	(void)state;
+	g4_env_init(&env, CAP, 1u << 20);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", size, 6), 0);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+
+	/* file://: recalled, its copy damaged, its segment sealed (the
+	 * next put) and reclaimed: read back, found damaged, uploaded again. */
+	assert_int_equal(test_check(st, "kvs", "s1/a", size, 6), 0);	/* recalled */
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	damage_g4_copy(&env, "kvs/s1/a");
+	assert_int_equal(test_put(st, "kvs", "other1", 1000, 2), 0);
+	puts = plan.puts;
+	reclaim_all(st);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(st, "kvs", "s1/a", size, 6), 0);
+	assert_int_equal(plan.puts, puts + 2);	/* the object and the manifest */
+
+	/* An ETag that follows the bytes: an intact copy is trusted with no
+	 * read and no upload, a damaged one is uploaded again. */
+	plan.etag_heads = 1;
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	assert_int_equal(test_put(st, "kvs", "other2", 1000, 3), 0);
+	puts = plan.puts;
+	gets = plan.gets;
+	reclaim_all(st);
+	assert_int_equal(plan.puts, puts);
+	assert_int_equal(plan.gets, gets);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(st, "kvs", "s1/a", size, 6), 0);
+	damage_g4_copy(&env, "kvs/s1/a");
+	assert_int_equal(test_put(st, "kvs", "other3", 1000, 4), 0);
+	puts = plan.puts;
+	gets = plan.gets;
+	reclaim_all(st);
+	assert_int_equal(plan.puts, puts + 2);
+	assert_int_equal(plan.gets, gets);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(st, "kvs", "s1/a", size, 6), 0);
+	test_fsck_clean(st);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 /* Two stores over one G4: demoted on A, imported and recalled on B. */
 static void test_import(void **state)
 {
@@ -2186,6 +2267,7 @@ int main(void)
 		cmocka_unit_test(test_redemote_after_recall),
 		cmocka_unit_test(test_redemote_damaged_copy),
 		cmocka_unit_test(test_redemote_damaged_renamed_copy),
+		cmocka_unit_test(test_reclaim_damaged_copy),
 		cmocka_unit_test(test_killed_after_put),
 		cmocka_unit_test(test_import_mode_clamped),
 	};
