@@ -2074,6 +2074,11 @@ ssize_t fh_write(struct kvfs *kv, struct fh *h, const char *buf, size_t size, of
 	}
 	if (h->flags & O_APPEND)
 		o = h->size;
+	if (o + size > kvt_store_object_max(kv->st)) {
+		/* Refused before a byte is stored, and the file is as it was. */
+		pthread_mutex_unlock(&h->lock);
+		return -EFBIG;
+	}
 	if (h->state == FH_BASE) {
 		rc = fh_base_ensure(kv, h);
 		if (rc < 0)
@@ -2148,6 +2153,8 @@ int fh_truncate(struct kvfs *kv, struct fh *h, uint64_t size)
 {
 	int rc = 0;
 
+	if (size > kvt_store_object_max(kv->st))
+		return -EFBIG;	/* before anything changes, as for a write */
 	pthread_mutex_lock(&h->lock);
 	if (size == h->size && !h->err)
 		goto touch;	/* ftruncate(2) moves mtime all the same */

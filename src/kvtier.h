@@ -187,6 +187,10 @@ int kvt_store_stat(struct kvt_store *st, struct kvt_store_stat *out);
  */
 int kvt_store_readonly(const struct kvt_store *st);
 
+/* The largest object the hot tier can ever hold: all the segments writers
+ * may fill. A write past it answers -EFBIG. */
+uint64_t kvt_store_object_max(const struct kvt_store *st);
+
 /*
  * 1 once this process met a damaged page of the store's catalog (every
  * query that meets one fails with -EUCLEAN): for /health and /metrics,

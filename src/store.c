@@ -1592,6 +1592,11 @@ static void store_disk_stat(const struct kvt_store *st, struct kvt_store_stat *o
 		out->disk_free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 }
 
+uint64_t kvt_store_object_max(const struct kvt_store *st)
+{
+	return store_object_max(st);
+}
+
 int kvt_store_readonly(const struct kvt_store *st)
 {
 	return st->readonly;

@@ -1036,6 +1036,25 @@ grep -q "File too large" "$T/err" || fail "cp of 12 MB said: $(cat "$T/err")"
 # close(2) returned the error; the kernel forgets the name once the release
 # that follows it (asynchronous) is done.
 gone "$S/mnt/bkt/big" || fail "the file that did not fit was published"
+# A write or a truncate past what the tier can hold is refused at once,
+# before any byte is stored, and leaves the file as it was (it was ENOSPC
+# at close, after zeros had filled the tier).
+python3 - "$S/mnt/bkt/sparse" <<'PY' || fail "a write past the tier's size was not refused EFBIG"
+import errno, os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+for call in (lambda: os.pwrite(fd, b"x", 100 << 20), lambda: os.ftruncate(fd, 100 << 20)):
+    try:
+        call()
+        sys.exit("not refused")
+    except OSError as e:
+        if e.errno != errno.EFBIG:
+            raise
+os.pwrite(fd, b"kept", 0)
+os.close(fd)
+PY
+[ "$(cat "$S/mnt/bkt/sparse")" = kept ] || fail "the file refused EFBIG lost its bytes"
+kvt_run truncate -s 100M "$S/mnt/bkt/sparse"
+grep -q "File too large" "$T/err" || fail "truncate past the tier said: $(cat "$T/err")"
 # Plain objects are a cache: reclaim drops them for new ones, no ENOSPC.
 for i in $(seq 1 12); do
 	head -c 1000000 /dev/urandom >"$S/p$i"
