@@ -1460,7 +1460,7 @@ static int fh_reader_mode(struct kvfs *kv, struct fh *h, const struct kvt_object
 			  int by_name, struct fuse_file_info *fi, fuse_ino_t *pino, char **name)
 {
 	struct node *n = h->node;
-	int cache, first = 0;
+	int cache, inval = 0;
 
 	pthread_mutex_lock(&kv->lock);
 	if (n->nreaders > 0 && strcmp(n->rtag, o->etag) != 0) {
@@ -1491,16 +1491,22 @@ static int fh_reader_mode(struct kvfs *kv, struct fh *h, const struct kvt_object
 		fi->keep_cache = n->etag[0] && strcmp(n->etag, o->etag) == 0;
 		snprintf(n->etag, sizeof(n->etag), "%s", o->etag);
 		n->csize = o->size;
-		first = n->ncache++ == 0;
+		inval = n->ncache++ == 0;
 		h->cached = 1;
 	} else {
 		fi->direct_io = 1;
 		/* Its mmap may bring its own pages in: a later open keeps none. */
 		if (strcmp(n->etag, o->etag) != 0)
 			n->etag[0] = '\0';
+		/*
+		 * The kernel's size is another version's (changed through S3):
+		 * fstat(2) of this open answered it for attr_timeout, and an
+		 * mmap(2) of that size past this version's end died of SIGBUS.
+		 */
+		inval = n->ksize != (int64_t)o->size;
 	}
 	pthread_mutex_unlock(&kv->lock);
-	if (first)
+	if (inval)
 		kvfs_notify_inval_attr(kv, n->ino);
 	return 0;
 }

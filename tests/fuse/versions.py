@@ -17,7 +17,8 @@ size per inode, so each case is one the daemon once got wrong
   3. a reader of the old version, when a newer, larger one was opened by
      another reader, read past its end: zeros up to the new size;
   4. a reader that opened a new, smaller version while the kernel still
-     had the older size read it padded with zeros;
+     had the older size read it padded with zeros, and its fstat gave the
+     older size (an mmap of it died of SIGBUS);
   5. a private mmap of a new version, opened while a reader of the old
      one was open through the page cache, showed the old version's pages
      (the inode's cache held them), and the reverse;
@@ -124,8 +125,16 @@ write(p, old)
 settle(p)
 with open(p, "rb") as f:
     expect("4. the old version", f.read(), old)
+os.stat(p)                        # the kernel has the old size for ATTR_TIMEOUT
 put("shrunk", new)
 fd = os.open(p, os.O_RDONLY)      # within the attribute timeout, no stat
+# fstat answered the old size, and an mmap of that size died of SIGBUS.
+size = os.fstat(fd).st_size
+if size != len(new):
+    bad.append("4. fstat of the new version's open: %d bytes, want %d" % (size, len(new)))
+else:
+    with mmap.mmap(fd, 0, mmap.MAP_PRIVATE, mmap.PROT_READ) as m:
+        expect("4. a private mmap of the new version", m[:], new)
 expect("4. the new version, opened without a stat", read_rest(fd, b""), new)
 os.close(fd)
 
