@@ -15,7 +15,9 @@
  * Files created through this mount and not yet closed exist only here (a
  * file is published when it is closed): the end of a listing adds them,
  * so that `ls` while cp or an inference engine writes shows the files being
- * written, as on any file system, with their size so far.
+ * written, as on any file system, with their size so far; and those that
+ * were being written when the listing began and were published since,
+ * which the page read before their close did not hold.
  *
  * readdirplus hands the kernel an inode per entry: its lookup count is
  * raised only for entries that fit in the reply.
@@ -51,6 +53,8 @@ struct dh {
 	char *cont;		/* continuation token of the next page */
 	int done;
 	uint64_t cseq;		/* kvfs.cseq before the page being pushed was read */
+	struct node **early;	/* files being written when the listing began */
+	size_t nearly;
 };
 
 static int dh_push(struct dh *d, const char *name, size_t len, enum node_type type, int full,
@@ -123,11 +127,77 @@ static int dent_listed(const struct dh *d, const char *name)
 	return 0;
 }
 
+/* A file of this directory, under kv->lock. */
+static int dh_holds_locked(const struct dh *d, const struct node *n)
+{
+	return n->parent == d->node && n->hashed && n->type == NODE_FILE;
+}
+
+/*
+ * The files of this directory being written here and not yet published
+ * (node.pending), found by a walk of the inode table under its lock, with
+ * a reference each, into d->early: at the start of a listing.
+ */
+static int dh_note_early(struct kvfs *kv, struct dh *d)
+{
+	size_t cap = 0;
+	int rc = 0;
+
+	pthread_mutex_lock(&kv->lock);
+	for (size_t b = 0; b < kv->nbuckets && rc == 0; b++) {
+		for (struct node *n = kv->by_ino[b]; n && rc == 0; n = n->ino_next) {
+			if (!dh_holds_locked(d, n) || !n->pending)
+				continue;
+			rc = UTIL_GROW(d->early, d->nearly, cap);
+			if (rc == 0) {
+				n->refs++;
+				d->early[d->nearly++] = n;
+			}
+		}
+	}
+	pthread_mutex_unlock(&kv->lock);
+	return rc;
+}
+
+static void dh_drop_early(struct kvfs *kv, struct dh *d)
+{
+	for (size_t i = 0; i < d->nearly; i++)
+		node_put(kv, d->early[i]);
+	free(d->early);
+	d->early = NULL;
+	d->nearly = 0;
+}
+
+/* Adds n and a copy of its name (a rename may change it once kv->lock is
+ * let go), with a reference; under kv->lock. */
+static int dh_pending_push(struct node *n, struct node ***v, char ***names, size_t *nv,
+			   size_t *cap)
+{
+	if (*nv == *cap) {
+		size_t c = *cap ? 2 * *cap : 16;
+		struct node **nvv = realloc(*v, c * sizeof(**v));
+		char **nn = nvv ? realloc(*names, c * sizeof(**names)) : NULL;
+
+		if (nvv)
+			*v = nvv;
+		if (nn)
+			*names = nn;
+		if (!nvv || !nn)
+			return -ENOMEM;
+		*cap = c;
+	}
+	if (!((*names)[*nv] = strdup(n->name)))
+		return -ENOMEM;
+	n->refs++;
+	(*v)[(*nv)++] = n;
+	return 0;
+}
+
 /*
  * Appends the files of this directory that are being written here and not
- * yet published (node.pending). They are found by a walk of the inode
- * table, once per listing, under its lock; their names are copied there,
- * since a rename may change them once it is dropped.
+ * yet published, and those that were when the listing began (d->early):
+ * published since, the page that would hold them may have been read
+ * before, and a file that existed all along went unlisted.
  */
 static int dh_add_pending(struct kvfs *kv, struct dh *d)
 {
@@ -137,35 +207,15 @@ static int dh_add_pending(struct kvfs *kv, struct dh *d)
 	int rc = 0;
 
 	pthread_mutex_lock(&kv->lock);
-	for (size_t b = 0; b < kv->nbuckets && rc == 0; b++) {
-		for (struct node *n = kv->by_ino[b]; n && rc == 0; n = n->ino_next) {
-			if (n->parent != d->node || !n->pending || !n->hashed ||
-			    n->type != NODE_FILE)
-				continue;
-			if (nv == cap) {
-				size_t c = cap ? 2 * cap : 16;
-				struct node **nvv = realloc(v, c * sizeof(*v));
-				char **nn = nvv ? realloc(names, c * sizeof(*names)) : NULL;
-
-				if (nvv)
-					v = nvv;
-				if (nn)
-					names = nn;
-				if (!nvv || !nn) {
-					rc = -ENOMEM;
-					break;
-				}
-				cap = c;
-			}
-			if (!(names[nv] = strdup(n->name))) {
-				rc = -ENOMEM;
-				break;
-			}
-			n->refs++;
-			v[nv++] = n;
-		}
-	}
+	for (size_t b = 0; b < kv->nbuckets && rc == 0; b++)
+		for (struct node *n = kv->by_ino[b]; n && rc == 0; n = n->ino_next)
+			if (dh_holds_locked(d, n) && n->pending)
+				rc = dh_pending_push(n, &v, &names, &nv, &cap);
+	for (size_t i = 0; i < d->nearly && rc == 0; i++)
+		if (dh_holds_locked(d, d->early[i]) && !d->early[i]->pending)
+			rc = dh_pending_push(d->early[i], &v, &names, &nv, &cap);
 	pthread_mutex_unlock(&kv->lock);
+	dh_drop_early(kv, d);
 	d->cseq = node_cseq(kv);
 	for (size_t i = 0; i < nv; i++) {
 		struct kvfs_stat s;
@@ -200,6 +250,11 @@ static int dh_fetch(struct kvfs *kv, struct dh *d)
 
 		d->done = 1;
 		return kvt_bucket_list(kv->st, bucket_cb, &bw);
+	}
+	if (d->n == 0 && !d->cont && !d->early) {
+		rc = dh_note_early(kv, d);	/* the listing begins */
+		if (rc < 0)
+			return rc;
 	}
 	rc = kvt_object_list(kv->st, d->bucket, &lo, &l);
 	if (rc < 0)
@@ -283,6 +338,7 @@ void dh_release(struct kvfs *kv, struct dh *d)
 		free(d->ents[i].name);
 	free(d->ents);
 	free(d->cont);
+	dh_drop_early(kv, d);
 	free(d->bucket);
 	free(d->prefix);
 	node_put(kv, d->node);

@@ -581,6 +581,22 @@ assert os.listdir(d).count("being-written") == 1, "listed twice or not at all af
 assert os.stat(p).st_size == 3005000
 os.unlink(p)
 assert "being-written" not in os.listdir(d)
+# Closed while a listing of more than one page (1000 entries) is read: it
+# existed all along, so it is listed once (it was in neither the page read
+# before its close nor the files still being written at the end).
+sub = os.path.join(d, "long-listing")
+os.mkdir(sub)
+for i in range(1200):
+    open(os.path.join(sub, "f%04d" % i), "wb").close()
+fd = os.open(os.path.join(sub, "a-closed-midway"), os.O_WRONLY | os.O_CREAT)
+os.write(fd, b"data")
+seen = []
+with os.scandir(sub) as it:
+    for e in it:
+        seen.append(e.name)
+        if len(seen) == 5:
+            os.close(fd)
+assert (len(seen), seen.count("a-closed-midway")) == (1201, 1), (len(seen), seen[:8])
 EOF
 
 step "many writers and readers at once (16 writers x 20 files, 8 readers)"
