@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "kvfs.h"
@@ -1397,7 +1398,6 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	char *bucket = NULL, *key = NULL, *v = NULL;
 	int rc;
 
-	(void)flags;
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -1407,6 +1407,12 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	rc = v ? node_path(kv, n, &bucket, &key) : -ENOMEM;
 	if (rc < 0)
 		goto out;
+	/* A session and a pin are there on every file: there is none to create. */
+	if ((flags & XATTR_CREATE) &&
+	    (strcmp(name, XATTR_SESSION) == 0 || strcmp(name, XATTR_PIN) == 0)) {
+		rc = -EEXIST;
+		goto out;
+	}
 	if (strcmp(name, XATTR_SESSION) == 0) {
 		int pending = 0, writing = 0;
 
@@ -1418,6 +1424,10 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 			rc = -EINVAL;
 			goto out;
 		}
+		/* It names G4's manifest of the session: a key's rules. */
+		rc = kvt_key_valid(v);
+		if (rc < 0)
+			goto out;
 		pthread_mutex_lock(&kv->lock);
 		writing = n->nwriters > 0;
 		if (writing) {
@@ -1454,7 +1464,11 @@ out:
 	node_put(kv, n);
 }
 
-/* setfattr -x user.kvtier.pin unpins; the other names cannot be removed. */
+/*
+ * setfattr -x user.kvtier.pin unpins; the other user.kvtier names cannot
+ * be removed, and no other name is there to remove (ENODATA, as a file
+ * system without it answers).
+ */
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	struct kvfs *kv = req_kv(req);
@@ -1463,7 +1477,7 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	int rc;
 
 	if (strcmp(name, XATTR_PIN) != 0) {
-		fuse_reply_err(req, ENOTSUP);
+		fuse_reply_err(req, strncmp(name, "user.kvtier.", 12) == 0 ? ENOTSUP : ENODATA);
 		return;
 	}
 	n = node_get(kv, ino);

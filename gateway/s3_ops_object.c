@@ -191,7 +191,7 @@ enum s3_code s3_refuse_unkept(const struct gw_req *rq)
 	return S3_OK;
 }
 
-static enum s3_code s3_collect_meta_code(struct gw_req *rq)
+static enum s3_code s3_collect_meta_code(struct gw_req *rq, const char **msg)
 {
 	size_t user_bytes = 0;
 	const char *ct = http_hdr(rq, "Content-Type");
@@ -205,8 +205,12 @@ static enum s3_code s3_collect_meta_code(struct gw_req *rq)
 		char *name = NULL;
 
 		if (strncasecmp(n, "x-amz-meta-", 11) == 0) {
-			if (!s3_meta_sendable(n + 11, v))
+			if (!s3_meta_sendable(n + 11, v)) {
+				*msg = "User metadata names (x-amz-meta-NAME) must be ASCII letters, "
+				       "digits and !#$%&'*+-.^_`|~, their values free of control "
+				       "characters";
 				return S3_INVALID_ARGUMENT;
+			}
 			name = strdup(n + 11);
 			user_bytes += strlen(n + 11) + strlen(v);
 		} else {
@@ -260,18 +264,23 @@ static enum s3_code s3_collect_meta_code(struct gw_req *rq)
 				session = rq->meta[i].value;
 	}
 	rq->put.session = session && *session ? session : NULL;
+	/* It names G4's manifest of the session: a key's rules (writer.c). */
+	if (rq->put.session && kvt_key_valid(rq->put.session) < 0) {
+		*msg = "A session (x-kvtier-session, x-amz-meta-kvtier-session) must be "
+		       "1 to 1024 bytes of UTF-8";
+		return S3_INVALID_ARGUMENT;
+	}
 	return S3_OK;
 }
 
 bool s3_collect_meta(struct gw_req *rq)
 {
-	enum s3_code code = s3_collect_meta_code(rq);
+	const char *msg = NULL;
+	enum s3_code code = s3_collect_meta_code(rq, &msg);
 
 	if (code == S3_OK)
 		return true;
-	http_send_error(rq, code, code == S3_INVALID_ARGUMENT ?
-			"User metadata names (x-amz-meta-NAME) must be ASCII letters, digits "
-			"and !#$%&'*+-.^_`|~, their values free of control characters" : NULL);
+	http_send_error(rq, code, msg);
 	return false;
 }
 

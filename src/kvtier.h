@@ -308,7 +308,8 @@ enum {
 struct kvt_put_opts {
 	unsigned flags;
 	const char *content_type;	/* NULL: none */
-	const char *session;		/* NULL: from the key's leading components */
+	const char *session;		/* NULL: from the key's leading components; else
+					 * UTF-8 of 1 to KVT_KEY_MAX bytes, as a key */
 	const char *etag;		/* NULL: computed (see KVT_PUT_MD5_ETAG) */
 	const struct kvt_meta *meta;
 	size_t nmeta;

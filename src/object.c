@@ -430,8 +430,9 @@ int kvt_object_set_session(struct kvt_store *st, const char *bucket, const char 
 
 	if (rc < 0)
 		return rc;
-	if (!session || !*session || strlen(session) > KVT_KEY_MAX)
-		return -EINVAL;
+	rc = kvt_key_valid(session);	/* as a writer's (writer.c) */
+	if (rc < 0)
+		return rc;
 	return cat_object_set_session(c, bucket_id, key, session, util_now_ns());
 }
 

@@ -148,6 +148,9 @@ static int writer_target(struct kvt_writer *w, const char *bucket, const char *k
 	}
 	if (rc < 0)
 		return rc;
+	/* A session names G4's manifest of it: a key's rules (UTF-8, 1024 bytes). */
+	if (opts->session && *opts->session && (rc = kvt_key_valid(opts->session)) < 0)
+		return rc;
 	w->bucket = strdup(bucket);
 	w->key = strdup(key);
 	w->session = store_session_of(w->st, key, opts->session);

@@ -430,6 +430,20 @@ try:
     raise SystemExit("getxattr of a missing name succeeded")
 except OSError as e:
     assert e.errno == 61, e   # ENODATA
+# What ext4 answers: removing a name that is not there is ENODATA; a session
+# or a pin is always there, so XATTR_CREATE is EEXIST. A session names G4's
+# manifest of it, so it follows a key's rules: UTF-8 (EILSEQ).
+for call, err in ((lambda: os.removexattr(p, "user.nothing"), 61),
+                  (lambda: os.setxattr(p, "user.kvtier.pin", b"1", os.XATTR_CREATE), 17),
+                  (lambda: os.setxattr(p, "user.kvtier.session", b"x", os.XATTR_CREATE), 17),
+                  (lambda: os.setxattr(p, "user.kvtier.session", b"conv\xff"), 84)):
+    try:
+        call()
+        raise SystemExit("an xattr call that should fail errno %d succeeded" % err)
+    except OSError as e:
+        assert e.errno == err, (err, e)
+assert os.getxattr(p, "user.kvtier.session") == b"conv-moved"
+os.setxattr(p, "user.kvtier.session", b"conv-moved", os.XATTR_REPLACE)
 # No labels or ACLs are kept: ENOTSUP, which ls -l takes as "stop asking".
 for name in ("security.selinux", "system.posix_acl_access", "trusted.x"):
     try:

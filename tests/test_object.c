@@ -439,6 +439,12 @@ static void test_head_fields(void **state)
 	o = head(f->st, "bkt", "conv-9/y");
 	assert_string_equal(o->session, "conv-9");
 	kvt_object_free(o);
+	/* A session names G4's manifest of it: a key's rules, on a put and on
+	 * a move (kvt_object_set_session). */
+	opts = (struct kvt_put_opts){ .session = "conv\xff" };
+	assert_int_equal(put_data(f->st, "bkt", "conv-9/z", data, 10, &opts), -EILSEQ);
+	assert_int_equal(kvt_object_set_session(f->st, "bkt", "conv-9/y", "conv\xff"), -EILSEQ);
+	assert_int_equal(kvt_object_set_session(f->st, "bkt", "conv-9/y", ""), -EINVAL);
 
 	/* The sessions are counted. */
 	{

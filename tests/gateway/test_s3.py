@@ -274,6 +274,11 @@ class Objects(Base):
                            Metadata={"kvtier-session": "sess-42"})
         h = self.s3.get_object(Bucket=self.bucket, Key="blk1")
         self.assertEqual(h["ResponseMetadata"]["HTTPHeaders"]["x-kvtier-session"], "sess-42")
+        # A session names G4's manifest of it: a key's rules, else refused.
+        st, _, body = send("PUT", "/%s/blk2" % self.bucket, body=b"kv",
+                           headers={"x-kvtier-session": "s" * 1025})
+        self.assertEqual((st, b"1 to 1024 bytes of UTF-8" in body), (400, True), body)
+        self.absent("blk2")
 
     def test_ranges(self):
         data = os.urandom(10000)
