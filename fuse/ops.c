@@ -1138,6 +1138,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct kvt_store_stat ss;
 	struct statvfs sv;
 	const uint64_t bsize = 4096;
+	uint64_t reserved;
 	int rc = kvt_store_stat(kv->st, &ss);
 
 	(void)ino;
@@ -1150,7 +1151,10 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	sv.f_frsize = bsize;
 	sv.f_blocks = ss.capacity / bsize;
 	sv.f_bfree = ss.capacity > ss.live_bytes ? (ss.capacity - ss.live_bytes) / bsize : 0;
-	sv.f_bavail = sv.f_bfree;
+	/* Less the segment writers leave to reclaim (kvt_store_object_max()),
+	 * as a file system leaves out the blocks it reserves for root. */
+	reserved = (ss.capacity - kvt_store_object_max(kv->st)) / bsize;
+	sv.f_bavail = sv.f_bfree > reserved ? sv.f_bfree - reserved : 0;
 	/* Objects are rows, not preallocated inodes: there is always room. */
 	sv.f_files = ss.objects + (1u << 30);
 	sv.f_ffree = 1u << 30;

@@ -511,6 +511,9 @@ EOF
 step "statfs reports the hot tier"
 [ "$(stat -f -c '%b %S' "$M" | awk '{print $1 * $2}')" -eq $((1024 * 1024 * 1024)) ] ||
 	fail "statfs: $(stat -f -c '%b blocks of %S' "$M")"
+# Available: free less the 32 MiB segment writers leave to reclaim.
+[ "$(stat -f -c '%f %a' "$M" | awk '{print ($1 - $2) * 4096}')" -eq $((32 * 1024 * 1024)) ] ||
+	fail "statfs: $(stat -f -c '%f free, %a available' "$M")"
 
 step "reads: readahead of one extent; a read-only close sends no FLUSH"
 # The kernel starts a FUSE mount at 128 KiB of readahead; the daemon raises
