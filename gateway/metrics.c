@@ -14,7 +14,7 @@
 #include "metrics.h"
 
 static const unsigned metrics_statuses[] = {
-	200, 204, 206, 304, 400, 403, 404, 405, 409, 411, 412, 416, 500, 501, 503, 0 /* other */
+	200, 202, 204, 206, 304, 400, 403, 404, 405, 409, 411, 412, 416, 500, 501, 503, 0 /* other */
 };
 #define METRICS_NSTATUS GW_ARRAY_SIZE(metrics_statuses)
 

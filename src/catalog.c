@@ -308,7 +308,8 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_STAT_INTERNAL] = "SELECT count(*) FROM objects o JOIN buckets b ON b.id = o.bucket"
 			    " WHERE " SQL_KEPT " AND NOT o.pinned",
 	[S_STAT_TIERS] = "SELECT tier, count(*) FROM objects GROUP BY tier",
-	[S_STAT_BUCKETS] = "SELECT count(*) FROM buckets",
+	/* Not the internal ones (".uploads", ".fuse"): no listing shows them. */
+	[S_STAT_BUCKETS] = "SELECT count(*) FROM buckets WHERE substr(name, 1, 1) <> '.'",
 	[S_STAT_SESSIONS] = "SELECT count(*) FROM sessions",
 	[S_STAT_SEGS] = "SELECT coalesce(sum(live), 0), count(*) FROM segments",
 };

@@ -446,11 +446,13 @@ static void test_head_fields(void **state)
 	assert_int_equal(kvt_object_set_session(f->st, "bkt", "conv-9/y", "conv\xff"), -EILSEQ);
 	assert_int_equal(kvt_object_set_session(f->st, "bkt", "conv-9/y", ""), -EINVAL);
 
-	/* The sessions are counted. */
+	/* The sessions are counted; the buckets too, not the internal ones. */
 	{
 		struct kvt_store_stat s;
 
+		assert_int_equal(kvt_bucket_create_internal(f->st, ".uploads"), 0);
 		assert_int_equal(kvt_store_stat(f->st, &s), 0);
+		assert_int_equal(s.buckets, 1);
 		assert_int_equal(s.sessions, 4);	/* conv-1, plain, explicit-sess, conv-9 */
 		assert_int_equal(s.objects, 4);
 		assert_int_equal(s.object_bytes, len + 30);

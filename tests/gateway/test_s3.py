@@ -1446,10 +1446,14 @@ class KvExtensions(Base):
         self.assertEqual(st, 200, body)
         self.assertIn(b"<Hot>1</Hot>", body)
         self.assertIn(b"<Missing>1</Missing>", body)
-        # A whole session: accepted at once, recalled in the background.
+        # A whole session: accepted at once, recalled in the background;
+        # counted as a 202, not as "other" (which the dashboard shows as 5xx).
+        accepted = 'kvtier_gateway_requests_total{op="KvPrestage",status="202"}'
+        before = metric(accepted)
         st, _, body = send("POST", "/" + self.bucket,
                            query=[("kvtier-prestage", ""), ("session", "conv1")])
         self.assertEqual(st, 202, body)
+        self.assertEqual(metric(accepted) - before, 1)
         st, _, body = send("POST", "/" + self.bucket, query=[("kvtier-lookup", "")],
                            body=b"<Lookup><Key>unclosed</Lookup>")
         self.assertEqual((st, b"MalformedXML" in body), (400, True))
