@@ -403,10 +403,11 @@ static int cmd_init(struct cli *c, int argc, char **argv)
 	rc = kvt_store_stat(c->st, &s);
 	if (rc < 0)
 		return cli_fail(c, rc, NULL, NULL);
-	if (kvt_store_readonly(c->st) && s.segments < c->cfg.store.capacity / s.segment_size) {
-		/* Opened at the size it has (the engine said so): not what was asked. */
+	if (s.segments < c->cfg.store.capacity / s.segment_size) {
+		/* Opened at the size it has (the engine said why): not what was asked. */
 		cli_error(c, "cannot grow the store in '%s': %s", c->cfg.store.dir,
-			  cli_strerror(-EROFS));
+			  kvt_store_readonly(c->st) ? cli_strerror(-EROFS)
+			  : "another kvtier process has it open; stop them all, then run init");
 		return CLI_FAIL;
 	}
 	printf("%s store in '%s'\n", existed ? "opened existing" : "created", c->cfg.store.dir);

@@ -61,6 +61,7 @@
 #define SEG_EXTENT_MAX (SEG_PAYLOAD_MAX + SEG_ALIGN)	/* header + payload, padded */
 #define SEG_MAGIC 0x4b565445u		/* "KVTE" */
 #define SEG_PIN_BASE ((int64_t)1 << 32)	/* map-file byte of segment 0's pin */
+#define SEG_USERS_BYTE ((int64_t)1 << 33)	/* read-locked by every process with the store open */
 #define SEG_CHUNK (64 * 1024)		/* payload bytes per chunk checksum */
 #define SEG_CHUNKS_MAX ((SEG_PAYLOAD_MAX + SEG_CHUNK - 1) / SEG_CHUNK + 1)
 

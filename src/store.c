@@ -1287,6 +1287,56 @@ static int store_open_segments_readonly(struct kvt_store *st, const char *catalo
 }
 
 /*
+ * Every process with the store open holds a read lock on one byte of
+ * segments.map (SEG_USERS_BYTE) until it closes it. Only an open that gets
+ * the write lock, so one with no other process beside it, may grow the
+ * store: a process opened before has its segment files, append locks and
+ * I/O context tables for the count it found, and failed every write to a
+ * segment past it (EBADF) until it was restarted. The write lock becomes a
+ * read lock once the open is done. Returns the descriptor, *alone saying
+ * which lock it holds.
+ */
+static int store_users_lock(struct kvt_store *st, int *alone)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET,
+			    .l_start = SEG_USERS_BYTE, .l_len = 1 };
+	char path[4200];
+	int fd, rc;
+
+	snprintf(path, sizeof(path), "%s/segments.map", st->dir);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+		log_err(rc, "cannot open '%s'", path);
+		return rc;
+	}
+	*alone = fcntl(fd, F_OFD_SETLK, &fl) == 0;
+	if (*alone)
+		return fd;
+	/* Another process has it open, or grows it: wait for that to end. */
+	fl.l_type = F_RDLCK;
+	while (fcntl(fd, F_OFD_SETLKW, &fl) < 0) {
+		if (errno != EINTR) {
+			rc = -errno;
+			log_err(rc, "cannot lock '%s'", path);
+			close(fd);
+			return rc;
+		}
+	}
+	return fd;
+}
+
+/* The write lock of an open that was alone becomes a read lock. */
+static void store_users_share(int fd)
+{
+	struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET,
+			    .l_start = SEG_USERS_BYTE, .l_len = 1 };
+
+	while (fcntl(fd, F_OFD_SETLKW, &fl) < 0 && errno == EINTR)
+		;
+}
+
+/*
  * The catalog says what the segment files must be, and the files are made
  * after it says so. If they cannot be (the disk filled meanwhile), the
  * segments this open added are forgotten and their files removed: a later
@@ -1300,7 +1350,7 @@ static int store_open_segments(struct kvt_store *st, const char *catalog_path, i
 	struct cat *c = NULL;
 	uint32_t had = 0, nmade;
 	char path[4200];
-	int rc;
+	int rc, alone;
 
 	rc = store_nofile_check(st);
 	if (rc < 0)
@@ -1314,9 +1364,18 @@ static int store_open_segments(struct kvt_store *st, const char *catalog_path, i
 			"(restore catalog.db, or remove the segments directory to start afresh)", st->dir);
 		return -EEXIST;
 	}
+	st->users_fd = store_users_lock(st, &alone);
+	if (st->users_fd < 0)
+		return st->users_fd;
 	rc = cat_open(catalog_path, CAT_CREATE, &c);
 	if (rc == 0)
 		rc = cat_segment_count(c, &had);
+	if (rc == 0 && had > 0 && had < st->nsegs && !alone) {
+		log_warn(0, "capacity asks for %u segments and the store in '%s' has %u; another "
+			 "kvtier process has it open, so it grows only once they are all stopped "
+			 "(kvtier init then): opened at %u", st->nsegs, st->dir, had, had);
+		st->nsegs = had;
+	}
 	if (rc == 0 && had < st->nsegs && (rc = store_room_check(st)) < 0)
 		goto out;
 	if (rc == 0)
@@ -1342,6 +1401,8 @@ out:
 	cat_close(c);
 	if (rc == -ENOSPC && fresh)
 		store_unmake(st->dir);
+	if (rc == 0 && alone)
+		store_users_share(st->users_fd);
 	return rc;
 }
 
@@ -1372,6 +1433,7 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	if (!st)
 		return -ENOMEM;
 	st->lock_fd = -1;
+	st->users_fd = -1;
 	pthread_mutex_init(&st->cold_lock, NULL);	/* the cold tier opens on first use */
 	commit_queue_init(&st->commitq);
 	pthread_mutex_init(&st->bucket_cache_lock, NULL);
@@ -1542,6 +1604,8 @@ void kvt_store_close(struct kvt_store *st)
 	}
 	if (st->lock_fd >= 0)
 		close(st->lock_fd);
+	if (st->users_fd >= 0)
+		close(st->users_fd);	/* the store is one user fewer */
 	seg_files_close(st->sf);
 	pthread_mutex_destroy(&st->threads_lock);
 	pthread_mutex_destroy(&st->pool_lock);

@@ -57,6 +57,7 @@ struct kvt_store {
 	enum kvt_io_kind io_kind;
 	struct seg_files *sf;
 	int lock_fd;		/* holds the append locks of this process's segments */
+	int users_fd;		/* holds this process's read lock on SEG_USERS_BYTE */
 	/* Which of them this process holds: an open file description lock
 	 * does not exclude the threads that share it (store_append_trylock). */
 	pthread_mutex_t append_lock;

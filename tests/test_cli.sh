@@ -238,6 +238,26 @@ kvt_expect 3 "$K" fsck
 kvt_grep out "^header errors: +1$"
 [ "$(grep -c "'damage/victim': extent 0 (segment 0 offset 0): bad magic$" "$KVT_TMP/err")" = 1 ] ||
 	fail "fsck did not name the damaged header's object once: $(cat "$KVT_TMP/err")"
+
+step "init grows a store only when no other process has it open"
+# A put that waits for its stdin keeps the store open meanwhile.
+mkfifo "$T/held"
+"$K" put damage held - <"$T/held" &
+held=$!
+exec 7>"$T/held"
+for _ in $(seq 1 100); do
+	ls -l "/proc/$held/fd" 2>/dev/null | grep -q 'segments\.map$' && break
+	sleep 0.05
+done
+sed 's/^capacity = 64M$/capacity = 96M/' "$KVTIER_CONF" >"$T/grown.conf"
+kvt_expect 1 "$K" -c "$T/grown.conf" init
+kvt_grep err "cannot grow the store in '.*': another kvtier process has it open"
+kvt_expect 0 "$K" stat
+kvt_grep out "^capacity: +64\.0 MiB"
+exec 7>&-
+wait "$held" || fail "the put that held the store open failed"
+kvt_expect 0 "$K" -c "$T/grown.conf" init
+kvt_grep out "capacity: +96\.0 MiB"
 KVTIER_CONF=$T/fresh.conf
 
 step "a deleted or cut segment file: the next open says so, fsck --repair forgets what it held"

@@ -919,6 +919,48 @@ static void idle_segment_sealed(int g4)
 	test_env_release(&env);
 }
 
+/*
+ * A store grows only when no other process has it open. A process that
+ * opened it before has tables for the segments it found: opened beside it
+ * with a larger capacity, the store grew, and its first write past them
+ * failed EBADF, until it was restarted (found through kvtier-gateway and
+ * `kvtier init`). Two opens of one process stand for two processes: each
+ * holds its own lock on the store's users (store.c, store_users_lock).
+ */
+static void test_grow_while_open(void **state)
+{
+	struct kvt_store *a, *b;
+	struct kvt_store_stat s;
+	struct test_env env;
+	char key[32];
+
+	(void)state;
+	test_env_init(&env, 8u << 20, 1u << 20);
+	a = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(a, BUCKET), 0);
+	env.cfg.store.capacity = 12u << 20;
+	assert_int_equal(kvt_store_open(&env.cfg, 0, &b), 0);
+	assert_int_equal(kvt_store_stat(b, &s), 0);
+	assert_int_equal(s.capacity, 8u << 20);
+	/* Every segment a has, then one more: a writes where it can. */
+	for (int i = 0; i < 10; i++) {
+		snprintf(key, sizeof(key), "b%d", i);
+		assert_int_equal(test_put(b, BUCKET, key, 900u << 10, (uint64_t)i), 0);
+	}
+	assert_int_equal(test_put(a, BUCKET, "a", 900u << 10, 100), 0);
+	assert_int_equal(test_check(b, BUCKET, "a", 900u << 10, 100), 0);
+	kvt_store_close(b);
+	kvt_store_close(a);
+	/* Alone, it grows. */
+	a = test_store_open(&env);
+	assert_int_equal(kvt_store_stat(a, &s), 0);
+	assert_int_equal(s.capacity, 12u << 20);
+	assert_int_equal(test_check(a, BUCKET, "a", 900u << 10, 100), 0);
+	test_fsck_clean(a);
+	kvt_store_close(a);
+	test_env_release(&env);
+}
+
 static void test_idle_segment_sealed(void **state)
 {
 	(void)state;
@@ -941,6 +983,7 @@ int main(void)
 		cmocka_unit_test(test_stress_three),
 		cmocka_unit_test(test_reclaim_killed_relocating),
 		cmocka_unit_test(test_reclaim_killed_relocating_g4),
+		cmocka_unit_test(test_grow_while_open),
 		cmocka_unit_test(test_idle_segment_sealed),
 		cmocka_unit_test(test_idle_segment_sealed_g4),
 	};
