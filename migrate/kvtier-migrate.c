@@ -158,7 +158,7 @@ int main(int argc, char **argv)
 	struct kvt_g4_opts go = { 0 };
 	struct kvt_g4_report rep = { 0 };
 	struct progress prog = { 0 };
-	int ch, json = 0, want_progress = 0, mode = 0, status = 2, lock_fd = -1, rc;
+	int ch, json = 0, quiet = 0, want_progress = 0, mode = 0, status = 2, lock_fd = -1, rc;
 	double t0, secs;
 
 	kvt_log_set_ident("kvtier-migrate");
@@ -167,7 +167,7 @@ int main(int argc, char **argv)
 		switch (ch) {
 		case 'c': conf = optarg; break;
 		case 'v': kvt_log_set_level(KVT_LOG_DEBUG); break;
-		case 'q': kvt_log_set_level(KVT_LOG_ERR); break;
+		case 'q': kvt_log_set_level(KVT_LOG_ERR); quiet = 1; break;
 		case 'h': usage(stdout); status = 0; goto out;
 		case OPT_VERSION: printf("kvtier-migrate %s\n", PACKAGE_VERSION); status = 0; goto out;
 		case OPT_IDLE: idle_arg = optarg; break;
@@ -256,7 +256,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
-		fprintf(stderr, "kvtier-migrate: another run holds '%s'; exiting\n", lockpath);
+		/* Not a failure (exit 75): cron mails whatever is printed. */
+		if (!quiet)
+			fprintf(stderr, "kvtier-migrate: another run holds '%s'; exiting\n",
+				lockpath);
 		status = EXIT_LOCKED;
 		goto out;
 	}
@@ -312,7 +315,8 @@ int main(int argc, char **argv)
 		       "\"bytes_per_s\":%.0f}\n", action, go.dry_run ? "true" : "false",
 		       rep.sessions, rep.objects, rep.bytes, rep.failures, secs,
 		       secs > 0 ? rep.bytes / secs : 0.0);
-	} else {
+	} else if (!quiet || rep.failures) {
+		/* cron mails what is printed: with -q, only a run that failed. */
 		fprintf(stderr, "kvtier-migrate: %s%s: %" PRIu64 " sessions, %" PRIu64 " objects, %"
 			PRIu64 " bytes in %.2f s (%.1f MiB/s), %" PRIu64 " failures\n", action,
 			go.dry_run ? " (dry run)" : "", rep.sessions, rep.objects, rep.bytes, secs,

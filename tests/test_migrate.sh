@@ -70,6 +70,9 @@ kvt_grep err "url = none in .*none.conf: this node has no cold tier"
 step "nothing is idle for 24h (the default)"
 kvt_expect 0 "$M"
 kvt_grep err "^kvtier-migrate: demote: 0 sessions, 0 objects, 0 bytes in .*, 0 failures$"
+# -q, as cron runs it: nothing printed, for cron mails what is.
+kvt_expect 0 "$M" -q
+[ ! -s "$KVT_TMP/err" ] || fail "a quiet run that did its work printed: $(cat "$KVT_TMP/err")"
 
 step "--dry-run --json counts and moves nothing"
 kvt_expect 0 "$M" --idle 0s --dry-run --json
@@ -82,6 +85,8 @@ locker=$!
 sleep 0.5
 kvt_expect 75 "$M" --idle 0s
 kvt_grep err "another run holds '.*migrate.lock'"
+kvt_expect 75 "$M" --idle 0s -q
+[ ! -s "$KVT_TMP/err" ] || fail "a quiet run locked out printed: $(cat "$KVT_TMP/err")"
 wait "$locker"
 
 step "demote everything idle: cold, in G4 with manifests"
