@@ -454,8 +454,11 @@ int main(int argc, char **argv)
 	/*
 	 * Detach before the store is opened: the engine's byte-range locks
 	 * belong to the process that took them, and a fork would lose them.
+	 * In the same directory: relative paths (the credentials and the
+	 * access log, which SIGHUP opens again) name what they named in the
+	 * foreground, not files under /.
 	 */
-	if (daemonize && daemon(0, 0) < 0) {
+	if (daemonize && daemon(1, 0) < 0) {
 		log_err(-errno, "cannot detach");
 		goto out;
 	}

@@ -102,6 +102,31 @@ if command -v curl >/dev/null 2>&1; then
 	hup_wait "credentials not reloaded, the old users stay"
 	[ "$(hup_status AKIDHUPNEW:newsecret)" = 200 ] || fail "a refused file dropped the users"
 	gw_stop "$hup_pid"
+
+	step "-d keeps relative paths: the files SIGHUP opens again"
+	# daemon(3) moved to /: a key rotation read /creds, and logrotate
+	# made /access.log.
+	R=$T/rel
+	mkdir "$R"
+	(umask 077 && printf 'AKIDREL relsecret\n' >"$R/creds")
+	gw_config "$R/kvtier.conf" "$R/data" 8M 1M
+	rport=$(shuf -i 20000-40000 -n 1)
+	(cd "$R" && "$GATEWAY" -c kvtier.conf -d --listen "127.0.0.1:$rport" --credentials creds \
+		--access-log access.log) || fail "kvtier-gateway -d did not start"
+	GW_ENDPOINT=http://127.0.0.1:$rport
+	poll 300 curl -sf -o /dev/null "$GW_ENDPOINT/health" || fail "kvtier-gateway -d does not answer"
+	rel_pid=$(pgrep -f -- "--listen 127.0.0.1:$rport ")
+	[ -n "$rel_pid" ] || fail "cannot find kvtier-gateway -d"
+	gw_pids="$gw_pids $rel_pid"	# not a child: stopped at exit all the same
+	[ "$(hup_status AKIDREL:relsecret)" = 200 ] || fail "the -d gateway's user cannot sign in"
+	(umask 077 && printf 'AKIDREL2 relsecret2\n' >"$R/creds")
+	mv "$R/access.log" "$R/access.log.1"
+	kill -HUP "$rel_pid"
+	poll 100 [ "$(hup_status AKIDREL2:relsecret2)" = 200 ] ||
+		fail "SIGHUP of kvtier-gateway -d did not reread its relative credentials"
+	poll 100 test -s "$R/access.log" || fail "SIGHUP of kvtier-gateway -d did not reopen its log"
+	kill "$rel_pid"
+	poll 300 [ ! -d "/proc/$rel_pid" ] || fail "kvtier-gateway -d did not stop on SIGTERM"
 fi
 
 pythons=""
