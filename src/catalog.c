@@ -150,7 +150,7 @@ static const char *const migrations[] = {
 
 enum stmt_id {
 	S_BEGIN, S_BEGIN_READ, S_COMMIT, S_ROLLBACK, S_SAVEPOINT, S_ROLLBACK_TO, S_RELEASE,
-	S_SETTING_GET, S_SETTING_SET, S_SEG_COUNT, S_SEG_INSERT, S_SEG_TRIM,
+	S_SETTING_GET, S_SETTING_SET, S_SETTING_ADD, S_SEG_COUNT, S_SEG_INSERT, S_SEG_TRIM,
 	S_BUCKET_INSERT, S_BUCKET_ID, S_BUCKET_DELETE, S_BUCKET_HAS_OBJECTS,
 	S_BUCKET_LIST,
 	S_OBJ_LOOKUP, S_OBJ_GET, S_OBJ_EXTENTS, S_OBJ_INSERT, S_OBJ_DELETE_ID,
@@ -179,6 +179,7 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_RELEASE] = "RELEASE put",
 	[S_SETTING_GET] = "SELECT value FROM settings WHERE name = ?1",
 	[S_SETTING_SET] = "INSERT OR REPLACE INTO settings(name, value) VALUES(?1, ?2)",
+	[S_SETTING_ADD] = "INSERT OR IGNORE INTO settings(name, value) VALUES(?1, ?2)",
 	[S_SEG_COUNT] = "SELECT count(*) FROM segments",
 	[S_SEG_INSERT] = "INSERT INTO segments(id, state, gen, live, used, last_access)"
 			 " VALUES(?1, 0, 1, 0, 0, 0)",
@@ -820,6 +821,27 @@ static int cat_setting_set(struct cat *c, const char *name, int64_t value)
 	sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 2, value);
 	return cat_exec_stmt(c, s, "setting");
+}
+
+int cat_store_id(struct cat *c, uint64_t *id)
+{
+	int64_t v = 0;
+	int rc = cat_setting_get(c, "store_id", &v);
+
+	if (rc == -ENOENT) {
+		/* Two processes may both make one: the first row stays. */
+		sqlite3_stmt *s = cat_stmt(c, S_SETTING_ADD);
+
+		if (!s)
+			return -EIO;
+		sqlite3_bind_text(s, 1, "store_id", -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 2, (int64_t)((util_random64() >> 1) | 1));
+		rc = cat_exec_stmt(c, s, "store id");
+		if (rc == 0)
+			rc = cat_setting_get(c, "store_id", &v);
+	}
+	*id = (uint64_t)v;
+	return rc;
 }
 
 int cat_segment_count(struct cat *c, uint32_t *n)

@@ -109,6 +109,8 @@ void cat_close(struct cat *c);
 int cat_init_geometry(struct cat *c, uint64_t segment_size, uint32_t nsegs);
 /* Segments the catalog knows of. */
 int cat_segment_count(struct cat *c, uint32_t *n);
+/* This store's random id, made on first use: whose a G4 manifest is. */
+int cat_store_id(struct cat *c, uint64_t *id);
 /* Forgets free segments from nsegs on: a growth whose files could not be made. */
 int cat_segment_trim(struct cat *c, uint32_t nsegs);
 

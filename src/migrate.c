@@ -567,9 +567,11 @@ static void json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
-/* The session's manifest: every object G4 holds verified at its version. */
+/* The session's manifest: every object G4 holds verified at its version,
+ * and the store that owns the session (cat_store_id()). */
 static int manifest_write(struct cold *cold, const char *bucket, const char *session,
-			  const struct cat_g4_obj *v, size_t n, struct g4_ctl *ctl)
+			  uint64_t owner, const struct cat_g4_obj *v, size_t n,
+			  struct g4_ctl *ctl)
 {
 	char *text = NULL, *key = g4_manifest_key(bucket, session);
 	size_t len = 0, count = 0;
@@ -587,7 +589,7 @@ static int manifest_write(struct cold *cold, const char *bucket, const char *ses
 	json_str(f, bucket);
 	fprintf(f, ", \"session\": ");
 	json_str(f, session);
-	fprintf(f, ",\n \"objects\": [");
+	fprintf(f, ", \"owner\": \"%016" PRIx64 "\",\n \"objects\": [", owner);
 	for (size_t i = 0; i < n; i++) {
 		const struct kvt_object *o = v[i].co->obj;
 
@@ -908,6 +910,63 @@ static int j_u64(const struct jval *obj, const char *name, uint64_t *out)
 	return errno || *end ? -EINVAL : 0;
 }
 
+/* The session's manifest from G4, parsed into root (caller releases it):
+ * 0, -ENOENT, or -EINVAL for one kvtier did not write for this bucket and
+ * session (logged). */
+static int manifest_read(struct cold *cold, const char *bucket, const char *session,
+			 struct jval *root)
+{
+	char *text = NULL, *key = g4_manifest_key(bucket, session);
+	const struct jval *mb, *ms;
+	struct jparse jp;
+	size_t len = 0;
+	int rc;
+
+	if (!key)
+		return -ENOMEM;
+	rc = cold_get_buf(cold, key, MANIFEST_MAX, &text, &len);
+	if (rc < 0) {
+		if (rc != -ENOENT)
+			log_err(rc, "cannot read the manifest '%s'", key);
+		goto out;
+	}
+	jp = (struct jparse){ .p = text, .end = text + len };
+	rc = j_value(&jp, root);
+	if (rc == 0) {
+		j_ws(&jp);
+		if (jp.p != jp.end)
+			rc = -EINVAL;
+	}
+	mb = j_get(root, "bucket", J_STR);
+	ms = j_get(root, "session", J_STR);
+	if (rc < 0 || !j_get(root, "objects", J_ARR) || !mb || !ms || strcmp(mb->str, bucket) ||
+	    strcmp(ms->str, session)) {
+		log_err(0, "the manifest '%s' in g4 is not one kvtier can read", key);
+		rc = -EINVAL;
+	}
+out:
+	free(text);
+	free(key);
+	return rc;
+}
+
+/* The store that owns the session by its manifest; 0 when none is named (no
+ * manifest, one unreadable, or one written before manifests named owners). */
+static int manifest_owner(struct cold *cold, const char *bucket, const char *session,
+			  uint64_t *owner)
+{
+	struct jval root = { 0 };
+	const struct jval *ow;
+	int rc = manifest_read(cold, bucket, session, &root);
+
+	*owner = 0;
+	ow = rc == 0 ? j_get(&root, "owner", J_STR) : NULL;
+	if (ow && strlen(ow->str) == 16 && strspn(ow->str, "0123456789abcdef") == 16)
+		*owner = strtoull(ow->str, NULL, 16);
+	jval_release(&root);
+	return rc == -ENOENT || rc == -EINVAL ? 0 : rc;
+}
+
 /* ---- demotion ---------------------------------------------------------------- */
 
 struct session_ref {
@@ -1132,11 +1191,15 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	struct cat_g4_obj *v = NULL;
 	size_t n = 0, moved = 0, demoting = 0;
 	int count = 0, lock = -1, rc;
+	uint64_t self;
 
 	if (!c)
 		return -ENOMEM;
 	if (o && o->dry_run)
 		return demote_dry(c, s, o, rep);
+	rc = cat_store_id(c, &self);
+	if (rc < 0)
+		return rc;
 	/* Two demotions of one session (the migrator and reclaim under
 	 * pressure, in two processes) would each write the manifest from what
 	 * they saw: the last could omit what the first marked cold. */
@@ -1162,7 +1225,7 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 		rep->failures += atomic_load(&d.failures);
 	}
 	/* 2. The manifest lists everything G4 holds of the session. */
-	rc = manifest_write(cold, s->bucket, s->session, v, n, ctl);
+	rc = manifest_write(cold, s->bucket, s->session, self, v, n, ctl);
 	if (rc < 0) {
 		for (size_t i = 0; i < n; i++)
 			rep->failures += v[i].co->obj->tier == KVT_TIER_DEMOTING;
@@ -1337,18 +1400,85 @@ static int dead_collect(void *arg, int64_t id, int64_t bucket_id, const char *bu
  * or a new version at the key that has been uploaded over it). Each
  * session under its demotion lock, each key under its key lock (as
  * demote_upload_once() takes it), so a demotion never loses a fresh copy.
- * What fails stays for the next run.
+ * A session whose manifest names another store as its owner was imported
+ * there since: that store's catalog names the copies now, so they and the
+ * manifest are left to it. What fails stays for the next run.
  */
+static int sweep_manifest(struct cat *c, struct cold *cold, const struct dead_ref *d,
+			  uint64_t self)
+{
+	struct cat_g4_obj *v = NULL;
+	size_t n = 0, listed = 0;
+	char *mkey;
+	int rc = cat_g4_session_objects(c, d->bucket_id, d->session, 0xf, &v, &n);
+
+	if (rc < 0)
+		return rc;
+	for (size_t k = 0; k < n; k++)
+		listed += v[k].g4_vid == v[k].co->vid;
+	if (listed) {
+		rc = manifest_write(cold, d->bucket, d->session, self, v, n, NULL);
+		cat_g4_objs_free(v, n);
+		return rc;
+	}
+	cat_g4_objs_free(v, n);
+	mkey = g4_manifest_key(d->bucket, d->session);
+	rc = mkey ? cold_del(cold, mkey) : -ENOMEM;
+	if (rc == -ENOENT)
+		rc = 0;
+	if (rc < 0)
+		log_err(rc, "cannot delete the manifest '%s'", mkey ? mkey : "?");
+	free(mkey);
+	return rc;
+}
+
+/* One dead entry's copy, deleted unless an object names it; then forgotten. */
+static int sweep_copy(struct kvt_store *st, struct cat *c, struct cold *cold,
+		      const struct dead_ref *d)
+{
+	char *gkey = g4_name(d->bucket, d->key, d->g4_key);
+	size_t blen = strlen(d->bucket);
+	/* The key whose own name gkey is, as demote_upload_once() locks it;
+	 * NULL for a version's name. */
+	const char *nkey = gkey && !strncmp(gkey, d->bucket, blen) && gkey[blen] == '/' ?
+			   gkey + blen + 1 : NULL;
+	int klock, rc;
+
+	if (!gkey)
+		return -ENOMEM;
+	klock = g4_lock(st, "key", d->bucket, nkey ? nkey : gkey, 1);
+	if (klock < 0) {
+		free(gkey);
+		return klock;
+	}
+	/* Not while an object names it: a cold one renamed away, or a new
+	 * version at the key that G4 holds there. */
+	rc = cat_g4_name_taken(c, d->bucket_id, 0, gkey, nkey);
+	if (rc == 0) {
+		rc = cold_del(cold, gkey);
+		if (rc == -ENOENT)
+			rc = 0;
+		if (rc < 0)
+			log_err(rc, "cannot delete '%s' from g4", gkey);
+	}
+	g4_unlock(klock);
+	free(gkey);
+	return rc < 0 ? rc : cat_g4_dead_done(c, d->id);
+}
+
 static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold)
 {
 	struct dead_list l = { 0 };
 	size_t i = 0;
-	int rc = cat_g4_dead(c, dead_collect, &l), failed = 0;
+	uint64_t self = 0;
+	int rc = cat_store_id(c, &self), failed = 0;
 
+	if (rc == 0)
+		rc = cat_g4_dead(c, dead_collect, &l);
 	while (rc == 0 && i < l.n) {
 		const struct dead_ref *first = &l.v[i];
-		size_t j = i, n = 0;
-		struct cat_g4_obj *v = NULL;
+		size_t j = i;
+		uint64_t owner = 0;
 		int lock, r;
 
 		while (j < l.n && l.v[j].bucket_id == first->bucket_id &&
@@ -1359,66 +1489,20 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold)
 			rc = lock;
 			break;
 		}
-		r = cat_g4_session_objects(c, first->bucket_id, first->session, 0xf, &v, &n);
-		if (r == 0) {
-			size_t listed = 0;
-
-			for (size_t k = 0; k < n; k++)
-				listed += v[k].g4_vid == v[k].co->vid;
-			if (listed) {
-				r = manifest_write(cold, first->bucket, first->session, v, n, NULL);
-			} else {
-				char *mkey = g4_manifest_key(first->bucket, first->session);
-
-				r = mkey ? cold_del(cold, mkey) : -ENOMEM;
-				if (r == -ENOENT)
-					r = 0;
-				if (r < 0)
-					log_err(r, "cannot delete the manifest '%s'", mkey ? mkey : "?");
-				free(mkey);
-			}
-		}
-		cat_g4_objs_free(v, n);
+		r = manifest_owner(cold, first->bucket, first->session, &owner);
+		if (r == 0 && owner && owner != self)
+			log_info("session '%s' of bucket '%s' belongs to store %016" PRIx64
+				 " now: its g4 copies are left to it", first->session,
+				 first->bucket, owner);
+		else if (r == 0)
+			r = sweep_manifest(c, cold, first, self);
 		for (; r == 0 && i < j; i++) {
-			const struct dead_ref *d = &l.v[i];
-			char *gkey = g4_name(d->bucket, d->key, d->g4_key);
-			size_t blen = strlen(d->bucket);
-			/* The key whose own name gkey is, as demote_upload_once()
-			 * locks it; NULL for a version's name. */
-			const char *nkey = gkey && !strncmp(gkey, d->bucket, blen) &&
-					   gkey[blen] == '/' ? gkey + blen + 1 : NULL;
-			int klock, taken;
+			int gone = owner && owner != self ? cat_g4_dead_done(c, l.v[i].id) :
+				   sweep_copy(st, c, cold, &l.v[i]);
 
-			if (!gkey) {
-				r = -ENOMEM;
-				break;
-			}
-			klock = g4_lock(st, "key", d->bucket, nkey ? nkey : gkey, 1);
-			if (klock < 0) {
-				free(gkey);
-				r = klock;
-				break;
-			}
-			/* Not while an object names it: a cold one renamed away,
-			 * or a new version at the key that G4 holds there. */
-			taken = cat_g4_name_taken(c, d->bucket_id, 0, gkey, nkey);
-			if (taken == 0) {
-				taken = cold_del(cold, gkey);
-				if (taken == -ENOENT)
-					taken = 0;
-				if (taken < 0)
-					log_err(taken, "cannot delete '%s' from g4", gkey);
-			}
-			g4_unlock(klock);
-			free(gkey);
-			if (taken < 0) {
-				failed++;
-				continue;
-			}
-			r = cat_g4_dead_done(c, d->id);
+			failed += gone < 0;
 		}
-		if (r < 0)
-			failed++;
+		failed += r < 0;
 		i = j;
 		g4_unlock(lock);
 	}
@@ -2113,16 +2197,39 @@ static int import_one(struct kvt_store *st, struct cat *c, int64_t bid, const ch
 	return rc;
 }
 
+/*
+ * The manifest written again from this store's catalog, naming it the
+ * owner: the store the session came from then leaves its copies to this
+ * one (g4_sweep()).
+ */
+static int manifest_take(struct kvt_store *st, struct cold *cold, int64_t bid,
+			 const char *bucket, const char *session)
+{
+	struct cat *c = store_cat(st);
+	struct cat_g4_obj *v = NULL;
+	size_t n = 0;
+	uint64_t self = 0;
+	int lock = g4_lock(st, "demote", bucket, session, 1), rc;
+
+	if (lock < 0)
+		return lock;
+	rc = cat_store_id(c, &self);
+	if (rc == 0)
+		rc = cat_g4_session_objects(c, bid, session, 0xf, &v, &n);
+	if (rc == 0)
+		rc = manifest_write(cold, bucket, session, self, v, n, NULL);
+	cat_g4_objs_free(v, n);
+	g4_unlock(lock);
+	return rc;
+}
+
 int kvt_g4_import_session(struct kvt_store *st, const char *bucket, const char *session,
 			  const struct kvt_g4_opts *o, struct kvt_g4_report *rep)
 {
 	struct cat *c = store_cat(st);
 	struct jval root = { 0 };
-	const struct jval *objs, *mb, *ms;
-	struct jparse jp;
+	const struct jval *objs;
 	struct cold *cold;
-	char *key = NULL, *text = NULL;
-	size_t len = 0;
 	int64_t bid;
 	int rc;
 
@@ -2132,30 +2239,10 @@ int kvt_g4_import_session(struct kvt_store *st, const char *bucket, const char *
 	rc = store_cold(st, &cold);
 	if (rc < 0)
 		return rc;
-	key = g4_manifest_key(bucket, session);
-	if (!key)
-		return -ENOMEM;
-	rc = cold_get_buf(cold, key, MANIFEST_MAX, &text, &len);
-	if (rc < 0) {
-		if (rc != -ENOENT)
-			log_err(rc, "cannot read the manifest '%s'", key);
+	rc = manifest_read(cold, bucket, session, &root);
+	if (rc < 0)
 		goto out;
-	}
-	jp = (struct jparse){ .p = text, .end = text + len };
-	rc = j_value(&jp, &root);
-	if (rc == 0) {
-		j_ws(&jp);
-		if (jp.p != jp.end)
-			rc = -EINVAL;
-	}
 	objs = j_get(&root, "objects", J_ARR);
-	mb = j_get(&root, "bucket", J_STR);
-	ms = j_get(&root, "session", J_STR);
-	if (rc < 0 || !objs || !mb || !ms || strcmp(mb->str, bucket) || strcmp(ms->str, session)) {
-		log_err(0, "the manifest '%s' in g4 is not one kvtier can read", key);
-		rc = -EINVAL;
-		goto out;
-	}
 	/* The bucket comes with the session. */
 	rc = kvt_bucket_create(st, bucket);
 	if (rc < 0 && rc != -EEXIST)
@@ -2174,7 +2261,8 @@ int kvt_g4_import_session(struct kvt_store *st, const char *bucket, const char *
 			continue;	/* this node has its own version of the key */
 		g4_progress(o, bucket, k ? k->str : "?", size, rc);
 		if (rc < 0) {
-			log_err(rc, "cannot import entry %zu of the manifest '%s'", i, key);
+			log_err(rc, "cannot import entry %zu of the manifest of session '%s' of"
+				" bucket '%s'", i, session, bucket);
 			rep->failures++;
 			continue;
 		}
@@ -2183,9 +2271,12 @@ int kvt_g4_import_session(struct kvt_store *st, const char *bucket, const char *
 	}
 	rep->sessions += rep->objects > 0;
 	rc = 0;
+	if (!(o && o->dry_run) && rep->failures == 0)
+		rc = manifest_take(st, cold, bid, bucket, session);
+	else if (rep->failures)
+		log_warn(0, "session '%s' of bucket '%s' stays the demoting node's until every"
+			 " entry is imported", session, bucket);
 out:
 	jval_release(&root);
-	free(text);
-	free(key);
 	return rc;
 }

@@ -615,6 +615,53 @@ static void test_import(void **state)
 	test_env_release(&b);
 }
 
+/*
+ * A session handed over (docs/operations.md, "Scaling past one node"):
+ * demoted on A, imported on B, then deleted on A. A's sweep must leave the
+ * G4 copies and the manifest to B, whose catalog names them: the session
+ * is B's now, and so is a later import by a third node.
+ */
+static void test_handover_kept(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+
+	(void)state;
+	two_nodes(&a, &b, &sa, &sb);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/b", 5000, 2), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+
+	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/a"), 0);
+	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/b"), 0);
+	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
+
+	/* B carries on: a new block, demoted again; A's sweep still leaves it. */
+	assert_int_equal(test_put(sb, "kvs", "s1/c", 3000, 3), 0);
+	assert_int_equal(kvt_g4_demote(sb, &o, &rep), 0);
+	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/b", 5000, 2), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/c", 3000, 3), 0);
+
+	/* A takes it back: its import sees B's manifest, whole. */
+	assert_int_equal(kvt_g4_import_session(sa, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.objects, 3);
+	assert_int_equal(test_check(sa, "kvs", "s1/c", 3000, 3), 0);
+	test_fsck_clean(sa);
+	test_fsck_clean(sb);
+	kvt_store_close(sa);
+	kvt_store_close(sb);
+	test_env_release(&a);
+	test_env_release(&b);
+}
+
 /* Reclaim turns an object G4 holds cold instead of dropping it. */
 static void test_reclaim_to_cold(void **state)
 {
@@ -2243,6 +2290,7 @@ int main(void)
 		cmocka_unit_test(test_demote_rules),
 		cmocka_unit_test(test_faults),
 		cmocka_unit_test(test_import),
+		cmocka_unit_test(test_handover_kept),
 		cmocka_unit_test(test_reclaim_to_cold),
 		cmocka_unit_test(test_pressure_demote),
 		cmocka_unit_test(test_demoter_frees_coldest_first),
