@@ -1403,7 +1403,12 @@ static int dead_collect(void *arg, int64_t id, int64_t bucket_id, const char *bu
  * A session whose manifest names another store as its owner was imported
  * there since: that store's catalog names the copies now, so they and the
  * manifest are left to it. What fails stays for the next run.
+ * g4_sweep() walks the sessions; sweep_manifest() and sweep_copy() are its
+ * two steps.
  */
+
+/* The manifest of d's session written again from the catalog, or deleted
+ * when G4 holds none of the session's objects any more. */
 static int sweep_manifest(struct cat *c, struct cold *cold, const struct dead_ref *d,
 			  uint64_t self)
 {
