@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io.h"
@@ -262,15 +263,17 @@ static int io_probe_read(struct io_uring *ring, const char *path, void *rbuf, ch
  * The probe does its I/O through the ring rather than with pread/pwrite:
  * io_uring_setup alone succeeds on kernels (5.1-5.5) that lack
  * IORING_OP_READ/WRITE, and some file systems accept O_DIRECT at open but
- * fail the I/O itself. It reads `existing` if that file is there: a probe
- * that wrote would fail with ENOSPC on a full disk and pick sync I/O for a
- * store that has all its room preallocated.
+ * fail the I/O itself. It reads `existing` if that file holds a block: a
+ * probe that wrote would fail with ENOSPC on a full disk and pick sync I/O
+ * for a store that has all its room preallocated. A shorter one (an init
+ * killed as it made the file) could only give a short read.
  */
 int io_uring_probe(const char *dir, const char *existing, char *why, size_t whylen)
 {
 	struct io_uring ring;
 	void *wbuf = NULL, *rbuf = NULL;
 	char scratch[8];
+	struct stat sb;
 	int rc;
 
 	if (!why || whylen == 0) {
@@ -288,7 +291,7 @@ int io_uring_probe(const char *dir, const char *existing, char *why, size_t whyl
 		rc = -posix_memalign(&rbuf, IO_ALIGN, IO_ALIGN);
 	if (rc < 0)
 		snprintf(why, whylen, "%s", strerror(-rc));
-	else if (existing && access(existing, F_OK) == 0)
+	else if (existing && stat(existing, &sb) == 0 && sb.st_size >= IO_ALIGN)
 		rc = io_probe_read(&ring, existing, rbuf, why, whylen);
 	else
 		rc = io_probe_write(&ring, dir, wbuf, rbuf, why, whylen);
