@@ -419,6 +419,8 @@ out:
 	if (signals)
 		fuse_remove_signal_handlers(kv.se);
 	/* Cold opens reply from their threads: before the session goes. */
+	if (kv.st)
+		kvt_store_stop_g4(kv.st, KVT_G4_STOP_GRACE_MS);
 	kvfs_prestage_wait(&kv);
 	if (kv.se)
 		fuse_session_destroy(kv.se);

@@ -636,6 +636,7 @@ int main(int argc, char **argv)
 			continue;
 		}
 		log_info("%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+		kvt_store_stop_g4(srv.st, KVT_G4_STOP_GRACE_MS);
 		break;
 	}
 	status = 0;

@@ -11,6 +11,7 @@
 
 #include "cold.h"
 #include "log.h"
+#include "util.h"
 
 int cold_new(const struct cold_opts *o, struct cold **out)
 {
@@ -43,6 +44,18 @@ void cold_set_journal(struct cold *c, const struct cold_journal *j)
 	c->journal = *j;
 	if (c->ops->set_journal)
 		c->ops->set_journal(c, j);
+}
+
+void cold_stop_at(struct cold *c, int64_t deadline)
+{
+	__atomic_store_n(&c->stop_ns, deadline, __ATOMIC_RELEASE);
+}
+
+int cold_stopped(const struct cold *c)
+{
+	int64_t stop = __atomic_load_n(&c->stop_ns, __ATOMIC_ACQUIRE);
+
+	return stop && util_mono_ns() >= stop;
 }
 
 void cold_free(struct cold *c)

@@ -95,6 +95,7 @@ struct cold {
 	const struct cold_ops *ops;
 	char *url;
 	struct cold_journal journal;	/* all NULL: not recorded */
+	int64_t stop_ns;	/* atomic; cold_stop_at(), 0: never */
 };
 
 /* [g4] as cold_new() takes it. */
@@ -122,6 +123,16 @@ int cold_new(const struct cold_opts *o, struct cold **out);
 void cold_free(struct cold *c);
 /* Records c's multipart uploads in j from now on; set before the first put. */
 void cold_set_journal(struct cold *c, const struct cold_journal *j);
+/*
+ * For a process shutting down: transfers with the partner still running at
+ * util_mono_ns() deadline end, and none starts after, with -EHOSTUNREACH as
+ * for a partner that does not answer (a recall's reader gets 503 or EIO;
+ * what was demoting stays for the next run). The S3 tier honours it within
+ * a second; a local directory has nothing to wait for.
+ */
+void cold_stop_at(struct cold *c, int64_t deadline);
+/* 1 once cold_stop_at()'s deadline has passed. */
+int cold_stopped(const struct cold *c);
 
 int cold_file_new(const char *dir, struct cold **out);
 /* o->url "s3://BUCKET/PREFIX". */

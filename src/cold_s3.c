@@ -151,18 +151,25 @@ static void s3_multi_put(struct cold_s3 *s, CURLM *m)
 		curl_multi_cleanup(m);
 }
 
-/* curl_easy_perform(e), on m's connections. */
-static CURLcode s3_run(CURLM *m, CURL *e)
+/* curl_easy_perform(e), on m's connections; CURLE_ABORTED_BY_CALLBACK
+ * once the tier is stopped (cold_stop_at()). */
+static CURLcode s3_run(const struct cold_s3 *s, CURLM *m, CURL *e)
 {
 	CURLcode cc = CURLE_FAILED_INIT;
 	int running = 1, left;
 	CURLMsg *msg;
 
+	if (cold_stopped(&s->base))
+		return CURLE_ABORTED_BY_CALLBACK;
 	if (curl_multi_add_handle(m, e) != CURLM_OK)
 		return cc;
 	while (running) {
 		CURLMcode mc = curl_multi_perform(m, &running);
 
+		if (mc == CURLM_OK && running && cold_stopped(&s->base)) {
+			curl_multi_remove_handle(m, e);
+			return CURLE_ABORTED_BY_CALLBACK;
+		}
 		if (mc == CURLM_OK && running)
 			mc = curl_multi_poll(m, NULL, 0, 1000, NULL);
 		if (mc != CURLM_OK) {
@@ -518,7 +525,7 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		curl_easy_setopt(r->curl, CURLOPT_CUSTOMREQUEST, r->method);
 	}
 	r->errbuf[0] = '\0';
-	cc = s3_run(m, r->curl);
+	cc = s3_run(s, m, r->curl);
 	if (r->src_rc < 0 || r->sink_rc < 0) {
 		rc = r->src_rc < 0 ? r->src_rc : r->sink_rc;
 		goto out;
@@ -534,6 +541,10 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		case CURLE_PARTIAL_FILE:
 		case CURLE_HTTP2_STREAM:
 		case CURLE_SEND_FAIL_REWIND:	/* a kept connection died mid-body */
+			rc = -EHOSTUNREACH;
+			break;
+		case CURLE_ABORTED_BY_CALLBACK:	/* s3_run(): cold_stop_at() */
+			snprintf(r->errbuf, sizeof(r->errbuf), "stopped: the process is shutting down");
 			rc = -EHOSTUNREACH;
 			break;
 		default:

@@ -192,6 +192,17 @@ int kvt_store_readonly(const struct kvt_store *st);
 uint64_t kvt_store_object_max(const struct kvt_store *st);
 
 /*
+ * For a process shutting down: transfers with G4 still running grace_ms
+ * from now end, and none starts after, as if the partner did not answer
+ * (-EHOSTUNREACH: a recall fails and the object stays cold; a demotion
+ * is left for the next run). A partner that stalls otherwise holds each
+ * transfer for up to 30 s. The gateway and the mount give theirs
+ * KVT_G4_STOP_GRACE_MS at SIGTERM.
+ */
+#define KVT_G4_STOP_GRACE_MS 5000
+void kvt_store_stop_g4(struct kvt_store *st, unsigned grace_ms);
+
+/*
  * 1 once this process met a damaged page of the store's catalog (every
  * query that meets one fails with -EUCLEAN): for /health and /metrics,
  * which must say so even when kvt_store_stat() itself fails on it.

@@ -94,6 +94,8 @@ int store_cold(struct kvt_store *st, struct cold **out)
 		};
 
 		rc = cold_new(&o, &st->cold);
+		if (st->cold && st->g4_stop_ns)
+			cold_stop_at(st->cold, st->g4_stop_ns);
 	}
 	if (st->cold && !st->cold->journal.begin) {
 		struct cold_journal j = { g4_journal_begin, g4_journal_end, st };
@@ -103,6 +105,15 @@ int store_cold(struct kvt_store *st, struct cold **out)
 	*out = st->cold;
 	pthread_mutex_unlock(&st->cold_lock);
 	return rc;
+}
+
+void kvt_store_stop_g4(struct kvt_store *st, unsigned grace_ms)
+{
+	pthread_mutex_lock(&st->cold_lock);
+	st->g4_stop_ns = util_mono_ns() + (int64_t)grace_ms * 1000000;
+	if (st->cold)
+		cold_stop_at(st->cold, st->g4_stop_ns);
+	pthread_mutex_unlock(&st->cold_lock);
 }
 
 void store_set_cold(struct kvt_store *st, struct cold *c)

@@ -127,6 +127,7 @@ struct kvt_store {
 	uint64_t g4_part_size;
 	unsigned g4_jobs;
 	struct cold *cold;
+	int64_t g4_stop_ns;	/* kvt_store_stop_g4(); 0: never */
 
 	/* The background demoter (demoter.c): with a cold tier, reclaim that
 	 * must demote session state runs in it, not in a writer. */

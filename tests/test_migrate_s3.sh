@@ -114,6 +114,47 @@ sed -i "s|^endpoint = .*|endpoint = http://127.0.0.1:$PORT|" "$KVTIER_CONF"
 kvt_expect 0 "$K" get models s2/blk65536 "$T/back"
 cmp "$T/in.s2.65536" "$T/back" || fail "s2/blk65536 differs after the outage"
 
+step "SIGTERM while a GET's recall waits on a partner that never answers: the gateway stops in seconds"
+# A partner that accepts and then says nothing held each transfer for curl's
+# 30 s low-speed limit, and the gateway's shutdown behind it.
+. "$top_srcdir/tests/gateway/lib.sh"
+python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True)
+held = []
+while True:
+    held.append(s.accept()[0])
+' >"$T/stall.port" &
+stall=$!
+trap 'kill "$stall" 2>/dev/null; gw_cleanup; s3rver_stop' EXIT
+poll 50 test -s "$T/stall.port" || fail "the silent partner did not start"
+sed "s|^endpoint = .*|endpoint = http://127.0.0.1:$(cat "$T/stall.port")|" "$KVTIER_CONF" \
+	>"$T/stall.conf"
+"$GATEWAY" -c "$T/stall.conf" --listen 127.0.0.1:0 --credentials "$GW_CREDS" \
+	--access-log off 2>"$T/gws.err" &
+sgw=$!
+gw_pids="$gw_pids $sgw"
+wait_until "$sgw" "$T/gws.err" 60 "the gateway" gateway_serves "$T/gws.err"
+curl -s -o /dev/null --max-time 60 --aws-sigv4 "aws:amz:us-east-1:s3" \
+	--user "$GW_ACCESS:$GW_SECRET" \
+	"http://127.0.0.1:$(gateway_port "$T/gws.err")/models/s2/blk2097153" &
+getter=$!
+sleep 2	# the GET's recall has reached the partner, which says nothing
+start=$(date +%s)
+kill -TERM "$sgw"
+wait "$sgw" || fail "the gateway exited $? at SIGTERM: $(cat "$T/gws.err")"
+took=$(($(date +%s) - start))
+[ "$took" -le 12 ] || fail "the gateway took $took s to stop (a stalled recall held it)"
+grep -q "stopped: the process is shutting down" "$T/gws.err" ||
+	fail "the recall was not stopped: $(cat "$T/gws.err")"
+wait "$getter" || :
+kill "$stall"
+kvt_expect 0 "$K" head models s2/blk2097153
+kvt_grep out "^tier: +cold$"
+kvt_expect 0 "$K" get models s2/blk2097153 "$T/back"
+cmp "$T/in.s2.2097153" "$T/back" || fail "s2/blk2097153 differs after the stopped recall"
+
 step "s3rver stopped mid-run, back within the retries: the run completes"
 for i in 1 2 3 4 5 6; do
 	head -c 2097152 /dev/urandom >"$T/in.s4.$i"
