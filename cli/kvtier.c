@@ -54,6 +54,7 @@ struct cli {
 	struct kvt_config cfg;
 	struct kvt_store *st;
 	int verbose;			/* -v: 1, -q: -1 */
+	int open_err;			/* why cli_open failed, a negative errno */
 };
 
 struct cli_cmd {
@@ -247,6 +248,7 @@ static int cli_open(struct cli *c)
 	}
 	rc = kvt_store_open(&c->cfg, 0, &c->st);
 	if (rc < 0) {
+		c->open_err = rc;
 		/* EINVAL: the configuration does not fit the store (it shrank). */
 		cli_error(c, "cannot open the store in '%s': %s", c->cfg.store.dir,
 			  rc == -EINVAL ? "it does not match the configuration" : cli_strerror(rc));
@@ -1088,8 +1090,14 @@ static int cmd_fsck(struct cli *c, int argc, char **argv)
 
 	if (cli_args(c, argc, argv, 0, 0, "repair", &repair, &status) < 0)
 		return status;
-	if ((rc = cli_open(c)))
-		return rc;
+	if ((rc = cli_open(c))) {
+		/* A damaged page of the segments or settings table fails the
+		 * open itself, before the quick check below could say so. */
+		if (c->open_err != -EUCLEAN)
+			return rc;
+		printf("status:              catalog damaged\n");
+		return CLI_DAMAGED;
+	}
 	memset(&rep, 0, sizeof(rep));
 	rc = kvt_store_fsck(c->st, repair ? KVT_FSCK_REPAIR : 0, &rep);
 	if (rc == -EUCLEAN) {

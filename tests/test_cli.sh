@@ -327,6 +327,17 @@ kvt_expect 3 "$K" fsck --repair
 kvt_expect 1 "$top_builddir/kvtier-migrate" --idle 0s
 kvt_grep err "^kvtier-migrate: demote: the catalog is damaged \(kvtier\(1\), DAMAGED CATALOG\)$"
 cp "$T/catalog.db.good" "$db"
+# Their pages are read by the open itself, before fsck's quick check.
+for table in segments settings; do
+	root=$(sqlite3 "$db" "SELECT rootpage FROM sqlite_schema WHERE name = '$table'")
+	[ -n "$root" ] || fail "cannot find the $table table's page in $db"
+	head -c "$psize" /dev/zero | tr "\\0" Z | dd of="$db" bs="$psize" seek=$((root - 1)) conv=notrunc 2>/dev/null
+	kvt_expect 3 "$K" fsck
+	kvt_grep err "^kvtier: fsck: cannot open the store in '$KVT_DIR': the catalog is damaged "
+	kvt_grep out "^status: +catalog damaged$"
+	kvt_expect 3 "$K" fsck --repair
+	cp "$T/catalog.db.good" "$db"
+done
 kvt_expect 0 "$K" fsck
 kvt_grep out "^status: +clean$"
 
