@@ -14,8 +14,8 @@
  * backoff before it counts as a failure.
  *
  * One run at a time per store: an flock on DIR/migrate.lock. Exit codes,
- * for cron: 0 done, 1 some objects failed (the rest done), 2 usage or
- * configuration error, 75 (EX_TEMPFAIL) another run holds the lock. One
+ * for cron: 0 done, 1 some objects failed (the rest done) or the partner
+ * did not answer, 2 usage or configuration error, 75 (EX_TEMPFAIL) another run holds the lock. One
  * summary line goes to stderr and to syslog; --json prints it as JSON on
  * stdout instead of to stderr.
  */
@@ -267,6 +267,15 @@ int main(int argc, char **argv)
 	t0 = mono_s();
 	/* Opens G4 first: a url, endpoint or key file that fails is configuration. */
 	rc = kvt_g4_cleanup(st);
+	if (rc == -EHOSTUNREACH || rc == -EAGAIN) {
+		/* A partner that is down or busy is not configuration (it said
+		 * "cannot open g4", exit 2): the next run tries again. */
+		fprintf(stderr, "kvtier-migrate: %s: g4 '%s' %s: nothing was moved; the next run"
+			" tries again\n", action, cfg.g4.endpoint ? cfg.g4.endpoint : cfg.g4.url,
+			rc == -EAGAIN ? "answers 'retry later' (500, 503)" : "does not answer");
+		status = 1;
+		goto out;
+	}
 	if (rc < 0) {
 		fprintf(stderr, "kvtier-migrate: cannot open g4 (see [g4] in %s): %s\n",
 			cfg.path ? cfg.path : "the configuration", strerror(-rc));

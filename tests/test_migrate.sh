@@ -66,6 +66,16 @@ kvt_grep err "url must be file:///DIR, s3://BUCKET/PREFIX or none"
 printf '[store]\ndir = %s\n[g4]\nurl = none\n' "$KVT_DIR" >"$T/none.conf"
 kvt_expect 2 "$M" -c "$T/none.conf" --idle 0s
 kvt_grep err "url = none in .*none.conf: this node has no cold tier"
+{ sed '/^\[g4\]/,$d' "$KVTIER_CONF" &&
+	printf '[g4]\nurl = s3://b/p\nendpoint = http://127.0.0.1:1\ncredentials = %s\n' "$T/g4keys"
+} >"$T/down.conf"
+kvt_expect 2 "$M" -c "$T/down.conf" --idle 0s
+kvt_grep err "cannot open g4 \(see \[g4\] in .*down.conf\)"
+(umask 077 && printf 'access_key = AK\nsecret_key = SK\n' >"$T/g4keys")
+
+step "a partner that refuses connections is no configuration error: exit 1, named"
+kvt_expect 1 "$M" -c "$T/down.conf" --idle 0s
+kvt_grep err "^kvtier-migrate: demote: g4 'http://127.0.0.1:1' does not answer: nothing was moved; the next run tries again$"
 
 step "nothing is idle for 24h (the default)"
 kvt_expect 0 "$M"
