@@ -203,6 +203,14 @@ uint64_t kvt_store_object_max(const struct kvt_store *st);
 void kvt_store_stop_g4(struct kvt_store *st, unsigned grace_ms);
 
 /*
+ * 1 while writes find no room: the last one of this process that needed a
+ * segment found none that reclaim could free (the hot tier full of pinned
+ * objects, or of session state the partner does not take) and none is free
+ * since. For /health: the gateway answers every PUT 503 SlowDown then.
+ */
+int kvt_store_writes_full(struct kvt_store *st);
+
+/*
  * 1 once this process met a damaged page of the store's catalog (every
  * query that meets one fails with -EUCLEAN): for /health and /metrics,
  * which must say so even when kvt_store_stat() itself fails on it.

@@ -723,10 +723,12 @@ static int store_alloc_within(struct kvt_store *st, uint64_t space, int64_t limi
 						   3 * (int64_t)st->access_flush_ms * 1000000;
 			if (st->demoter_running && demoter_wait(st, &wait) == 0)
 				continue;
+			__atomic_store_n(&st->space_refused, 1, __ATOMIC_RELAXED);
 			return -ENOSPC;
 		}
 		if (rc < 0)
 			return rc;
+		__atomic_store_n(&st->space_refused, 0, __ATOMIC_RELAXED);
 		if (wait.deadline_ns)
 			demoter_waited(st, &wait);
 
@@ -1664,6 +1666,20 @@ uint64_t kvt_store_object_max(const struct kvt_store *st)
 int kvt_store_readonly(const struct kvt_store *st)
 {
 	return st->readonly;
+}
+
+int kvt_store_writes_full(struct kvt_store *st)
+{
+	struct cat *c = store_cat(st);
+	uint64_t counts[4];
+
+	if (!__atomic_load_n(&st->space_refused, __ATOMIC_RELAXED))
+		return 0;
+	/* A segment freed since (the demoter, another process's reclaim)
+	 * is room the next write takes. */
+	if (c && cat_segment_counts(c, counts) == 0 && counts[SEG_FREE] > STORE_RESERVE_SEGS)
+		return 0;
+	return 1;
 }
 
 int kvt_store_catalog_damaged(const struct kvt_store *st)

@@ -107,6 +107,10 @@ struct kvt_store {
 	unsigned access_flush_ms;
 	int64_t access_warned;		/* log_every() of a failed access flush */
 	int readonly;			/* on a read-only file system: reads only */
+	/* The last write here that wanted a segment found none reclaim could
+	 * free (atomic; kvt_store_writes_full()): set and cleared by
+	 * store_alloc_within(). */
+	int space_refused;
 	uint64_t cached_read_max;	/* extents up to this payload: page cache reads */
 	pthread_t flusher;
 	int flusher_running;

@@ -1409,6 +1409,10 @@ class BadInput(Base):
                 code, status = err_code(e)
                 self.assertEqual((code, status), ("SlowDown", 503))
                 self.assertEqual(e.response["ResponseMetadata"]["HTTPHeaders"].get("retry-after"), "1")
+                # A readiness check reading /health sees it ("writes: ok" it said).
+                body = urllib.request.urlopen(SMALL_ENDPOINT + "/health").read().decode()
+                self.assertTrue(body.startswith("ok\n"), body)
+                self.assertIn("\nwrites: refused (hot tier full)\n", body)
                 return
         self.fail("64 MiB of pinned objects fitted in the small store")
 
