@@ -150,12 +150,16 @@ void metrics_render(struct gw_buf *b, struct kvt_store *st)
 		"# HELP kvtier_disk_free_bytes Room left on the file system under the store; "
 		"the catalog grows into it, and writes fail when it is gone.\n"
 		"# TYPE kvtier_disk_free_bytes gauge\nkvtier_disk_free_bytes %llu\n"
-		"# HELP kvtier_objects Objects in the catalog.\n"
+		"# HELP kvtier_objects Objects, as listings show them (no multipart upload's parts).\n"
 		"# TYPE kvtier_objects gauge\nkvtier_objects %llu\n"
 		"# HELP kvtier_object_bytes Sum of object sizes.\n"
 		"# TYPE kvtier_object_bytes gauge\nkvtier_object_bytes %llu\n"
+		"# HELP kvtier_internal_objects Objects of internal buckets (multipart uploads in "
+		"progress, the mount's parts), kept by reclaim as if pinned.\n"
+		"# TYPE kvtier_internal_objects gauge\nkvtier_internal_objects %llu\n"
 		"# HELP kvtier_buckets Buckets.\n# TYPE kvtier_buckets gauge\nkvtier_buckets %llu\n"
-		"# HELP kvtier_sessions Sessions.\n# TYPE kvtier_sessions gauge\nkvtier_sessions %llu\n"
+		"# HELP kvtier_sessions Sessions with at least one object.\n"
+		"# TYPE kvtier_sessions gauge\nkvtier_sessions %llu\n"
 		"# HELP kvtier_evicted_objects_total Objects dropped by reclaim since the store was made.\n"
 		"# TYPE kvtier_evicted_objects_total counter\nkvtier_evicted_objects_total %llu\n"
 		"# HELP kvtier_reclaimed_segments_total Segments freed by reclaim.\n"
@@ -169,7 +173,8 @@ void metrics_render(struct gw_buf *b, struct kvt_store *st)
 		(unsigned long long)ss.capacity, (unsigned long long)ss.used_bytes,
 		(unsigned long long)ss.live_bytes, (unsigned long long)ss.catalog_bytes,
 		(unsigned long long)ss.disk_free_bytes, (unsigned long long)ss.objects,
-		(unsigned long long)ss.object_bytes, (unsigned long long)ss.buckets,
+		(unsigned long long)ss.object_bytes, (unsigned long long)ss.pinned_internal,
+		(unsigned long long)ss.buckets,
 		(unsigned long long)ss.sessions, (unsigned long long)ss.evicted_objects,
 		(unsigned long long)ss.reclaimed_segments, (unsigned long long)ss.checksum_failures,
 		(unsigned long long)ss.demoted_objects, (unsigned long long)ss.recalled_objects);

@@ -303,15 +303,23 @@ static const char *const stmt_sql[S_COUNT] = {
 			  " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
 	[S_COUNTER_GET] = "SELECT value FROM counters WHERE name = ?1",
 	[S_DATA_VERSION] = "PRAGMA data_version",
-	[S_STAT_OBJECTS] = "SELECT count(*), coalesce(sum(size), 0), coalesce(sum(pinned), 0)"
-			   " FROM objects",
+	/* What a user sees: not the objects of internal buckets (a multipart
+	 * upload's parts, the mount's), which pinned_internal counts. */
+	[S_STAT_OBJECTS] = "SELECT count(*), coalesce(sum(o.size), 0), coalesce(sum(o.pinned), 0)"
+			   " FROM objects o JOIN buckets b ON b.id = o.bucket"
+			   " WHERE substr(b.name, 1, 1) <> '.'",
 	/* Kept as pinned, not pinned themselves (kvt_store_stat.pinned_internal). */
 	[S_STAT_INTERNAL] = "SELECT count(*) FROM objects o JOIN buckets b ON b.id = o.bucket"
 			    " WHERE " SQL_KEPT " AND NOT o.pinned",
-	[S_STAT_TIERS] = "SELECT tier, count(*) FROM objects GROUP BY tier",
+	[S_STAT_TIERS] = "SELECT o.tier, count(*) FROM objects o JOIN buckets b ON b.id = o.bucket"
+			 " WHERE substr(b.name, 1, 1) <> '.' GROUP BY o.tier",
 	/* Not the internal ones (".uploads", ".fuse"): no listing shows them. */
 	[S_STAT_BUCKETS] = "SELECT count(*) FROM buckets WHERE substr(name, 1, 1) <> '.'",
-	[S_STAT_SESSIONS] = "SELECT count(*) FROM sessions",
+	/* A session's row outlives its last object (its access time, for the
+	 * demoter): only one that still has an object is counted. */
+	[S_STAT_SESSIONS] = "SELECT count(*) FROM sessions s JOIN buckets b ON b.id = s.bucket"
+			    " WHERE substr(b.name, 1, 1) <> '.' AND EXISTS(SELECT 1 FROM objects o"
+			    " WHERE o.bucket = s.bucket AND o.session = s.name)",
 	[S_STAT_SEGS] = "SELECT coalesce(sum(live), 0), count(*) FROM segments",
 };
 

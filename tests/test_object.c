@@ -457,6 +457,17 @@ static void test_head_fields(void **state)
 		assert_int_equal(s.objects, 4);
 		assert_int_equal(s.object_bytes, len + 30);
 		assert_int_equal(s.tier_count[KVT_TIER_HOT], 4);
+
+		/* Only what a user sees: not a multipart upload's part, nor a
+		 * session whose objects are all deleted. */
+		assert_int_equal(put_data(f->st, ".uploads", "u1/00001", data, 10, NULL), 0);
+		assert_int_equal(kvt_object_delete(f->st, "bkt", "conv-9/y"), 0);
+		assert_int_equal(kvt_store_stat(f->st, &s), 0);
+		assert_int_equal(s.sessions, 3);	/* conv-1, plain, explicit-sess */
+		assert_int_equal(s.objects, 3);
+		assert_int_equal(s.object_bytes, len + 20);
+		assert_int_equal(s.tier_count[KVT_TIER_HOT], 3);
+		assert_int_equal(s.pinned_internal, 1);
 	}
 	free(data);
 }
@@ -1186,7 +1197,8 @@ static void test_compose(void **state)
 		assert_int_equal(kvt_object_head(f->st, ".uploads", keys[i], &o), -ENOENT);
 	assert_int_equal(kvt_store_stat(f->st, &s1), 0);
 	assert_int_equal(s1.live_bytes, s0.live_bytes);
-	assert_int_equal(s1.objects, s0.objects - 4);
+	assert_int_equal(s1.objects, s0.objects + 1);	/* parts are no user's objects */
+	assert_int_equal(s1.pinned_internal, s0.pinned_internal - 5);
 	/* A missing part: -ENOENT, nothing made. */
 	assert_int_equal(kvt_object_compose(f->st, "bkt", "again", ".uploads", keys, NULL, 1,
 					    NULL, NULL), -ENOENT);

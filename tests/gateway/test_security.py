@@ -451,9 +451,9 @@ class Security(unittest.TestCase):
         from botocore.exceptions import ClientError
         s3 = client(endpoint=UPLOADS_ENDPOINT)
 
-        def objects():
+        def objects():      # the uploads' own, and their parts
             m = urllib.request.urlopen(UPLOADS_ENDPOINT + "/metrics").read().decode()
-            return int(re.search(r"^kvtier_objects (\d+)$", m, re.M).group(1))
+            return int(re.search(r"^kvtier_internal_objects (\d+)$", m, re.M).group(1))
         for b in ("up-a", "up-b", "up-c"):
             s3.create_bucket(Bucket=b)
         base = objects()
