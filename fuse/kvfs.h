@@ -100,7 +100,8 @@ struct node {
 	int64_t wmtime;		/* ... and when it last changed */
 	uint64_t cseq;		/* kvfs.cseq when this daemon last changed it */
 	struct kvt_posix cposix; /* a pending file's POSIX metadata */
-	char *psession;		/* user.kvtier.session set while open for writing */
+	char *psession;		/* user.kvtier.session set while open for writing
+				 * ("": removed, the key's own) */
 	int ppin;		/* user.kvtier.pin set while open for writing:
 				 * 1 pin, -1 unpin, 0 keep the pin of the version replaced */
 	struct node_pend pend;

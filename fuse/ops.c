@@ -1394,6 +1394,36 @@ static int xattr_pin(struct kvfs *kv, struct node *n, const char *bucket, const 
 	return change_kept(rc, writing);
 }
 
+/*
+ * user.kvtier.session of a file or symlink: session, or with NULL
+ * (removexattr) the one its key gives, as if it had never been set. Versions
+ * published by handles open for writing go there too (n->psession, where ""
+ * is the key's own: kvt_put_opts.session).
+ */
+static int xattr_session(struct kvfs *kv, struct node *n, const char *bucket, const char *key,
+			 const char *session)
+{
+	int pending, writing, rc = 0;
+
+	if (n->type != NODE_FILE && n->type != NODE_SYMLINK)
+		return -EISDIR;
+	/* It names G4's manifest of the session: a key's rules. */
+	if (session && (rc = kvt_key_valid(session)) < 0)
+		return rc;
+	pthread_mutex_lock(&kv->lock);
+	writing = n->nwriters > 0;
+	if (writing) {
+		free(n->psession);
+		n->psession = strdup(session ? session : "");
+		rc = n->psession ? 0 : -ENOMEM;
+	}
+	pending = n->pending;
+	pthread_mutex_unlock(&kv->lock);
+	if (rc == 0 && !pending)
+		rc = kvt_object_set_session(kv->st, bucket, key, session);
+	return change_kept(rc, writing);
+}
+
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
@@ -1418,33 +1448,10 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		goto out;
 	}
 	if (strcmp(name, XATTR_SESSION) == 0) {
-		int pending = 0, writing = 0;
-
-		if (n->type != NODE_FILE && n->type != NODE_SYMLINK) {
-			rc = -EISDIR;
-			goto out;
-		}
-		if (strlen(v) != size || size == 0 || size > KVT_KEY_MAX) {
-			rc = -EINVAL;
-			goto out;
-		}
-		/* It names G4's manifest of the session: a key's rules. */
-		rc = kvt_key_valid(v);
-		if (rc < 0)
-			goto out;
-		pthread_mutex_lock(&kv->lock);
-		writing = n->nwriters > 0;
-		if (writing) {
-			/* Versions published by open handles go to this session too. */
-			free(n->psession);
-			n->psession = strdup(v);
-			rc = n->psession ? 0 : -ENOMEM;
-		}
-		pending = n->pending;
-		pthread_mutex_unlock(&kv->lock);
-		if (rc == 0 && !pending)
-			rc = kvt_object_set_session(kv->st, bucket, key, v);
-		rc = change_kept(rc, writing);
+		if (strlen(v) != size || size == 0 || size > KVT_KEY_MAX)
+			rc = n->type != NODE_FILE && n->type != NODE_SYMLINK ? -EISDIR : -EINVAL;
+		else
+			rc = xattr_session(kv, n, bucket, key, v);
 	} else if (strcmp(name, XATTR_PIN) == 0) {
 		if (size != 1 || (v[0] != '0' && v[0] != '1'))
 			rc = -EINVAL;
@@ -1469,9 +1476,10 @@ out:
 }
 
 /*
- * setfattr -x user.kvtier.pin unpins; the other user.kvtier names cannot
- * be removed, and no other name is there to remove (ENODATA, as a file
- * system without it answers).
+ * setfattr -x user.kvtier.pin unpins, -x user.kvtier.session gives the file
+ * back to the session of its key; the other user.kvtier names cannot be
+ * removed, and no other name is there to remove (ENODATA, as a file system
+ * without it answers).
  */
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
@@ -1480,7 +1488,7 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	char *bucket = NULL, *key = NULL;
 	int rc;
 
-	if (strcmp(name, XATTR_PIN) != 0) {
+	if (strcmp(name, XATTR_PIN) != 0 && strcmp(name, XATTR_SESSION) != 0) {
 		fuse_reply_err(req, strncmp(name, "user.kvtier.", 12) == 0 ? ENOTSUP : ENODATA);
 		return;
 	}
@@ -1492,7 +1500,8 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	pthread_rwlock_rdlock(&kv->names);
 	rc = node_path(kv, n, &bucket, &key);
 	if (rc == 0)
-		rc = xattr_pin(kv, n, bucket, key, 0);
+		rc = strcmp(name, XATTR_PIN) == 0 ? xattr_pin(kv, n, bucket, key, 0)
+						  : xattr_session(kv, n, bucket, key, NULL);
 	pthread_rwlock_unlock(&kv->names);
 	reply_err(req, rc);
 	free(bucket);

@@ -506,7 +506,10 @@ enum {
 int kvt_object_setattr(struct kvt_store *st, const char *bucket, const char *key, unsigned mask,
 		       const struct kvt_posix *posix, int64_t mtime_ns);
 
-/* Moves the object to another session (and touches that session). */
+/*
+ * Moves the object to another session (and touches that session); NULL: to
+ * the one its key gives ([store] session_depth), as a put without one.
+ */
 int kvt_object_set_session(struct kvt_store *st, const char *bucket, const char *key,
 			   const char *session);
 

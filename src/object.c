@@ -426,14 +426,18 @@ int kvt_object_set_session(struct kvt_store *st, const char *bucket, const char 
 {
 	struct cat *c;
 	int64_t bucket_id;
+	char *dflt = NULL;
 	int rc = object_prologue(st, bucket, key, &c, &bucket_id);
 
 	if (rc < 0)
 		return rc;
+	if (!session && !(session = dflt = store_session_of(st, key, NULL)))
+		return -ENOMEM;
 	rc = kvt_key_valid(session);	/* as a writer's (writer.c) */
-	if (rc < 0)
-		return rc;
-	return cat_object_set_session(c, bucket_id, key, session, util_now_ns());
+	if (rc == 0)
+		rc = cat_object_set_session(c, bucket_id, key, session, util_now_ns());
+	free(dflt);
+	return rc;
 }
 
 static char *prefix_upper(const char *s);

@@ -444,6 +444,19 @@ for call, err in ((lambda: os.removexattr(p, "user.nothing"), 61),
         assert e.errno == err, (err, e)
 assert os.getxattr(p, "user.kvtier.session") == b"conv-moved"
 os.setxattr(p, "user.kvtier.session", b"conv-moved", os.XATTR_REPLACE)
+# setfattr -x gives a file back to its key's session (it was ENOTSUP: once
+# set, a session could not be cleared); also when set while open for writing.
+os.removexattr(p, "user.kvtier.session")
+assert os.getxattr(p, "user.kvtier.session") == b"conv1"
+os.setxattr(p, "user.kvtier.session", b"conv-moved")
+with open(p, "r+b") as f:
+    os.removexattr(f.fileno(), "user.kvtier.session")
+    b0 = f.read(1)
+    f.seek(0)
+    f.write(b0)    # the same bytes: a new version all the same
+head = subprocess.run([kvtier, "head", "models", "conv1/turn1/blk0"], capture_output=True,
+                      text=True, check=True).stdout
+assert "session:       conv1" in head, head
 # No labels or ACLs are kept: ENOTSUP, which ls -l takes as "stop asking".
 for name in ("security.selinux", "system.posix_acl_access", "trusted.x"):
     try:

@@ -445,6 +445,12 @@ static void test_head_fields(void **state)
 	assert_int_equal(put_data(f->st, "bkt", "conv-9/z", data, 10, &opts), -EILSEQ);
 	assert_int_equal(kvt_object_set_session(f->st, "bkt", "conv-9/y", "conv\xff"), -EILSEQ);
 	assert_int_equal(kvt_object_set_session(f->st, "bkt", "conv-9/y", ""), -EINVAL);
+	/* NULL: back to the session the key gives (setfattr -x in kvtier-fuse). */
+	assert_int_equal(kvt_object_set_session(f->st, "bkt", "conv-9/y", "explicit-sess"), 0);
+	assert_int_equal(kvt_object_set_session(f->st, "bkt", "conv-9/y", NULL), 0);
+	o = head(f->st, "bkt", "conv-9/y");
+	assert_string_equal(o->session, "conv-9");
+	kvt_object_free(o);
 
 	/* The sessions are counted; the buckets too, not the internal ones. */
 	{
