@@ -1259,6 +1259,11 @@ out:
 	node_put(kv, n);
 }
 
+/*
+ * What getxattr can read, and nothing else: a symbolic link has none here,
+ * for Linux answers ENODATA to any user.* name of one without asking
+ * (xattr_permission() in fs/xattr.c).
+ */
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	static const char names[] = XATTR_TIER "\0" XATTR_SESSION "\0" XATTR_ETAG "\0"
@@ -1275,7 +1280,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	pthread_mutex_lock(&kv->lock);
 	pending = n->pending;
 	pthread_mutex_unlock(&kv->lock);
-	if ((n->type == NODE_FILE || n->type == NODE_SYMLINK) && !pending)
+	if (n->type == NODE_FILE && !pending)
 		len = sizeof(names) - 1;
 	node_put(kv, n);
 	if (size == 0)
