@@ -1262,12 +1262,15 @@ out:
 /*
  * What getxattr can read, and nothing else: a symbolic link has none here,
  * for Linux answers ENODATA to any user.* name of one without asking
- * (xattr_permission() in fs/xattr.c).
+ * (xattr_permission() in fs/xattr.c); a file not yet published has only
+ * the pin its writer may set before close (op_getxattr).
  */
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
+	/* The pin last: a pending file lists the tail. */
 	static const char names[] = XATTR_TIER "\0" XATTR_SESSION "\0" XATTR_ETAG "\0"
 				    XATTR_CHECKSUM "\0" XATTR_PIN "\0";
+	const char *list = names;
 	struct kvfs *kv = req_kv(req);
 	struct node *n = node_get(kv, ino);
 	size_t len = 0;
@@ -1280,15 +1283,19 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	pthread_mutex_lock(&kv->lock);
 	pending = n->pending;
 	pthread_mutex_unlock(&kv->lock);
-	if (n->type == NODE_FILE && !pending)
+	if (n->type == NODE_FILE && !pending) {
 		len = sizeof(names) - 1;
+	} else if (n->type == NODE_FILE) {
+		len = sizeof(XATTR_PIN);
+		list = names + sizeof(names) - 1 - len;
+	}
 	node_put(kv, n);
 	if (size == 0)
 		fuse_reply_xattr(req, len);
 	else if (size < len)
 		fuse_reply_err(req, ERANGE);
 	else
-		fuse_reply_buf(req, names, len);
+		fuse_reply_buf(req, list, len);
 }
 
 /*

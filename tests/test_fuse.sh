@@ -461,6 +461,15 @@ with open(p, "r+b") as f:
 head = subprocess.run([kvtier, "head", "models", "conv1/turn1/blk0"], capture_output=True,
                       text=True, check=True).stdout
 assert "session:       conv1" in head, head
+# A file being written lists what getxattr answers for it: the pin its
+# writer may set before close (it listed nothing, yet the pin read "0").
+q = os.path.join(d, "conv1/turn1/blk-pending")
+with open(q, "wb") as f:
+    assert os.listxattr(q) == ["user.kvtier.pin"], os.listxattr(q)
+    assert os.getxattr(q, "user.kvtier.pin") == b"0"
+    f.write(b"x")
+assert set(os.listxattr(q)) == want, os.listxattr(q)
+os.unlink(q)
 # No labels or ACLs are kept: ENOTSUP, which ls -l takes as "stop asking".
 for name in ("security.selinux", "system.posix_acl_access", "trusted.x"):
     try:
