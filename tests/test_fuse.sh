@@ -393,6 +393,14 @@ head = subprocess.run([kvtier, "head", "models", "conv1/turn1/blk0"], capture_ou
                       text=True, check=True).stdout
 assert "session:       conv-moved" in head, head
 os.setxattr(os.path.join(d, "conv1"), "user.kvtier.prestage", b"1")
+# A bucket is not a session (and bringing back all of them could ask for
+# more than the hot tier holds): EINVAL, as kvtier-fuse(8) says (it said
+# "set on a directory or file").
+try:
+    os.setxattr(d, "user.kvtier.prestage", b"1")
+    raise SystemExit("a prestage of a bucket succeeded")
+except OSError as e:
+    assert e.errno == 22, e   # EINVAL
 # The session set on a file open for writing whose stored version went away
 # since the open (removed through S3, or dropped by reclaim): close publishes
 # the new version in that session. It answered ENOENT, and a writer that
