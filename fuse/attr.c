@@ -379,6 +379,25 @@ void kvfs_dir_keep(struct kvfs *kv, const char *bucket, const char *key)
 	free(marker);
 }
 
+void kvfs_dir_touch(struct kvfs *kv, const char *bucket, const char *key)
+{
+	char *marker;
+	int rc;
+
+	/*
+	 * As on any file system, for make and rsync watch a directory's mtime.
+	 * Only a marker has times to move, in one catalog update; a bucket or
+	 * a directory without one keeps the mount's start (making a marker
+	 * would add a key that S3 lists).
+	 */
+	if (!*key || strlen(key) + 1 > KVT_KEY_MAX || !(marker = kvfs_join(key, "")))
+		return;
+	rc = kvt_object_setattr(kv->st, bucket, marker, KVT_ATTR_MTIME, NULL, kvfs_now_ns());
+	if (rc < 0 && rc != -ENOENT)
+		log_warn(rc, "cannot set the times of the directory '%s/%s'", bucket, key);
+	free(marker);
+}
+
 void kvfs_posix_new(const struct fuse_ctx *ctx, enum kvt_kind kind, mode_t mode,
 		    struct kvt_posix *p)
 {

@@ -272,6 +272,8 @@ int kvfs_put_empty(struct kvfs *kv, const char *bucket, const char *key,
 		   const struct kvt_put_opts *opts);
 /* After the last entry left directory key: keep it with a marker. */
 void kvfs_dir_keep(struct kvfs *kv, const char *bucket, const char *key);
+/* An entry was made, removed or renamed in directory key: mtime, ctime now. */
+void kvfs_dir_touch(struct kvfs *kv, const char *bucket, const char *key);
 /* The POSIX metadata a new object of this type gets for the caller of req. */
 void kvfs_posix_new(const struct fuse_ctx *ctx, enum kvt_kind kind, mode_t mode,
 		    struct kvt_posix *p);

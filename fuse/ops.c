@@ -437,6 +437,17 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	node_put(kv, n);
 }
 
+/* Key of parent's directory (for kvfs_dir_keep, kvfs_dir_touch), or NULL. */
+static char *dir_key_of(struct kvfs *kv, struct node *parent)
+{
+	char *bucket = NULL, *key = NULL;
+
+	if (node_path(kv, parent, &bucket, &key) < 0)
+		return NULL;
+	free(bucket);
+	return key;
+}
+
 /* Creates child name of parent as a file (mknod), symlink or directory. */
 static void make_child(fuse_req_t req, fuse_ino_t parent, const char *name, enum kvt_kind kind,
 		       mode_t mode, const char *target)
@@ -444,7 +455,7 @@ static void make_child(fuse_req_t req, fuse_ino_t parent, const char *name, enum
 	static const struct kvt_meta symlink_meta = { (char *)"kvtier-symlink", (char *)"1" };
 	struct kvfs *kv = req_kv(req);
 	struct node *p = node_get(kv, parent), *c = NULL;
-	char *bucket = NULL, *key = NULL, *okey = NULL;
+	char *bucket = NULL, *key = NULL, *okey = NULL, *dkey = NULL;
 	struct kvt_put_opts opts = { .flags = KVT_PUT_IF_NONE_MATCH };
 	struct kvt_writer *w = NULL;
 	struct kvt_posix posix;
@@ -502,6 +513,8 @@ static void make_child(fuse_req_t req, fuse_ino_t parent, const char *name, enum
 	}
 	if (rc == 0)
 		rc = kvfs_stat_key(kv, bucket, key, &s);
+	if (rc == 0 && (dkey = dir_key_of(kv, p)))
+		kvfs_dir_touch(kv, bucket, dkey);
 out:
 	if (rc == 0)
 		reply_entry(req, kv, p, name, &s);
@@ -512,6 +525,7 @@ out:
 	free(bucket);
 	free(key);
 	free(okey);
+	free(dkey);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -548,17 +562,6 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	fuse_reply_err(req, EPERM);	/* an object has exactly one key */
 }
 
-/* Key of parent's directory (for kvfs_dir_keep), or NULL. */
-static char *dir_key_of(struct kvfs *kv, struct node *parent)
-{
-	char *bucket = NULL, *key = NULL;
-
-	if (node_path(kv, parent, &bucket, &key) < 0)
-		return NULL;
-	free(bucket);
-	return key;
-}
-
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct kvfs *kv = req_kv(req);
@@ -593,8 +596,10 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		goto out;
 	node_unhash(kv, p, name);
 	dkey = dir_key_of(kv, p);
-	if (dkey)
+	if (dkey) {
 		kvfs_dir_keep(kv, bucket, dkey);
+		kvfs_dir_touch(kv, bucket, dkey);
+	}
 out:
 	pthread_rwlock_unlock(&kv->names);
 	reply_err(req, rc);
@@ -646,8 +651,10 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 		goto out;
 	node_unhash(kv, p, name);
 	dkey = dir_key_of(kv, p);
-	if (dkey)
+	if (dkey) {
 		kvfs_dir_keep(kv, bucket, dkey);
+		kvfs_dir_touch(kv, bucket, dkey);
+	}
 out:
 	pthread_rwlock_unlock(&kv->names);
 	reply_err(req, rc);
@@ -665,7 +672,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	struct kvfs *kv = req_kv(req);
 	struct node *p = node_get(kv, parent), *np = node_get(kv, newparent), *c = NULL;
 	char *fb = NULL, *fk = NULL, *tb = NULL, *tk = NULL, *fdir = NULL, *tdir = NULL;
-	char *dkey = NULL;
+	char *dkey = NULL, *tdkey = NULL;
 	struct kvfs_stat src, dst;
 	int rc, pending = 0, writing = 0, dst_exists, locked = 0;
 
@@ -771,8 +778,12 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		goto out;
 	node_move(kv, p, name, np, newname);
 	dkey = dir_key_of(kv, p);
-	if (dkey)
+	if (dkey) {
 		kvfs_dir_keep(kv, fb, dkey);
+		kvfs_dir_touch(kv, fb, dkey);
+	}
+	if (np != p && (tdkey = dir_key_of(kv, np)))
+		kvfs_dir_touch(kv, tb, tdkey);
 out:
 	if (locked)
 		pthread_rwlock_unlock(&kv->names);
@@ -787,6 +798,7 @@ out:
 	free(fdir);
 	free(tdir);
 	free(dkey);
+	free(tdkey);
 }
 
 /* ---- files ------------------------------------------------------------------ */
@@ -905,11 +917,11 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 {
 	struct kvfs *kv = req_kv(req);
 	struct node *p = node_get(kv, parent), *n = NULL, *c = NULL;
-	char *bucket = NULL, *key = NULL;
+	char *bucket = NULL, *key = NULL, *dkey = NULL;
 	struct fuse_entry_param e;
 	struct kvt_posix posix;
 	struct kvfs_stat s;
-	int rc, pending = 0;
+	int rc, pending = 0, made = 0;
 
 	if (!p) {
 		fuse_reply_err(req, ENOENT);
@@ -925,7 +937,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	 * application must not see ESTALE from open(O_CREAT).
 	 */
 	for (int tries = 0;; tries++) {
-		pending = 0;
+		pending = made = 0;
 		c = node_child(kv, p, name);
 		if (c) {
 			pthread_mutex_lock(&kv->lock);
@@ -965,6 +977,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			n = node_link(kv, p, name, NODE_FILE);
 			rc = n ? fh_create(kv, n, fi->flags, fuse_req_ctx(req)->pid, &posix, fi)
 			       : -ENOMEM;
+			made = 1;
 		}
 		if (rc != -ESTALE || tries == 8)
 			break;
@@ -984,6 +997,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			node_unlink_lookup(kv, n);
 		goto out;
 	}
+	/* A new name in the directory, published at close or never. */
+	if (made && (dkey = dir_key_of(kv, p)))
+		kvfs_dir_touch(kv, bucket, dkey);
 	memset(&e, 0, sizeof(e));
 	e.ino = n->ino;
 	e.attr = s.st;
@@ -1002,6 +1018,7 @@ out:
 	node_put(kv, p);
 	free(bucket);
 	free(key);
+	free(dkey);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

@@ -520,6 +520,29 @@ chmod 700 "$B/mdir"
 cp -p "$B/meta" "$B/meta.copy"
 [ "$(stat -c '%a %u %g %Y' "$B/meta.copy")" = "640 $owner 1612325106" ] ||
 	fail "cp -p did not keep metadata: $(stat -c '%a %u %g %Y' "$B/meta.copy")"
+# A name made, removed or renamed in a directory moves its mtime and ctime,
+# which make and rsync watch (they stayed those of the mkdir).
+python3 - "$B/mdir" "$B/mdir2" <<'EOF'
+import os, sys
+d, d2 = sys.argv[1], sys.argv[2]
+os.mkdir(d2)
+def changed(what, f, *dirs):
+    for x in dirs:
+        os.utime(x, ns=(0, 0))
+    before = [os.stat(x).st_ctime_ns for x in dirs]
+    f()
+    for x, c in zip(dirs, before):
+        st = os.stat(x)
+        assert st.st_mtime_ns > 0 and st.st_ctime_ns > c, (what, x, st)
+changed("create", lambda: open(os.path.join(d, "f"), "wb").close(), d)
+changed("mkdir", lambda: os.mkdir(os.path.join(d, "sub")), d)
+changed("symlink", lambda: os.symlink("f", os.path.join(d, "l")), d)
+changed("rename", lambda: os.rename(os.path.join(d, "f"), os.path.join(d2, "f")), d, d2)
+changed("unlink", lambda: os.unlink(os.path.join(d2, "f")), d2)
+changed("rmdir", lambda: os.rmdir(os.path.join(d, "sub")), d)
+os.unlink(os.path.join(d, "l"))
+os.rmdir(d2)
+EOF
 
 step "what a KV store cannot hold fails cleanly"
 long=$(python3 -c 'print("n" * 256)')
