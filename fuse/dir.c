@@ -298,6 +298,44 @@ static int dh_fetch(struct kvfs *kv, struct dh *d)
 	return rc;
 }
 
+char *dh_hidden_key(struct kvfs *kv, const char *bucket, const char *key)
+{
+	struct kvt_list_opts lo = { .delimiter = "/", .limit = DH_PAGE };
+	struct kvt_list *l = NULL;
+	char *prefix = kvfs_join(key, ""), *hidden = NULL;
+	size_t plen;
+	int shown = 0;
+
+	lo.prefix = prefix;
+	if (!prefix || kvt_object_list(kv->st, bucket, &lo, &l) < 0)
+		goto out;
+	plen = strlen(prefix);
+	for (size_t i = 0; i < l->nobjects && !shown; i++) {
+		const char *k = l->objects[i]->key;
+
+		if (name_ok(k + plen, strlen(k + plen)))
+			shown = 1;
+		else if (!hidden && k[plen])	/* the directory's marker hides nothing */
+			hidden = strdup(k);
+	}
+	for (size_t j = 0; j < l->nprefixes && !shown; j++) {
+		const char *k = l->prefixes[j];
+
+		if (name_ok(k + plen, strlen(k + plen) - 1))
+			shown = 1;
+		else if (!hidden)
+			hidden = strdup(k);
+	}
+	if (shown || l->truncated) {
+		free(hidden);
+		hidden = NULL;
+	}
+out:
+	kvt_list_free(l);
+	free(prefix);
+	return hidden;
+}
+
 int dh_open(struct kvfs *kv, struct node *n, struct dh **out)
 {
 	struct dh *d = calloc(1, sizeof(*d));

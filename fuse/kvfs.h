@@ -384,6 +384,12 @@ struct dh;
 int dh_open(struct kvfs *kv, struct node *n, struct dh **out);
 void dh_readdir(struct kvfs *kv, fuse_req_t req, struct dh *d, size_t size, off_t off, int plus);
 void dh_release(struct kvfs *kv, struct dh *d);
+/*
+ * For a directory that is not empty yet lists nothing: the first key (or
+ * prefix "x//") under bucket/key that no name here reaches, if one page of
+ * its listing shows only such; else NULL. Caller frees.
+ */
+char *dh_hidden_key(struct kvfs *kv, const char *bucket, const char *key);
 
 /* ---- notify.c -------------------------------------------------------------- */
 

@@ -638,6 +638,14 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 		rc = kvfs_dir_empty(kv, bucket, key);
 		rc = rc < 0 ? rc : rc ? 0 : -ENOTEMPTY;
 	}
+	/* It may list nothing: S3 keys such as "a//b" have no name here. The
+	 * key stays (it is data); the log says which to remove through S3. */
+	if (rc == -ENOTEMPTY && (okey = dh_hidden_key(kv, bucket, key))) {
+		log_warn(rc, "directory '%s/%s' lists empty but holds S3 keys no name reaches "
+			 "(from '%s'); remove them through S3", bucket, key, okey);
+		free(okey);
+		okey = NULL;
+	}
 	/* A file created in it and not yet published is an entry too. */
 	if (rc == 0 && (c = node_child(kv, p, name)) && node_pending_under(kv, c))
 		rc = -ENOTEMPTY;

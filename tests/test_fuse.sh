@@ -126,6 +126,18 @@ rmdir "$B/empty"
 rm "$B/conv1/turn2/blk0"
 [ -d "$B/conv1/turn2" ] || fail "removing the last file removed its directory"
 rmdir "$B/conv1/turn2"
+# An S3 key that no name reaches (S3 does not normalise paths: "a//b" is a
+# key of its own) is not listed, and keeps its directory: rmdir fails
+# ENOTEMPTY, and the log says which keys, to remove through S3 (an
+# empty-looking directory refused removal and nothing said why).
+"$K" put models 'hid/a//b' "$T/in.1" >/dev/null
+[ -z "$(ls -A "$B/hid/a")" ] || fail "'hid/a' lists '$(ls -A "$B/hid/a")'"
+expect_err "Directory not empty" rmdir "$B/hid/a"
+grep -q "'models/hid/a' lists empty but holds S3 keys no name reaches (from 'hid/a//')" \
+	"$T/fuse.log" || fail "the log does not say what keeps 'hid/a'"
+same "$T/in.1" models 'hid/a//b'
+"$K" rm models 'hid/a//b' >/dev/null
+gone "$B/hid"
 
 step "mv: rename, over an existing file, directories, across buckets"
 cp "$T/in.4095" "$B/a"
