@@ -24,12 +24,17 @@
 #include "kvfs.h"
 #include "log.h"
 
+static int64_t ts_to_ns(struct timespec ts)
+{
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 int64_t kvfs_now_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	return ts_to_ns(ts);
 }
 
 static struct timespec ns_to_ts(int64_t ns)
@@ -379,23 +384,31 @@ void kvfs_dir_keep(struct kvfs *kv, const char *bucket, const char *key)
 	free(marker);
 }
 
-void kvfs_dir_touch(struct kvfs *kv, const char *bucket, const char *key)
+void kvfs_dir_touch(struct kvfs *kv, struct node *dir)
 {
-	char *marker;
-	int rc;
-
 	/*
 	 * As on any file system, for make and rsync watch a directory's mtime.
-	 * Only a marker has times to move, in one catalog update; a bucket or
-	 * a directory without one keeps the mount's start (making a marker
-	 * would add a key that S3 lists).
+	 * Kept in the node, not the catalog: a write there would cost every
+	 * create and unlink a transaction (some 100 us here), and a bucket or
+	 * a prefix of S3 keys has no marker to hold times. node_attr_reply()
+	 * shows it; a later utimensat() replaces it (setattr_store()).
 	 */
-	if (!*key || strlen(key) + 1 > KVT_KEY_MAX || !(marker = kvfs_join(key, "")))
-		return;
-	rc = kvt_object_setattr(kv->st, bucket, marker, KVT_ATTR_MTIME, NULL, kvfs_now_ns());
-	if (rc < 0 && rc != -ENOENT)
-		log_warn(rc, "cannot set the times of the directory '%s/%s'", bucket, key);
-	free(marker);
+	pthread_mutex_lock(&kv->lock);
+	dir->dmtime = kvfs_now_ns();
+	pthread_mutex_unlock(&kv->lock);
+}
+
+void kvfs_dir_times(struct kvfs *kv, struct node *dir, struct stat *st)
+{
+	int64_t t;
+
+	pthread_mutex_lock(&kv->lock);
+	t = dir->dmtime;
+	pthread_mutex_unlock(&kv->lock);
+	if (t > ts_to_ns(st->st_mtim))
+		st->st_mtim = ns_to_ts(t);
+	if (t > ts_to_ns(st->st_ctim))
+		st->st_ctim = ns_to_ts(t);
 }
 
 void kvfs_posix_new(const struct fuse_ctx *ctx, enum kvt_kind kind, mode_t mode,

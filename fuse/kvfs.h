@@ -124,6 +124,8 @@ struct node {
 	int64_t ksize;
 	unsigned wwait;
 	int64_t nocache_until;
+	int64_t dmtime;		/* a directory: when a name in it was last made,
+				 * removed or renamed here (kvfs_dir_touch) */
 	struct stat last;	/* attributes last reported, for fstat after unlink */
 	int has_last;
 	struct node *ino_next, *name_next;
@@ -209,7 +211,8 @@ void node_supersede_locked(struct kvfs *kv, struct node *n);
 /*
  * The attributes about to be sent to the kernel for n: while handles read
  * it through the page cache the size is theirs, whatever the store holds
- * now; and remembers the size the kernel is told.
+ * now; and remembers the size the kernel is told. A directory's times are
+ * those of its last change here (kvfs_dir_times()).
  */
 void node_attr_reply(struct kvfs *kv, struct node *n, struct stat *st);
 /* Notes that this daemon changed n's content or attributes; kvfs.lock held. */
@@ -272,8 +275,10 @@ int kvfs_put_empty(struct kvfs *kv, const char *bucket, const char *key,
 		   const struct kvt_put_opts *opts);
 /* After the last entry left directory key: keep it with a marker. */
 void kvfs_dir_keep(struct kvfs *kv, const char *bucket, const char *key);
-/* An entry was made, removed or renamed in directory key: mtime, ctime now. */
-void kvfs_dir_touch(struct kvfs *kv, const char *bucket, const char *key);
+/* An entry was made, removed or renamed in directory dir: mtime, ctime now. */
+void kvfs_dir_touch(struct kvfs *kv, struct node *dir);
+/* st, the attributes of directory dir, with the times kvfs_dir_touch() set. */
+void kvfs_dir_times(struct kvfs *kv, struct node *dir, struct stat *st);
 /* The POSIX metadata a new object of this type gets for the caller of req. */
 void kvfs_posix_new(const struct fuse_ctx *ctx, enum kvt_kind kind, mode_t mode,
 		    struct kvt_posix *p);

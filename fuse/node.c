@@ -360,6 +360,8 @@ void node_supersede_locked(struct kvfs *kv, struct node *n)
 
 void node_attr_reply(struct kvfs *kv, struct node *n, struct stat *st)
 {
+	if (n && S_ISDIR(st->st_mode))
+		kvfs_dir_times(kv, n, st);
 	if (!n || !S_ISREG(st->st_mode))
 		return;
 	pthread_mutex_lock(&kv->lock);

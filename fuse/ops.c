@@ -266,6 +266,12 @@ static int setattr_store(struct kvfs *kv, struct node *n, unsigned mask,
 		p = *want;
 	}
 	rc = kvt_object_setattr(kv->st, bucket, okey ? okey : key, mask, &p, mtime_ns);
+	if (rc == 0 && n->type == NODE_DIR && (mask & KVT_ATTR_MTIME)) {
+		/* touch -d: the time given, not that of the last change here. */
+		pthread_mutex_lock(&kv->lock);
+		n->dmtime = 0;
+		pthread_mutex_unlock(&kv->lock);
+	}
 out:
 	kvt_object_free(o);
 	free(bucket);
@@ -437,17 +443,6 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	node_put(kv, n);
 }
 
-/* Key of parent's directory (for kvfs_dir_keep, kvfs_dir_touch), or NULL. */
-static char *dir_key_of(struct kvfs *kv, struct node *parent)
-{
-	char *bucket = NULL, *key = NULL;
-
-	if (node_path(kv, parent, &bucket, &key) < 0)
-		return NULL;
-	free(bucket);
-	return key;
-}
-
 /* Creates child name of parent as a file (mknod), symlink or directory. */
 static void make_child(fuse_req_t req, fuse_ino_t parent, const char *name, enum kvt_kind kind,
 		       mode_t mode, const char *target)
@@ -455,7 +450,7 @@ static void make_child(fuse_req_t req, fuse_ino_t parent, const char *name, enum
 	static const struct kvt_meta symlink_meta = { (char *)"kvtier-symlink", (char *)"1" };
 	struct kvfs *kv = req_kv(req);
 	struct node *p = node_get(kv, parent), *c = NULL;
-	char *bucket = NULL, *key = NULL, *okey = NULL, *dkey = NULL;
+	char *bucket = NULL, *key = NULL, *okey = NULL;
 	struct kvt_put_opts opts = { .flags = KVT_PUT_IF_NONE_MATCH };
 	struct kvt_writer *w = NULL;
 	struct kvt_posix posix;
@@ -513,8 +508,8 @@ static void make_child(fuse_req_t req, fuse_ino_t parent, const char *name, enum
 	}
 	if (rc == 0)
 		rc = kvfs_stat_key(kv, bucket, key, &s);
-	if (rc == 0 && (dkey = dir_key_of(kv, p)))
-		kvfs_dir_touch(kv, bucket, dkey);
+	if (rc == 0)
+		kvfs_dir_touch(kv, p);
 out:
 	if (rc == 0)
 		reply_entry(req, kv, p, name, &s);
@@ -525,7 +520,6 @@ out:
 	free(bucket);
 	free(key);
 	free(okey);
-	free(dkey);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -562,6 +556,17 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	fuse_reply_err(req, EPERM);	/* an object has exactly one key */
 }
 
+/* Key of parent's directory (for kvfs_dir_keep), or NULL. */
+static char *dir_key_of(struct kvfs *kv, struct node *parent)
+{
+	char *bucket = NULL, *key = NULL;
+
+	if (node_path(kv, parent, &bucket, &key) < 0)
+		return NULL;
+	free(bucket);
+	return key;
+}
+
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct kvfs *kv = req_kv(req);
@@ -595,11 +600,10 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (rc < 0)
 		goto out;
 	node_unhash(kv, p, name);
+	kvfs_dir_touch(kv, p);
 	dkey = dir_key_of(kv, p);
-	if (dkey) {
+	if (dkey)
 		kvfs_dir_keep(kv, bucket, dkey);
-		kvfs_dir_touch(kv, bucket, dkey);
-	}
 out:
 	pthread_rwlock_unlock(&kv->names);
 	reply_err(req, rc);
@@ -658,11 +662,10 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (rc < 0)
 		goto out;
 	node_unhash(kv, p, name);
+	kvfs_dir_touch(kv, p);
 	dkey = dir_key_of(kv, p);
-	if (dkey) {
+	if (dkey)
 		kvfs_dir_keep(kv, bucket, dkey);
-		kvfs_dir_touch(kv, bucket, dkey);
-	}
 out:
 	pthread_rwlock_unlock(&kv->names);
 	reply_err(req, rc);
@@ -680,7 +683,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	struct kvfs *kv = req_kv(req);
 	struct node *p = node_get(kv, parent), *np = node_get(kv, newparent), *c = NULL;
 	char *fb = NULL, *fk = NULL, *tb = NULL, *tk = NULL, *fdir = NULL, *tdir = NULL;
-	char *dkey = NULL, *tdkey = NULL;
+	char *dkey = NULL;
 	struct kvfs_stat src, dst;
 	int rc, pending = 0, writing = 0, dst_exists, locked = 0;
 
@@ -785,13 +788,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	if (rc < 0)
 		goto out;
 	node_move(kv, p, name, np, newname);
+	kvfs_dir_touch(kv, p);
+	kvfs_dir_touch(kv, np);
 	dkey = dir_key_of(kv, p);
-	if (dkey) {
+	if (dkey)
 		kvfs_dir_keep(kv, fb, dkey);
-		kvfs_dir_touch(kv, fb, dkey);
-	}
-	if (np != p && (tdkey = dir_key_of(kv, np)))
-		kvfs_dir_touch(kv, tb, tdkey);
 out:
 	if (locked)
 		pthread_rwlock_unlock(&kv->names);
@@ -806,7 +807,6 @@ out:
 	free(fdir);
 	free(tdir);
 	free(dkey);
-	free(tdkey);
 }
 
 /* ---- files ------------------------------------------------------------------ */
@@ -925,7 +925,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 {
 	struct kvfs *kv = req_kv(req);
 	struct node *p = node_get(kv, parent), *n = NULL, *c = NULL;
-	char *bucket = NULL, *key = NULL, *dkey = NULL;
+	char *bucket = NULL, *key = NULL;
 	struct fuse_entry_param e;
 	struct kvt_posix posix;
 	struct kvfs_stat s;
@@ -1006,8 +1006,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		goto out;
 	}
 	/* A new name in the directory, published at close or never. */
-	if (made && (dkey = dir_key_of(kv, p)))
-		kvfs_dir_touch(kv, bucket, dkey);
+	if (made)
+		kvfs_dir_touch(kv, p);
 	memset(&e, 0, sizeof(e));
 	e.ino = n->ino;
 	e.attr = s.st;
@@ -1026,7 +1026,6 @@ out:
 	node_put(kv, p);
 	free(bucket);
 	free(key);
-	free(dkey);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
