@@ -291,13 +291,18 @@ int main(int argc, char **argv)
 		case OPT_VERSION: printf("kvtier-gateway %s\n", PACKAGE_VERSION); return 0;
 		case OPT_THREADS:
 		case OPT_TIMEOUT:
-		case OPT_MAXCONN:
+		case OPT_MAXCONN: {
+			/* The ranges of kvtier.conf's keys (0, no timeout, only there). */
+			unsigned long max = c == OPT_THREADS ? KVT_GW_THREADS_MAX
+					    : c == OPT_TIMEOUT ? KVT_GW_TIMEOUT_MAX
+							       : KVT_GW_CONNECTIONS_MAX;
+
 			errno = 0;
 			v = strtoul(optarg, &end, 10);
-			if (errno || *end || !*optarg || v < 1 || v > 100000) {
-				fprintf(stderr, "kvtier-gateway: bad number '%s' for --%s\n", optarg,
-					c == OPT_THREADS ? "threads" : c == OPT_TIMEOUT ? "timeout"
-							  : "max-connections");
+			if (errno || *end || !*optarg || v < 1 || v > max) {
+				fprintf(stderr, "kvtier-gateway: bad number '%s' for --%s: expected 1 to %lu\n",
+					optarg, c == OPT_THREADS ? "threads" : c == OPT_TIMEOUT ? "timeout"
+									: "max-connections", max);
 				return 2;
 			}
 			if (c == OPT_THREADS)
@@ -307,6 +312,7 @@ int main(int argc, char **argv)
 			else
 				o->max_connections = (unsigned)v;
 			break;
+		}
 		case OPT_MAXUPLOADS:
 		case OPT_MAXUPLOADS_BUCKET:
 			errno = 0;
@@ -380,7 +386,7 @@ int main(int argc, char **argv)
 	if (!o->access_log)
 		o->access_log = srv.cfg.gateway.access_log ? srv.cfg.gateway.access_log : "-";
 	if (!o->timeout)
-		o->timeout = srv.cfg.gateway.timeout < 100000 ? (unsigned)srv.cfg.gateway.timeout : 100000;
+		o->timeout = (unsigned)srv.cfg.gateway.timeout;	/* at most KVT_GW_TIMEOUT_MAX */
 	if (!o->max_connections)
 		o->max_connections = srv.cfg.gateway.max_connections;
 	if (!o->max_object)
@@ -390,8 +396,7 @@ int main(int argc, char **argv)
 	if (!o->max_uploads_bucket)
 		o->max_uploads_bucket = srv.cfg.gateway.max_uploads_per_bucket;
 	if (!o->upload_max_age)
-		o->upload_max_age = srv.cfg.gateway.upload_max_age ? srv.cfg.gateway.upload_max_age
-								    : 7 * 86400;
+		o->upload_max_age = srv.cfg.gateway.upload_max_age;
 	if (!o->credentials) {
 		fprintf(stderr, "kvtier-gateway: no users: set [gateway] credentials in %s or give "
 			"--credentials FILE (anonymous access is not allowed)\n",

@@ -41,6 +41,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -60,11 +61,11 @@
 enum cfg_type {
 	CFG_TYPE_PATH,		/* char *, an absolute path */
 	CFG_TYPE_STRING,	/* char *, any text without spaces */
-	CFG_TYPE_SIZE,		/* uint64_t bytes, kvt_parse_size() */
+	CFG_TYPE_SIZE,		/* uint64_t bytes in [min, max], kvt_parse_size() */
 	CFG_TYPE_FRACTION,	/* double in [0, 1], "0.9" or "90%" */
 	CFG_TYPE_ENUM,		/* an enum: value i is spelt names[i] */
 	CFG_TYPE_UNSIGNED,	/* unsigned in [min, max] */
-	CFG_TYPE_DURATION,	/* uint64_t seconds, kvt_parse_duration() */
+	CFG_TYPE_DURATION,	/* uint64_t seconds in [min, max], kvt_parse_duration() */
 	CFG_TYPE_MODE,		/* unsigned permission bits, octal: 0644 */
 };
 
@@ -74,7 +75,7 @@ struct cfg_key {
 	enum cfg_type type;
 	size_t offset;			/* of the field in struct kvt_config */
 	const char *def;		/* the default, spelt as in the file */
-	unsigned min, max;		/* CFG_TYPE_UNSIGNED: inclusive range */
+	uint64_t min, max;		/* UNSIGNED, SIZE, DURATION: inclusive range */
 	const char *const *names;	/* CFG_TYPE_ENUM: NULL-terminated */
 };
 
@@ -93,8 +94,10 @@ struct cfg_key {
 	{ .section = sec, .name = key, .type = CFG_TYPE_PATH, .offset = CFG_AT(m, char *), .def = d }
 #define CFG_STRING(sec, key, m, d) \
 	{ .section = sec, .name = key, .type = CFG_TYPE_STRING, .offset = CFG_AT(m, char *), .def = d }
-#define CFG_SIZE(sec, key, m, d) \
-	{ .section = sec, .name = key, .type = CFG_TYPE_SIZE, .offset = CFG_AT(m, uint64_t), .def = d }
+#define CFG_SIZE(sec, key, m, d) CFG_SIZE_RANGE(sec, key, m, d, 0, UINT64_MAX)
+#define CFG_SIZE_RANGE(sec, key, m, d, lo, hi) \
+	{ .section = sec, .name = key, .type = CFG_TYPE_SIZE, .offset = CFG_AT(m, uint64_t), \
+	  .def = d, .min = lo, .max = hi }
 #define CFG_FRACTION(sec, key, m, d) \
 	{ .section = sec, .name = key, .type = CFG_TYPE_FRACTION, .offset = CFG_AT(m, double), .def = d }
 #define CFG_ENUM(sec, key, m, d, n) \
@@ -103,9 +106,10 @@ struct cfg_key {
 #define CFG_UNSIGNED(sec, key, m, d, lo, hi) \
 	{ .section = sec, .name = key, .type = CFG_TYPE_UNSIGNED, .offset = CFG_AT(m, unsigned), \
 	  .def = d, .min = lo, .max = hi }
-#define CFG_DURATION(sec, key, m, d) \
+#define CFG_DURATION(sec, key, m, d) CFG_DURATION_RANGE(sec, key, m, d, 0, KVT_DURATION_MAX)
+#define CFG_DURATION_RANGE(sec, key, m, d, lo, hi) \
 	{ .section = sec, .name = key, .type = CFG_TYPE_DURATION, .offset = CFG_AT(m, uint64_t), \
-	  .def = d }
+	  .def = d, .min = lo, .max = hi }
 
 #define CFG_MODE(sec, key, m, d) \
 	{ .section = sec, .name = key, .type = CFG_TYPE_MODE, .offset = CFG_AT(m, unsigned), .def = d }
@@ -113,7 +117,11 @@ struct cfg_key {
 /* In the order of enum kvt_io_kind. */
 static const char *const cfg_io_names[] = { "uring", "sync", NULL };
 
-/* Every key of kvtier.conf. Keep etc/kvtier.conf and man/kvtier.conf.5 in step. */
+/*
+ * Every key of kvtier.conf. Keep etc/kvtier.conf and man/kvtier.conf.5 in step.
+ * A range is what the program honours: a value it would clamp or replace is
+ * refused here, where the error can name the line.
+ */
 static const struct cfg_key cfg_keys[] = {
 	CFG_PATH("store", "dir", store.dir, "/var/lib/kvtier"),
 	CFG_SIZE("store", "capacity", store.capacity, "4G"),
@@ -126,20 +134,22 @@ static const struct cfg_key cfg_keys[] = {
 	CFG_SIZE("store", "cached_read_max", store.cached_read_max, "256K"),
 	CFG_DURATION("store", "space_wait", store.space_wait, "30s"),
 	CFG_STRING("gateway", "listen", gateway.listen, "127.0.0.1:9000"),
-	CFG_UNSIGNED("gateway", "threads", gateway.threads, "4", 1, 1024),
+	CFG_UNSIGNED("gateway", "threads", gateway.threads, "4", 1, KVT_GW_THREADS_MAX),
 	CFG_PATH("gateway", "credentials", gateway.credentials, NULL),
 	CFG_PATH("gateway", "tls_cert", gateway.tls_cert, NULL),
 	CFG_PATH("gateway", "tls_key", gateway.tls_key, NULL),
 	CFG_STRING("gateway", "metrics_listen", gateway.metrics_listen, NULL),
 	CFG_STRING("gateway", "region", gateway.region, "us-east-1"),
 	CFG_STRING("gateway", "domain", gateway.domain, "localhost"),
-	CFG_DURATION("gateway", "timeout", gateway.timeout, "60s"),
-	CFG_UNSIGNED("gateway", "max_connections", gateway.max_connections, "1024", 1, 1000000),
-	CFG_SIZE("gateway", "max_object", gateway.max_object, "5G"),
+	CFG_DURATION_RANGE("gateway", "timeout", gateway.timeout, "60s", 0, KVT_GW_TIMEOUT_MAX),
+	CFG_UNSIGNED("gateway", "max_connections", gateway.max_connections, "1024", 1,
+		     KVT_GW_CONNECTIONS_MAX),
+	CFG_SIZE_RANGE("gateway", "max_object", gateway.max_object, "5G", 1, UINT64_MAX),
 	CFG_UNSIGNED("gateway", "max_uploads", gateway.max_uploads, "10000", 1, 10000000),
 	CFG_UNSIGNED("gateway", "max_uploads_per_bucket", gateway.max_uploads_per_bucket, "1000", 1,
 		     10000000),
-	CFG_DURATION("gateway", "upload_max_age", gateway.upload_max_age, "7d"),
+	CFG_DURATION_RANGE("gateway", "upload_max_age", gateway.upload_max_age, "7d", 1,
+			   KVT_DURATION_MAX),
 	CFG_STRING("gateway", "access_log", gateway.access_log, "-"),
 	CFG_UNSIGNED("fuse", "uid", fuse.uid, "0", 0, 4294967294u),
 	CFG_UNSIGNED("fuse", "gid", fuse.gid, "0", 0, 4294967294u),
@@ -349,7 +359,7 @@ static int cfg_set(struct kvt_config *cfg, const struct cfg_key *k, const char *
 		return 0;
 	case CFG_TYPE_SIZE:
 		rc = kvt_parse_size(text, &u);
-		if (rc < 0)
+		if (rc < 0 || u < k->min || u > k->max)
 			return -EINVAL;
 		*(uint64_t *)field = u;
 		return 0;
@@ -375,7 +385,7 @@ static int cfg_set(struct kvt_config *cfg, const struct cfg_key *k, const char *
 		return 0;
 	case CFG_TYPE_DURATION:
 		rc = kvt_parse_duration(text, &u);
-		if (rc < 0)
+		if (rc < 0 || u < k->min || u > k->max)
 			return -EINVAL;
 		*(uint64_t *)field = u;
 		return 0;
@@ -409,7 +419,9 @@ static void cfg_expect(const struct cfg_key *k, char *buf, size_t len)
 		snprintf(buf, len, "expected one word without spaces or quotes");
 		return;
 	case CFG_TYPE_SIZE:
-		snprintf(buf, len, "expected a size like 256M");
+		n = snprintf(buf, len, "expected a size like 256M");
+		if (k->min > 0 && n < len)
+			snprintf(buf + n, len - n, ", at least %" PRIu64, k->min);
 		return;
 	case CFG_TYPE_FRACTION:
 		snprintf(buf, len, "expected a fraction like 0.9 or 90%%");
@@ -424,10 +436,16 @@ static void cfg_expect(const struct cfg_key *k, char *buf, size_t len)
 		}
 		return;
 	case CFG_TYPE_UNSIGNED:
-		snprintf(buf, len, "expected a whole number from %u to %u", k->min, k->max);
+		snprintf(buf, len, "expected a whole number from %" PRIu64 " to %" PRIu64,
+			 k->min, k->max);
 		return;
 	case CFG_TYPE_DURATION:
-		snprintf(buf, len, "expected a duration like 90s, 15m, 24h or 7d");
+		n = snprintf(buf, len, "expected a duration like 90s, 15m, 24h or 7d");
+		if (k->max < KVT_DURATION_MAX && n < len)
+			snprintf(buf + n, len - n, ", from %" PRIu64 "s to %" PRIu64 "s",
+				 k->min, k->max);
+		else if (k->min > 0 && n < len)
+			snprintf(buf + n, len - n, ", at least %" PRIu64 "s", k->min);
 		return;
 	case CFG_TYPE_MODE:
 		snprintf(buf, len, "expected octal permission bits like 0644");

@@ -64,7 +64,7 @@ struct kvt_config {
 		char *metrics_listen;	/* NULL: /metrics on the S3 listener */
 		char *region;		/* what GetBucketLocation answers, SigV4 scope */
 		char *domain;		/* Host BUCKET.DOMAIN names a bucket */
-		uint64_t timeout;	/* seconds before an idle connection closes */
+		uint64_t timeout;	/* seconds before an idle connection closes; 0: never */
 		unsigned max_connections;
 		uint64_t max_object;	/* bytes of the largest single PUT */
 		unsigned max_uploads;	/* open multipart uploads in all */
@@ -91,6 +91,14 @@ struct kvt_config {
 		char *ca_file;		/* S3: PEM CAs for the partner's TLS; NULL: the system's */
 	} g4;
 };
+
+/*
+ * Limits of [gateway] keys that kvtier-gateway's flags share with the file,
+ * so that a value one accepts the other accepts too.
+ */
+#define KVT_GW_THREADS_MAX 1024
+#define KVT_GW_CONNECTIONS_MAX 1000000
+#define KVT_GW_TIMEOUT_MAX 100000		/* seconds */
 
 /* Fill cfg with the embedded defaults. Release with kvt_config_release(). */
 void kvt_config_init(struct kvt_config *cfg);

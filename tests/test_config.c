@@ -273,6 +273,45 @@ static void test_bad_values(void **state)
 	}
 }
 
+/*
+ * [gateway] values the gateway would not honour are refused at load: before,
+ * max_object = 0 refused every PUT, upload_max_age = 0 became 7d and a
+ * timeout past 100000s became 100000s, all without a word.
+ */
+static void test_gateway_ranges(void **state)
+{
+	static const struct { const char *line, *suffix; } cases[] = {
+		{ "max_object = 0", "bad value '0' for [gateway] max_object: expected a size like 256M, at least 1" },
+		{ "upload_max_age = 0", "bad value '0' for [gateway] upload_max_age: expected a duration like 90s, 15m, 24h or 7d, at least 1s" },
+		{ "timeout = 36500d", "bad value '36500d' for [gateway] timeout: expected a duration like 90s, 15m, 24h or 7d, from 0s to 100000s" },
+		{ "timeout = 100001", "bad value '100001' for [gateway] timeout: expected a duration like 90s, 15m, 24h or 7d, from 0s to 100000s" },
+		{ "max_connections = 1000001", "bad value '1000001' for [gateway] max_connections: expected a whole number from 1 to 1000000" },
+		{ "threads = 1025", "bad value '1025' for [gateway] threads: expected a whole number from 1 to 1024" },
+	};
+	struct kvt_config cfg;
+	char text[256], suffix[512], err[512];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(text, sizeof(text), "[gateway]\n%s\n", cases[i].line);
+		snprintf(suffix, sizeof(suffix), ":2: %s", cases[i].suffix);
+		expect_error(text, -EINVAL, suffix);
+	}
+	/* The limits themselves are honoured as written; a timeout of 0 is none. */
+	assert_int_equal(conf_load(&cfg, "[gateway]\nmax_object = 1\nupload_max_age = 1s\n"
+				   "timeout = 100000s\nmax_connections = 1000000\nthreads = 1024\n",
+				   err, sizeof(err)), 0);
+	assert_true(cfg.gateway.max_object == 1);
+	assert_true(cfg.gateway.upload_max_age == 1);
+	assert_true(cfg.gateway.timeout == KVT_GW_TIMEOUT_MAX);
+	assert_int_equal(cfg.gateway.max_connections, KVT_GW_CONNECTIONS_MAX);
+	assert_int_equal(cfg.gateway.threads, KVT_GW_THREADS_MAX);
+	kvt_config_release(&cfg);
+	assert_int_equal(conf_load(&cfg, "[gateway]\ntimeout = 0\n", err, sizeof(err)), 0);
+	assert_true(cfg.gateway.timeout == 0);
+	kvt_config_release(&cfg);
+}
+
 static void test_cross_checks(void **state)
 {
 	(void)state;
@@ -595,6 +634,57 @@ static void test_load_default(void **state)
 }
 
 /*
+ * Every key man/kvtier.conf.5 documents (".BI key \" = \" ...", with more
+ * than one a line as ", key2 = ") is shown in etc/kvtier.conf as "#key = ":
+ * the man page says the example shows every key, and it lacked three.
+ */
+static void test_example_shows_man_keys(void **state)
+{
+	const char *top = getenv("top_srcdir");
+	char path[512], line[512], key[64], want[80];
+	char *example = NULL;
+	size_t len = 0;
+	unsigned keys = 0;
+	FILE *f;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/etc/kvtier.conf", top && *top ? top : ".");
+	f = fopen(path, "r");
+	assert_non_null(f);
+	assert_true(getdelim(&example, &len, '\0', f) > 0);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/man/kvtier.conf.5", top && *top ? top : ".");
+	f = fopen(path, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		const char *s = line + 4;
+
+		if (strncmp(line, ".BI ", 4) != 0)
+			continue;
+		for (;;) {
+			size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyz_0123456789");
+
+			if (n == 0 || n >= sizeof(key) || (strncmp(s + n, " \" = \"", 6) != 0 &&
+							   strncmp(s + n, " = ", 3) != 0))
+				break;
+			memcpy(key, s, n);
+			key[n] = '\0';
+			snprintf(want, sizeof(want), "\n#%s = ", key);
+			if (!strstr(example, want))
+				fail_msg("etc/kvtier.conf does not show '%s'", key);
+			keys++;
+			s = strstr(s + n, "\", ");
+			if (!s)
+				break;
+			s += 3;
+		}
+	}
+	fclose(f);
+	assert_true(keys >= 30);
+	free(example);
+}
+
+/*
  * etc/kvtier.conf shows every key commented out as "#key = default". It must
  * load as it is, and again with those keys uncommented, giving the built-in
  * defaults both times: the example cannot drift from the code.
@@ -660,6 +750,7 @@ int main(void)
 		cmocka_unit_test(test_unknown_key),
 		cmocka_unit_test(test_unknown_section),
 		cmocka_unit_test(test_bad_values),
+		cmocka_unit_test(test_gateway_ranges),
 		cmocka_unit_test(test_cross_checks),
 		cmocka_unit_test(test_cross_check_limits),
 		cmocka_unit_test(test_missing_file),
@@ -676,6 +767,7 @@ int main(void)
 		cmocka_unit_test(test_error_buffer),
 		cmocka_unit_test(test_load_default),
 		cmocka_unit_test(test_example_file),
+		cmocka_unit_test(test_example_shows_man_keys),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -32,6 +32,17 @@ kvt_grep err "'Not_A_Bucket' is not a bucket name"
 kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --listen nowhere:port
 kvt_grep err "listen 'nowhere:port'"
 kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --threads 0
+# A flag takes what kvtier.conf's key takes, and says so (--threads took 100000).
+kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --threads 1025
+kvt_grep err "bad number '1025' for --threads: expected 1 to 1024"
+kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --max-connections 1000001
+kvt_grep err "bad number '1000001' for --max-connections: expected 1 to 1000000"
+kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --timeout 100001
+kvt_grep err "bad number '100001' for --timeout: expected 1 to 100000"
+printf '[gateway]\nmax_object = 0\n' >>"$T/c.conf"
+kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --listen 127.0.0.1:0
+kvt_grep err "c.conf:[0-9]+: bad value '0' for \[gateway\] max_object"
+gw_config "$T/c.conf" "$T/c" 8M 1M
 kvt_expect 2 "$GATEWAY" -c "$T/no-such.conf" --credentials "$GW_CREDS"
 kvt_expect 2 "$GATEWAY" --no-such-flag
 kvt_expect 0 "$GATEWAY" --help
