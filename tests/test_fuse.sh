@@ -1052,6 +1052,9 @@ detached_umount()
 
 step "mount.kvtier, as mount(8) runs it: detaches once mounted, fstab options dropped"
 [ -x "$HELPER" ] || fail "no mount helper at '$HELPER'"
+# -t without its type, last: the shell's "can't shift that many" before.
+kvt_expect 1 env KVTIER_FUSE="$FUSE" "$HELPER" "$KVTIER_CONF" "$M" -t
+kvt_grep err "^usage: mount.kvtier CONFIG MOUNTPOINT"
 KVTIER_FUSE=$FUSE "$HELPER" "$KVTIER_CONF" "$M" -o "defaults,_netdev,noauto,log=$T/daemon.log" ||
 	fail "mount.kvtier failed: $(cat "$T/daemon.log" 2>/dev/null)"
 is_mounted "$M" || fail "mount.kvtier returned before the mount was ready"
