@@ -29,6 +29,8 @@
  *    be taken for a second value of, say, dir;
  *  - section headers are checked as they are read, so an empty misspelt
  *    section is caught too (inih calls the handler only for keys);
+ *  - a line whose first separator is ':' is refused: inih takes "key : value"
+ *    as well as "key = value", which kvtier.conf(5) does not document;
  *  - memory stays bounded and a file over CFG_MAX_FILE is refused.
  * The first error in the file is the one reported, whether inih or we found
  * it: inih returns the line of its first failure, we keep our first message.
@@ -563,8 +565,13 @@ static char *cfg_read_line(char *str, int num, void *stream)
 		cfg_fail(p, -EINVAL, "line is longer than %d bytes", num - 2);
 		goto blank;
 	}
-	if (*s == '[')
+	if (*s == '[') {
 		cfg_check_section(p, s);
+	} else if (*s && *s != ';' && *s != '#' && s[strcspn(s, "=:")] == ':') {
+		/* inih splits "key : value" at the ':' too; the format is key = value. */
+		cfg_fail(p, -EINVAL, "syntax error: expected [section] or key = value");
+		goto blank;
+	}
 	memcpy(str, s, len);
 	str[len] = '\n';
 	str[len + 1] = '\0';

@@ -425,6 +425,11 @@ static void test_syntax_errors(void **state)
 		     ":2: syntax error: expected [section] or key = value");
 	expect_error("[store\ncapacity = 8G\n", -EINVAL,
 		     ":1: syntax error: expected [section] or key = value");
+	/* inih splits at ':' as at '='; the documented format is key = value. */
+	expect_error("[store]\ncapacity : 8G\n", -EINVAL,
+		     ":2: syntax error: expected [section] or key = value");
+	expect_error("[gateway]\nlisten: 127.0.0.1:9000\n", -EINVAL,
+		     ":2: syntax error: expected [section] or key = value");
 	/* The first error in the file is the one reported, whoever found it. */
 	expect_error("[store]\ncapacty = 8G\ngarbage\n", -EINVAL,
 		     ":2: unknown key 'capacty' in [store]");
