@@ -1414,6 +1414,7 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	struct store_thread *t;
 	char path[4200];
 	struct stat sb;
+	unsigned dirs_made = 0;		/* of the store's path, by this open */
 	int rc, fresh, key_made = 0;
 
 	if (!cfg->store.dir || !*cfg->store.dir)
@@ -1425,9 +1426,10 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 		return -ENOENT;
 	}
 	if (flags & KVT_OPEN_CREATE) {
-		rc = util_mkdir_p(cfg->store.dir);
+		rc = util_mkdir_p_made(cfg->store.dir, &dirs_made);
 		if (rc < 0) {
 			log_err(rc, "cannot create '%s'", cfg->store.dir);
+			util_rmdir_made(cfg->store.dir, dirs_made);
 			return rc;
 		}
 	}
@@ -1546,9 +1548,12 @@ fail:
 		free(st->seg_written);
 		free(st->append_held);
 		free(st);
-		return rc;
+	} else {
+		kvt_store_close(st);
 	}
-	kvt_store_close(st);
+	/* A first init that failed leaves no empty directories (a store it
+	 * made that did not fit is already gone: store_unmake()). */
+	util_rmdir_made(cfg->store.dir, dirs_made);
 	return rc;
 }
 

@@ -197,9 +197,17 @@ uint64_t util_raise_nofile(uint64_t want)
 
 int util_mkdir_p(const char *dir)
 {
+	unsigned made;
+
+	return util_mkdir_p_made(dir, &made);
+}
+
+int util_mkdir_p_made(const char *dir, unsigned *made)
+{
 	char path[4096];
 	size_t len = strlen(dir);
 
+	*made = 0;
 	if (len == 0)
 		return -EINVAL;
 	if (len >= sizeof(path))
@@ -209,11 +217,15 @@ int util_mkdir_p(const char *dir)
 		if (*p != '/')
 			continue;
 		*p = '\0';
-		if (mkdir(path, 0755) < 0 && errno != EEXIST)
+		if (mkdir(path, 0755) == 0)
+			(*made)++;
+		else if (errno != EEXIST)
 			return -errno;
 		*p = '/';
 	}
-	if (mkdir(path, 0755) < 0) {
+	if (mkdir(path, 0755) == 0) {
+		(*made)++;
+	} else {
 		struct stat sb;
 
 		if (errno != EEXIST)
@@ -224,6 +236,32 @@ int util_mkdir_p(const char *dir)
 			return -ENOTDIR;
 	}
 	return 0;
+}
+
+void util_rmdir_made(const char *dir, unsigned made)
+{
+	char path[4096];
+	size_t len = strlen(dir);
+
+	if (len >= sizeof(path))
+		return;
+	memcpy(path, dir, len + 1);
+	/*
+	 * Deepest first, as util_mkdir_p_made() made them. rmdir() removes an
+	 * empty directory only, so one another process has put a file in
+	 * since stays; one never made (mkdir failed half way) is skipped.
+	 */
+	while (made > 0 && len > 1) {
+		while (len > 1 && path[len - 1] == '/')
+			path[--len] = '\0';
+		if (rmdir(path) == 0)
+			made--;
+		else if (errno != ENOENT)
+			return;
+		while (len > 1 && path[len - 1] != '/')
+			len--;
+		path[len] = '\0';
+	}
 }
 
 const char *kvt_strerror(int rc)

@@ -40,6 +40,13 @@ int util_boot_id(char out[37]);
 int util_mkdir_p(const char *dir);
 
 /*
+ * util_mkdir_p() that sets *made to how many of dir's last components it
+ * created, for util_rmdir_made() to remove them again, and only them.
+ */
+int util_mkdir_p_made(const char *dir, unsigned *made);
+void util_rmdir_made(const char *dir, unsigned made);
+
+/*
  * Raises this process's soft limit on open files to its hard limit if it is
  * below `want`; returns the soft limit then in force.
  */

@@ -290,6 +290,14 @@ kvt_expect 0 "$K" init
 kvt_grep out "^opened existing store"
 KVTIER_CONF=$T/kvtier.conf
 
+step "a first init that fails removes the directories it made, and only them"
+mkdir "$T/had"
+printf '[store]\ndir = %s\ncapacity = 16384T\n' "$T/had/new/er/store" >"$T/huge.conf"
+kvt_expect 1 "$K" -c "$T/huge.conf" init
+kvt_grep err "cannot create a store in '$T/had/new/er/store'"
+[ -d "$T/had" ] || fail "a failed init removed a directory it did not make"
+[ ! -e "$T/had/new" ] || fail "a failed init left '$(find "$T/had/new")' behind"
+
 step "a store of more segments than the soft open-file limit: raised to the hard one, else refused"
 printf '[store]\ndir = %s\ncapacity = 160M\nsegment_size = 1M\n' "$T/many" >"$T/many.conf"
 # A process holds all 160 segment files open; 64 is below that.

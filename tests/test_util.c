@@ -149,6 +149,45 @@ static int is_dir(const char *path)
 	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* What a failed first kvtier init undoes: the directories it made, only them. */
+static void test_mkdir_p_made(void **state)
+{
+	const char *tmp = getenv("TMPDIR");
+	char base[256], path[512], file[512];
+	unsigned made;
+	int fd;
+
+	(void)state;
+	snprintf(base, sizeof(base), "%s/kvtier-util-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	assert_non_null(mkdtemp(base));
+	snprintf(path, sizeof(path), "%s/a//b/c/", base);
+	assert_int_equal(util_mkdir_p_made(path, &made), 0);
+	assert_int_equal(made, 3);
+	util_rmdir_made(path, made);
+	assert_true(is_dir(base));
+	snprintf(file, sizeof(file), "%s/a", base);
+	assert_false(is_dir(file));
+
+	/* One level that existed is kept, and so is one another file is in. */
+	snprintf(path, sizeof(path), "%s/a", base);
+	assert_int_equal(util_mkdir_p_made(path, &made), 0);
+	assert_int_equal(made, 1);
+	snprintf(path, sizeof(path), "%s/a/b/c", base);
+	assert_int_equal(util_mkdir_p_made(path, &made), 0);
+	assert_int_equal(made, 2);
+	snprintf(file, sizeof(file), "%s/a/b/other", base);
+	fd = open(file, O_CREAT | O_WRONLY, 0644);
+	assert_true(fd >= 0);
+	close(fd);
+	util_rmdir_made(path, made);
+	assert_false(is_dir(path));
+	snprintf(path, sizeof(path), "%s/a/b", base);
+	assert_true(is_dir(path));
+
+	snprintf(path, sizeof(path), "rm -rf '%s'", base);
+	assert_int_equal(system(path), 0);
+}
+
 static void test_mkdir_p(void **state)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -466,6 +505,7 @@ int main(void)
 		cmocka_unit_test(test_crc32c_reference),
 		cmocka_unit_test(test_hex),
 		cmocka_unit_test(test_mkdir_p),
+		cmocka_unit_test(test_mkdir_p_made),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_clocks),
