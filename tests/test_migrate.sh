@@ -227,4 +227,19 @@ kvt_run grep -q "cannot delete" "$KVT_TMP/err"
 [ "$rc" -ne 0 ] || fail "the sweep still fails once the copy can go: $(cat "$KVT_TMP/err")"
 [ ! -e "$G4/.kvtier/manifests/models/s5.json%" ] || fail "s5's manifest outlived its last object"
 
+step "a key without '/' is plain cache to reclaim, but a session of its own here"
+# docs/operations.md said it had no session; head, stat and the migrator
+# have always made it one of one object, named by the key.
+echo plain >"$T/in.plain"
+kvt_expect 0 "$K" put models plainkey "$T/in.plain"
+kvt_expect 0 "$K" head models plainkey
+kvt_grep out "^session: +plainkey$"
+kvt_expect 0 "$M" --session models/plainkey
+kvt_grep err "^kvtier-migrate: demote: 1 sessions, 1 objects"
+tier_is models plainkey cold
+[ -f "$G4/.kvtier/manifests/models/plainkey.json%" ] || fail "no manifest for session plainkey"
+kvt_expect 0 "$K" get models plainkey "$T/back"
+cmp "$T/in.plain" "$T/back" || fail "plainkey came back different"
+tier_is models plainkey hot
+
 echo "PASS"
