@@ -159,15 +159,30 @@ static char *gw_read_pem(const char *path, bool secret)
 	return gw_buf_detach(&b, NULL);
 }
 
+/*
+ * libmicrohttpd's error log. cls is a GW_BIND_ERR-byte buffer for why the
+ * listening socket could not be bound: libmicrohttpd says "Failed to bind
+ * to port 0" for an address given with MHD_OPTION_SOCK_ADDR, whatever its
+ * port, so that line is kept for the caller's own error, which names the
+ * address, instead of being logged.
+ */
+#define GW_BIND_ERR 128
+
 static void gw_mhd_log(void *cls, const char *fmt, va_list ap)
 {
-	char msg[512];
+	static const char bind_failed[] = "Failed to bind to port ";
+	char msg[512], *why;
 	size_t n;
 
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	n = strlen(msg);
 	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
 		msg[--n] = '\0';
+	if (cls && strncmp(msg, bind_failed, sizeof(bind_failed) - 1) == 0 &&
+	    (why = strstr(msg, ": "))) {
+		snprintf(cls, GW_BIND_ERR, "%s", why + 2);
+		return;
+	}
 	log_warn(0, "libmicrohttpd: %s", msg);
 }
 
@@ -258,6 +273,11 @@ int main(int argc, char **argv)
 	struct MHD_OptionItem tls_opts[3] = {
 		{ MHD_OPTION_END, 0, NULL }, { MHD_OPTION_END, 0, NULL }, { MHD_OPTION_END, 0, NULL },
 	};
+	/* A pool of one is no pool: libmicrohttpd warns and ignores it. */
+	struct MHD_OptionItem pool_opts[2] = {
+		{ MHD_OPTION_END, 0, NULL }, { MHD_OPTION_END, 0, NULL },
+	};
+	char bind_err[GW_BIND_ERR] = "", mbind_err[GW_BIND_ERR] = "";
 	char err[512];
 	sigset_t sigs;
 	unsigned flags;
@@ -532,7 +552,7 @@ int main(int argc, char **argv)
 		srv.metrics_mhd = MHD_start_daemon(
 			flags | (maddr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0), 0, NULL, NULL,
 			http_access_cb, &srv,
-			MHD_OPTION_EXTERNAL_LOGGER, gw_mhd_log, NULL,
+			MHD_OPTION_EXTERNAL_LOGGER, gw_mhd_log, mbind_err,
 			MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&maddr,
 			MHD_OPTION_URI_LOG_CALLBACK, http_uri_cb, &srv,
 			MHD_OPTION_NOTIFY_COMPLETED, http_completed_cb, &srv,
@@ -540,7 +560,8 @@ int main(int argc, char **argv)
 			MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64,
 			MHD_OPTION_END);
 		if (!srv.metrics_mhd) {
-			log_err(0, "cannot listen on '%s' for metrics", o->metrics_listen);
+			log_err(0, "cannot listen on '%s' for metrics%s%s", o->metrics_listen,
+				mbind_err[0] ? ": " : "", mbind_err);
 			goto out;
 		}
 	}
@@ -551,11 +572,13 @@ int main(int argc, char **argv)
 		tls_opts[0] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0, tls_key };
 		tls_opts[1] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0, tls_cert };
 	}
+	if (o->threads > 1)
+		pool_opts[0] = (struct MHD_OptionItem){ MHD_OPTION_THREAD_POOL_SIZE, o->threads, NULL };
 	srv.mhd = MHD_start_daemon(
 		flags, 0, NULL, NULL, http_access_cb, &srv,
-		MHD_OPTION_EXTERNAL_LOGGER, gw_mhd_log, NULL,
+		MHD_OPTION_EXTERNAL_LOGGER, gw_mhd_log, bind_err,
 		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-		MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)o->threads,
+		MHD_OPTION_ARRAY, pool_opts,
 		MHD_OPTION_URI_LOG_CALLBACK, http_uri_cb, &srv,
 		MHD_OPTION_NOTIFY_COMPLETED, http_completed_cb, &srv,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout,
@@ -581,8 +604,11 @@ int main(int argc, char **argv)
 		MHD_OPTION_ARRAY, tls_opts,
 		MHD_OPTION_END);
 	if (!srv.mhd) {
-		log_err(0, "cannot listen on '%s' (in use, or not an address of this host?)",
-			o->listen);
+		if (bind_err[0])
+			log_err(0, "cannot listen on '%s': %s", o->listen, bind_err);
+		else
+			log_err(0, "cannot listen on '%s' (in use, or not an address of this host?)",
+				o->listen);
 		goto out;
 	}
 	{
