@@ -964,12 +964,19 @@ out:
 /* The store that owns the session by its manifest; 0 when none is named (no
  * manifest, one unreadable, or one written before manifests named owners). */
 static int manifest_owner(struct cold *cold, const char *bucket, const char *session,
-			  uint64_t *owner)
+			  uint64_t *owner, struct g4_ctl *ctl)
 {
 	struct jval root = { 0 };
 	const struct jval *ow;
-	int rc = manifest_read(cold, bucket, session, &root);
+	int rc;
 
+	for (unsigned attempt = 0;; attempt++) {
+		rc = manifest_read(cold, bucket, session, &root);
+		if (!g4_backoff(ctl, attempt, rc, "the manifest's owner"))
+			break;
+		jval_release(&root);
+		root = (struct jval){ 0 };
+	}
 	*owner = 0;
 	ow = rc == 0 ? j_get(&root, "owner", J_STR) : NULL;
 	if (ow && strlen(ow->str) == 16 && strspn(ow->str, "0123456789abcdef") == 16)
@@ -1202,7 +1209,7 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	struct cat_g4_obj *v = NULL;
 	size_t n = 0, moved = 0, demoting = 0;
 	int count = 0, lock = -1, rc;
-	uint64_t self;
+	uint64_t self, owner = 0;
 
 	if (!c)
 		return -ENOMEM;
@@ -1217,6 +1224,20 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	lock = g4_lock(st, "demote", s->bucket, s->session, 1);
 	if (lock < 0)
 		return lock;
+	/* A session another store imported since is that store's: a demotion
+	 * here (of what this node recalled before it moved on) rewrote its
+	 * manifest from this catalog, dropping what the owner added and naming
+	 * this store the owner again, whose sweep then deleted copies the
+	 * owner still needs; and an upload would put over the owner's copies.
+	 * Left hot: reclaim turns what G4 holds cold (cat_object_drop()). */
+	rc = manifest_owner(cold, s->bucket, s->session, &owner, ctl);
+	if (rc < 0)
+		goto out;
+	if (owner && owner != self) {
+		log_info("session '%s' of bucket '%s' belongs to store %016" PRIx64 ": not demoted"
+			 " here (import it to take it back)", s->session, s->bucket, owner);
+		goto out;
+	}
 	rc = cat_g4_demote_begin(c, s->bucket_id, s->session, &count);
 	if (rc == 0)
 		/* Every tier: a recalled object is still in G4 and in the manifest. */
@@ -1505,7 +1526,7 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold)
 			rc = lock;
 			break;
 		}
-		r = manifest_owner(cold, first->bucket, first->session, &owner);
+		r = manifest_owner(cold, first->bucket, first->session, &owner, NULL);
 		if (r == 0 && owner && owner != self)
 			log_info("session '%s' of bucket '%s' belongs to store %016" PRIx64
 				 " now: its g4 copies are left to it", first->session,
