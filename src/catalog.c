@@ -3058,6 +3058,67 @@ fail:
 	return rc;
 }
 
+/*
+ * Whether object id is only this store's old view of the session's version
+ * in G4, which the manifest p came from replaces: 1 if it is of p's
+ * session, unchanged here since G4 got it (g4_vid = vid; cold, or recalled
+ * and not written since), not being demoted, and p is another version. The
+ * session came back from the store that owns it now, which overwrote the
+ * key: kept, this version failed every recall on the owner's bytes and was
+ * written into the manifest again by the import. 0 if this store has a
+ * version of its own, or the same one.
+ */
+static int cat_g4_superseded(struct cat *c, int64_t id, const struct cat_put *p)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT 1 FROM objects WHERE id = ?1 AND session = ?2"
+				      " AND g4_vid = vid AND tier <> 1"
+				      " AND NOT (size = ?3 AND crc32c = ?4 AND etag = ?5)");
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_text(s, 2, p->session, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(s, 3, (int64_t)p->size);
+	sqlite3_bind_int64(s, 4, (int64_t)p->crc32c);
+	sqlite3_bind_text(s, 5, p->etag, -1, SQLITE_TRANSIENT);
+	rc = sqlite3_step(s);
+	sqlite3_finalize(s);
+	if (rc == SQLITE_ROW)
+		return 1;
+	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "import superseded");
+}
+
+int cat_g4_drop_superseded(struct cat *c, int64_t id, uint64_t vid)
+{
+	sqlite3_stmt *s;
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	s = cat_g4_prep(c, "SELECT 1 FROM objects WHERE id = ?1 AND vid = ?2 AND g4_vid = vid"
+			" AND tier <> 1");
+	if (!s) {
+		rc = -EIO;
+		goto fail;
+	}
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)vid);
+	rc = sqlite3_step(s);
+	sqlite3_finalize(s);
+	if (rc == SQLITE_DONE) {
+		rc = -ENOENT;	/* changed meanwhile: this store's own now */
+		goto fail;
+	}
+	rc = rc == SQLITE_ROW ? cat_delete_id(c, id) : cat_errno(c, rc, "import drop");
+	if (rc < 0)
+		goto fail;
+	return cat_commit(c);
+fail:
+	cat_rollback(c);
+	return rc;
+}
+
 int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag,
 		  const char *g4_key)
 {
@@ -3078,11 +3139,16 @@ int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag,
 		goto fail;
 	rc = cat_object_id(c, p->bucket_id, p->key, &id);
 	if (rc == 0) {
-		rc = -EEXIST;	/* this node has its own version: it wins */
+		rc = cat_g4_superseded(c, id, p);
+		if (rc == 0)
+			rc = -EEXIST;	/* this node has its own version: it wins */
+		else if (rc == 1)
+			rc = cat_delete_id(c, id);
+		if (rc < 0)
+			goto fail;
+	} else if (rc != -ENOENT) {
 		goto fail;
 	}
-	if (rc != -ENOENT)
-		goto fail;
 	rc = cat_insert_object(c, p, meta, metalen, !!p->pinned, &id);
 	if (rc < 0)
 		goto fail;

@@ -355,7 +355,13 @@ int cat_g4_recalled(struct cat *c, int64_t id, uint64_t vid, const struct cat_ex
  * that version verified. -ENOENT if it is gone or changed. */
 int cat_g4_victim(struct cat *c, int64_t id, uint64_t vid, char **bucket, char **key,
 		  char **session, int *in_g4);
-/* A COLD object known from a manifest (no extents); -EEXIST if the key is taken. */
+/* Deletes object id at version vid if it is unchanged since G4 got it and
+ * not being demoted (an import's manifest no longer lists it); -ENOENT if
+ * it changed. */
+int cat_g4_drop_superseded(struct cat *c, int64_t id, uint64_t vid);
+/* A COLD object known from a manifest (no extents); -EEXIST if the key is
+ * taken, unless by this store's old view of the session's G4 version, which
+ * the manifest's replaces. */
 int cat_g4_import(struct cat *c, const struct cat_put *put, const char *g4_etag,
 		  const char *g4_key);
 /* Where G4 holds object id at version vid: *g4_key (caller frees), NULL

@@ -2235,14 +2235,55 @@ static int import_one(struct kvt_store *st, struct cat *c, int64_t bid, const ch
 }
 
 /*
+ * This store's objects of the session that are only its old view of G4
+ * (unchanged here since G4 got them) and that the manifest no longer
+ * lists: the store that owned the session since deleted them, and its
+ * sweep their copies. Kept, they were listed here and failed every read,
+ * and the import wrote them into the manifest again.
+ */
+static int import_drop_unlisted(struct cat *c, int64_t bid, const char *bucket,
+				const char *session, const struct jval *objs)
+{
+	struct cat_g4_obj *v = NULL;
+	size_t n = 0;
+	int rc = cat_g4_session_objects(c, bid, session, 0xf, &v, &n);
+
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		const struct cat_g4_obj *go = &v[i];
+		size_t k = 0;
+
+		if (go->g4_vid != go->co->vid || go->co->obj->tier == KVT_TIER_DEMOTING)
+			continue;
+		for (; k < objs->n; k++) {
+			const struct jval *key = j_get(&objs->kids[k], "key", J_STR);
+
+			if (key && strcmp(key->str, go->co->obj->key) == 0)
+				break;
+		}
+		if (k < objs->n)
+			continue;
+		rc = cat_g4_drop_superseded(c, go->co->id, go->co->vid);
+		if (rc == 0)
+			log_info("'%s/%s' is no longer in session '%s' in g4 (deleted where the"
+				 " session was): forgotten here", bucket, go->co->obj->key, session);
+		if (rc == -ENOENT)
+			rc = 0;
+	}
+	cat_g4_objs_free(v, n);
+	return rc;
+}
+
+/*
  * The manifest written again from this store's catalog, naming it the
  * owner: the store the session came from then leaves its copies to this
- * one (g4_sweep()).
+ * one (g4_sweep()). Under the session's demotion lock, so that no demotion
+ * here marks an object uploaded between the two.
  */
 static int manifest_take(struct kvt_store *st, struct cold *cold, int64_t bid,
-			 const char *bucket, const char *session)
+			 const char *bucket, const char *session, const struct jval *root)
 {
 	struct cat *c = store_cat(st);
+	const struct jval *ow = j_get(root, "owner", J_STR);
 	struct cat_g4_obj *v = NULL;
 	size_t n = 0;
 	uint64_t self = 0;
@@ -2251,6 +2292,10 @@ static int manifest_take(struct kvt_store *st, struct cold *cold, int64_t bid,
 	if (lock < 0)
 		return lock;
 	rc = cat_store_id(c, &self);
+	/* A manifest of this store's own was written from this catalog: all
+	 * it does not list is newer here. */
+	if (rc == 0 && !(ow && strtoull(ow->str, NULL, 16) == self))
+		rc = import_drop_unlisted(c, bid, bucket, session, j_get(root, "objects", J_ARR));
 	if (rc == 0)
 		rc = cat_g4_session_objects(c, bid, session, 0xf, &v, &n);
 	if (rc == 0)
@@ -2309,7 +2354,7 @@ int kvt_g4_import_session(struct kvt_store *st, const char *bucket, const char *
 	rep->sessions += rep->objects > 0;
 	rc = 0;
 	if (!(o && o->dry_run) && rep->failures == 0)
-		rc = manifest_take(st, cold, bid, bucket, session);
+		rc = manifest_take(st, cold, bid, bucket, session, &root);
 	else if (rep->failures)
 		log_warn(0, "session '%s' of bucket '%s' stays the demoting node's until every"
 			 " entry is imported", session, bucket);

@@ -706,6 +706,53 @@ static void test_handover_recalled_left(void **state)
 	test_env_release(&b);
 }
 
+/*
+ * A session comes back to the node it left, which imports it again: what
+ * the owner overwrote or deleted meanwhile replaces what this node had of
+ * it (cold, or recalled and not written since). Kept, the old s1/a failed
+ * every recall on the owner's bytes, s1/b was listed with its copy gone,
+ * and the import wrote both into the manifest again for the next node.
+ */
+static void test_handover_back(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct kvt_object *obj = NULL;
+
+	(void)state;
+	two_nodes(&a, &b, &sa, &sb);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/b", 5000, 2), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/c", 6000, 3), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/c", 6000, 3), 0);	/* recalled */
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(test_put(sb, "kvs", "s1/a", 71000, 11), 0);
+	assert_int_equal(test_put(sb, "kvs", "s1/c", 6000, 13), 0);
+	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/b"), 0);
+	assert_int_equal(kvt_g4_demote(sb, &o, &rep), 0);
+	assert_int_equal(kvt_g4_cleanup(sb), 0);
+
+	assert_int_equal(kvt_g4_import_session(sa, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 71000, 11), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/c", 6000, 13), 0);
+	assert_int_equal(kvt_object_head(sa, "kvs", "s1/b", &obj), -ENOENT);
+	/* The manifest A wrote serves a third node as B's did. */
+	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/a"), 0);
+	assert_int_equal(kvt_g4_cleanup(sb), 0);
+	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 71000, 11), 0);
+	test_fsck_clean(sa);
+	test_fsck_clean(sb);
+	kvt_store_close(sa);
+	kvt_store_close(sb);
+	test_env_release(&a);
+	test_env_release(&b);
+}
+
 /* Reclaim turns an object G4 holds cold instead of dropping it. */
 static void test_reclaim_to_cold(void **state)
 {
@@ -2338,6 +2385,7 @@ int main(void)
 		cmocka_unit_test(test_import),
 		cmocka_unit_test(test_handover_kept),
 		cmocka_unit_test(test_handover_recalled_left),
+		cmocka_unit_test(test_handover_back),
 		cmocka_unit_test(test_reclaim_to_cold),
 		cmocka_unit_test(test_pressure_demote),
 		cmocka_unit_test(test_demoter_frees_coldest_first),
