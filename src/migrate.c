@@ -1201,6 +1201,41 @@ static void demote_step_one(void *arg, size_t i)
 		demote_step_fail(d, c, go, rc);
 }
 
+/*
+ * A session whose manifest names another store: left alone here. What this
+ * node recalled of it before it moved is no matter (reclaim turns it cold);
+ * what was written here since is the fleet's rule broken (a conversation
+ * on two nodes at once), and a recalled object whose copy the owner
+ * rewrote is only this node's old version: uploaded, either went over the
+ * owner's copy. They stay hot, counted as failed, said why.
+ */
+static int demote_foreign(struct cat *c, const struct session_ref *s, uint64_t owner,
+			  struct kvt_g4_report *rep)
+{
+	struct cat_g4_obj *v = NULL;
+	size_t n = 0, written = 0;
+	int rc = cat_g4_session_objects(c, s->bucket_id, s->session,
+					1u << KVT_TIER_HOT | 1u << KVT_TIER_DEMOTING, &v, &n);
+
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		written += v[i].g4_vid != v[i].co->vid && !v[i].co->obj->pinned;
+	cat_g4_objs_free(v, n);
+	if (rc < 0)
+		return rc;
+	if (!written) {
+		log_info("session '%s' of bucket '%s' belongs to store %016" PRIx64 ": not demoted"
+			 " here (import it to take it back)", s->session, s->bucket, owner);
+		return 0;
+	}
+	log_err(0, "session '%s' of bucket '%s' was imported by store %016" PRIx64 " since, and"
+		" g4 does not hold %zu of its objects as this store has them (written here, or"
+		" rewritten there): they stay hot, not demoted over that store's; import the"
+		" session here to take it back (a conversation goes to one node at a time)",
+		s->session, s->bucket, owner, written);
+	rep->failures += written;
+	return 0;
+}
+
 static int demote_session(struct kvt_store *st, struct cold *cold, const struct session_ref *s,
 			  const struct kvt_g4_opts *o, struct kvt_g4_report *rep,
 			  struct g4_ctl *ctl)
@@ -1234,8 +1269,7 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	if (rc < 0)
 		goto out;
 	if (owner && owner != self) {
-		log_info("session '%s' of bucket '%s' belongs to store %016" PRIx64 ": not demoted"
-			 " here (import it to take it back)", s->session, s->bucket, owner);
+		rc = demote_foreign(c, s, owner, rep);
 		goto out;
 	}
 	rc = cat_g4_demote_begin(c, s->bucket_id, s->session, &count);

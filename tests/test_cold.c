@@ -707,6 +707,47 @@ static void test_handover_recalled_left(void **state)
 }
 
 /*
+ * A node writes into a session another store imported (the fleet's rule
+ * broken: one conversation on two nodes). Its demotion neither uploads
+ * over the owner's copies nor takes the manifest, and says so: a failure,
+ * the object hot. It said nothing and exited 0, and reclaim logged the
+ * session "demoted under pressure: 0 objects".
+ */
+static void test_handover_written_here(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+
+	(void)state;
+	two_nodes(&a, &b, &sa, &sb);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 5000, 2), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.failures, 1);
+	assert_int_equal(rep.objects, 0);
+	assert_int_equal(tier_of(sa, "kvs", "s1/a"), KVT_TIER_HOT);
+	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 5000, 2), 0);
+	/* Taken back, it goes. */
+	assert_int_equal(kvt_g4_import_session(sa, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(tier_of(sa, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 5000, 2), 0);
+	test_fsck_clean(sa);
+	test_fsck_clean(sb);
+	kvt_store_close(sa);
+	kvt_store_close(sb);
+	test_env_release(&a);
+	test_env_release(&b);
+}
+
+/*
  * A session comes back to the node it left, which imports it again: what
  * the owner overwrote or deleted meanwhile replaces what this node had of
  * it (cold, or recalled and not written since). Kept, the old s1/a failed
@@ -2386,6 +2427,7 @@ int main(void)
 		cmocka_unit_test(test_handover_kept),
 		cmocka_unit_test(test_handover_recalled_left),
 		cmocka_unit_test(test_handover_back),
+		cmocka_unit_test(test_handover_written_here),
 		cmocka_unit_test(test_reclaim_to_cold),
 		cmocka_unit_test(test_pressure_demote),
 		cmocka_unit_test(test_demoter_frees_coldest_first),
