@@ -1936,8 +1936,18 @@ static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
 			" can be evicted; it stays cold", bucket, key);
 		goto out;
 	}
-	if (rc < 0) {
+	if (rc == -ENOENT)
+		/* Over one G4, another node's sweep may have deleted it. */
+		log_err(0, "cannot recall '%s/%s': g4 '%s' holds no copy '%s' (deleted since it"
+			" was demoted)", bucket, key, cold->url, gkey);
+	else if (rc == -EFBIG)
+		/* "File too large" said nothing: the copy is another's bytes. */
+		log_err(0, "cannot recall '%s/%s': g4's copy '%s' is longer than its %" PRIu64
+			" bytes, so not this object's (put over since it was demoted)", bucket,
+			key, gkey, co->obj->size);
+	else if (rc < 0)
 		log_err(rc, "cannot recall '%s/%s' from g4 '%s'", bucket, key, cold->url);
+	if (rc < 0) {
 		/* A copy missing, or longer than the object: for the caller an
 		 * I/O error, not a missing object (the mount turned -ENOENT
 		 * into ESTALE, the gateway -EFBIG into EntityTooLarge). */

@@ -206,6 +206,22 @@ done
 kvt_expect 0 "$K" -c "$B" head models s3/blk3000000
 kvt_grep out "^tier: +hot$"
 
+step "a recall of a copy put over or deleted in G4 says so"
+# Over one G4, another node may put over a copy or sweep it away: the read
+# said "File too large" or "No such file or directory", naming no copy.
+tier_is models s3/blk4096 cold
+C4="$G4/models/s3/blk4096%"
+cp "$C4" "$T/c4"
+cat "$T/c4" "$T/c4" >"$C4"
+kvt_expect 1 "$K" get models s3/blk4096 "$T/back"
+kvt_grep err "cannot recall 'models/s3/blk4096': g4's copy 'models/s3/blk4096' is longer than its 4096 bytes, so not this object's"
+mv "$C4" "$T/c4.long"
+kvt_expect 1 "$K" get models s3/blk4096 "$T/back"
+kvt_grep err "cannot recall 'models/s3/blk4096': g4 'file://$G4' holds no copy 'models/s3/blk4096' \(deleted since it was demoted\)"
+cp "$T/c4" "$C4"
+kvt_expect 0 "$K" get models s3/blk4096 "$T/back"
+cmp "$T/in.s3.4096" "$T/back" || fail "s3/blk4096 differs once its copy is back"
+
 step "a G4 copy the sweep cannot delete does not stop later runs"
 # The copy of a deleted key turned into a directory: its delete fails
 # (EISDIR), as a partner that refuses DeleteObject would. Every run exited
