@@ -1290,9 +1290,19 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 		g4_parallel(ctl ? ctl->object_jobs : 1, n, demote_step_one, &d);
 		rep->failures += atomic_load(&d.failures);
 	}
-	/* 2. The manifest lists everything G4 holds of the session. */
-	rc = manifest_write(cold, s->bucket, s->session, self, v, n, ctl);
-	if (rc < 0) {
+	/* 2. The manifest lists everything G4 holds of the session, unless
+	 * another store imported it while the uploads ran: the owner is asked
+	 * again, so that what is left of that race is the moment between the
+	 * two (a partner need not offer a conditional put). Its objects stay
+	 * DEMOTING, hot; the next run finds the owner first. */
+	rc = manifest_owner(cold, s->bucket, s->session, &owner, ctl);
+	if (rc == 0 && owner && owner != self)
+		log_err(0, "session '%s' of bucket '%s' was imported by store %016" PRIx64
+			" while this demotion ran: it is that store's, and its objects stay hot"
+			" here", s->session, s->bucket, owner);
+	else if (rc == 0)
+		rc = manifest_write(cold, s->bucket, s->session, self, v, n, ctl);
+	if (rc < 0 || (owner && owner != self)) {
 		for (size_t i = 0; i < n; i++)
 			rep->failures += v[i].co->obj->tier == KVT_TIER_DEMOTING;
 		goto out;

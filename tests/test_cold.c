@@ -445,7 +445,7 @@ static void test_redemote_damaged_copy(void **state)
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
 	assert_int_equal(plan.puts, puts + 1);	/* the manifest only */
-	assert_int_equal(plan.gets, gets + 1);	/* the manifest, for its owner */
+	assert_int_equal(plan.gets, gets + 2);	/* the manifest's owner, twice */
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
 	assert_int_equal(test_check(st, "kvs", "s1/a", 100000, 6), 0);
 	damage_g4_copy(&env, "kvs/s1/a");
@@ -454,7 +454,7 @@ static void test_redemote_damaged_copy(void **state)
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
 	assert_int_equal(plan.puts, puts + 2);
-	assert_int_equal(plan.gets, gets + 1);	/* the manifest, for its owner */
+	assert_int_equal(plan.gets, gets + 2);	/* the manifest's owner, twice */
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
 	assert_int_equal(test_check(st, "kvs", "s1/a", 100000, 6), 0);
 	kvt_store_close(st);
@@ -572,7 +572,7 @@ static void test_reclaim_damaged_copy(void **state)
 	gets = plan.gets;
 	reclaim_all(st);
 	assert_int_equal(plan.puts, puts + 2);
-	assert_int_equal(plan.gets, gets + 1);	/* the manifest, for its owner */
+	assert_int_equal(plan.gets, gets + 2);	/* the manifest's owner, twice */
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
 	assert_int_equal(test_check(st, "kvs", "s1/a", size, 6), 0);
 	test_fsck_clean(st);
@@ -2301,6 +2301,62 @@ static void *demote_thread(void *arg)
 }
 
 /*
+ * Another store imports the session while this one's demotion of it is
+ * uploading (a conversation that resumed elsewhere while its last blocks
+ * went to G4 at night): the owner was asked only before the uploads, and
+ * the manifest written after them named this store again, so that its
+ * sweep deleted copies the importer needed once it deleted its own.
+ */
+static void test_handover_during_demotion(void **state)
+{
+	struct cold_fault_plan plan = { .stall_ms = 1000 };
+	struct demote_arg d = { .session = "s1" };
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct kvt_g4_report rep;
+	struct test_env a, b;
+	struct kvt_store *sb;
+	unsigned puts;
+	char url[600];
+	pthread_t th;
+
+	(void)state;
+	g4_env_init(&a, CAP, SEG);
+	g4_env_init(&b, CAP, SEG);
+	snprintf(url, sizeof(url), "file://%s/g4", a.cfg.store.dir);
+	b.cfg.g4.url = strdup(url);
+	d.st = open_faulty(&a, &plan);
+	sb = test_store_open(&b);
+	assert_int_equal(kvt_bucket_create(d.st, "kvs"), 0);
+	assert_int_equal(test_put(d.st, "kvs", "s1/a", 70000, 1), 0);
+	plan.stall_ms = 0;
+	assert_int_equal(kvt_g4_demote(d.st, &o, &rep), 0);
+	assert_int_equal(test_put(d.st, "kvs", "s1/b", 5000, 2), 0);
+	puts = plan.puts;
+	plan.stall_ms = 1000;
+	assert_int_equal(pthread_create(&th, NULL, demote_thread, &d), 0);
+	/* s1/b's upload has begun (it stalls a second): B imports now. */
+	while (__atomic_load_n(&plan.puts, __ATOMIC_SEQ_CST) == puts)
+		usleep(1000);
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(d.rc, 0);
+	assert_int_equal(d.rep.objects, 0);
+	assert_int_equal(d.rep.failures, 1);
+	assert_int_equal(tier_of(d.st, "kvs", "s1/b"), KVT_TIER_DEMOTING);
+
+	plan.stall_ms = 0;
+	assert_int_equal(kvt_object_delete(d.st, "kvs", "s1/a"), 0);
+	assert_int_equal(kvt_g4_cleanup(d.st), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_check(d.st, "kvs", "s1/b", 5000, 2), 0);
+	kvt_store_close(d.st);
+	kvt_store_close(sb);
+	test_env_release(&a);
+	test_env_release(&b);
+}
+
+/*
  * Renamed, or moved to another session, while its upload is in flight (a
  * FUSE mv while reclaim or the migrator demotes). A rename keeps the
  * object's id and version, and the upload used to be recorded as a copy
@@ -2447,6 +2503,7 @@ int main(void)
 		cmocka_unit_test(test_deleted_stay_deleted),
 		cmocka_unit_test(test_rename_cold),
 		cmocka_unit_test(test_rename_during_upload),
+		cmocka_unit_test(test_handover_during_demotion),
 		cmocka_unit_test(test_overwrite_during_upload),
 		cmocka_unit_test(test_recall_copy_missing),
 		cmocka_unit_test(test_redemote_after_recall),
