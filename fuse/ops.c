@@ -1373,8 +1373,19 @@ static int prestage_start(struct kvfs *kv, const char *bucket, const char *key, 
 	j->kv = kv;
 	j->session = dir;
 	j->bucket = strdup(bucket);
-	/* A directory "conv42/" names the session "conv42". */
-	j->name = strndup(key, dir && key[len - 1] == '/' ? len - 1 : len);
+	if (dir) {
+		/* A directory "conv42/" names the session "conv42"; one deeper
+		 * than [store] session_depth, "conv42/turn1/", the session of
+		 * the keys below it, "conv42". */
+		unsigned depth = 0;
+
+		if (key[len - 1] == '/')
+			len--;
+		for (size_t i = 0; i < len; i++)
+			if (key[i] == '/' && ++depth == kv->cfg.store.session_depth)
+				len = i;
+	}
+	j->name = strndup(key, len);
 	if (!j->bucket || !j->name) {
 		rc = -ENOMEM;
 		goto fail;

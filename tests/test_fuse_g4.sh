@@ -3,7 +3,9 @@
 # partner (G4, s3rver on loopback) is down: the open fails EIO at once with
 # a log line naming the file, the file is still listed with its real size
 # and stays cold in the catalog (nothing lost); once the partner is back
-# the same open recalls it byte-exact, on the same mount.
+# the same open recalls it byte-exact, on the same mount. Then a prestage
+# set on a directory below its session ([store] session_depth) brings that
+# session back (it asked for a session named by the whole path).
 #
 # s3rver is taken from $S3RVER, PATH, or installed with npm into
 # $kvt_npm_dir/.s3rver (as tests/test_migrate_s3.sh does); without node or
@@ -75,6 +77,21 @@ cmp "$T/a" "$T/mnt/models/s1/a" || fail "s1/a differs after the partner came bac
 cmp "$T/b" "$T/mnt/models/s1/b" || fail "s1/b differs after the partner came back"
 kvt_expect 0 "$K" head models s1/a
 kvt_grep out "^tier: +hot$"
+
+step "a prestage set on a directory below its session brings the session back"
+head -c 5000 /dev/urandom >"$T/c"
+kvt_expect 0 "$K" put models s2/t1/c "$T/c"
+kvt_expect 0 "$K" put models s2/t2/c "$T/c"
+kvt_expect 0 "$MIG" --session models/s2
+# s2/t1/ names no session; its keys are session s2's ([store] session_depth 1).
+setfattr -n user.kvtier.prestage -v 1 "$T/mnt/models/s2/t1" ||
+	fail "cannot set user.kvtier.prestage on a directory"
+hot_both() {
+	"$K" head models s2/t1/c | grep -q "^tier: *hot$" &&
+		"$K" head models s2/t2/c | grep -q "^tier: *hot$"
+}
+poll 100 hot_both || fail "the prestage of s2/t1/ did not bring session s2 back: $(cat "$T/fuse.log")"
+cmp "$T/c" "$T/mnt/models/s2/t2/c" || fail "s2/t2/c differs after its prestage"
 
 step "unmount; fsck"
 fuse_umount "$T/mnt"
