@@ -1218,7 +1218,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	struct kvfs *kv = req_kv(req);
 	struct node *n;
 	struct kvt_object *o = NULL;
-	char value[KVT_KEY_MAX + 64];
+	char value[KVT_KEY_MAX + 64], psession[KVT_KEY_MAX + 1] = "";
 	int rc = 0, pending, ppin;
 
 	if (strncmp(name, "user.", 5) != 0) {
@@ -1237,6 +1237,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	pthread_mutex_lock(&kv->lock);
 	pending = n->pending;
 	ppin = n->ppin;
+	if (n->psession)
+		snprintf(psession, sizeof(psession), "%s", n->psession);
 	pthread_mutex_unlock(&kv->lock);
 	if (strncmp(name, "user.kvtier.", 12) != 0 ||
 	    (n->type != NODE_FILE && n->type != NODE_SYMLINK)) {
@@ -1247,6 +1249,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		/* Nothing published yet; but its writer may ask what it set. */
 		if (strcmp(name, XATTR_PIN) == 0)
 			reply_xattr_value(req, ppin > 0 ? "1" : "0", size);
+		else if (strcmp(name, XATTR_SESSION) == 0 && *psession)
+			reply_xattr_value(req, psession, size);
 		else
 			rc = -ENODATA;
 		goto out;
@@ -1257,7 +1261,9 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	if (strcmp(name, XATTR_TIER) == 0) {
 		snprintf(value, sizeof(value), "%s", kvt_tier_name(o->tier));
 	} else if (strcmp(name, XATTR_SESSION) == 0) {
-		snprintf(value, sizeof(value), "%s", o->session ? o->session : "");
+		/* What close will publish, if it was set while open for writing. */
+		snprintf(value, sizeof(value), "%s", *psession ? psession :
+			 o->session ? o->session : "");
 	} else if (strcmp(name, XATTR_ETAG) == 0) {
 		/* Without S3's quotes. */
 		size_t len = strlen(o->etag);
@@ -1287,18 +1293,18 @@ out:
  * What getxattr can read, and nothing else: a symbolic link has none here,
  * for Linux answers ENODATA to any user.* name of one without asking
  * (xattr_permission() in fs/xattr.c); a file not yet published has only
- * the pin its writer may set before close (op_getxattr).
+ * the pin and the session its writer may set before close (op_getxattr).
  */
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	/* The pin last: a pending file lists the tail. */
-	static const char names[] = XATTR_TIER "\0" XATTR_SESSION "\0" XATTR_ETAG "\0"
-				    XATTR_CHECKSUM "\0" XATTR_PIN "\0";
+	/* The session and the pin last: a pending file lists the tail. */
+	static const char names[] = XATTR_TIER "\0" XATTR_ETAG "\0" XATTR_CHECKSUM "\0"
+				    XATTR_SESSION "\0" XATTR_PIN "\0";
 	const char *list = names;
 	struct kvfs *kv = req_kv(req);
 	struct node *n = node_get(kv, ino);
 	size_t len = 0;
-	int pending;
+	int pending, psession;
 
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
@@ -1306,11 +1312,12 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	}
 	pthread_mutex_lock(&kv->lock);
 	pending = n->pending;
+	psession = n->psession && *n->psession;
 	pthread_mutex_unlock(&kv->lock);
 	if (n->type == NODE_FILE && !pending) {
 		len = sizeof(names) - 1;
 	} else if (n->type == NODE_FILE) {
-		len = sizeof(XATTR_PIN);
+		len = sizeof(XATTR_PIN) + (psession ? sizeof(XATTR_SESSION) : 0);
 		list = names + sizeof(names) - 1 - len;
 	}
 	node_put(kv, n);

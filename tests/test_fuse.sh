@@ -487,8 +487,13 @@ q = os.path.join(d, "conv1/turn1/blk-pending")
 with open(q, "wb") as f:
     assert os.listxattr(q) == ["user.kvtier.pin"], os.listxattr(q)
     assert os.getxattr(q, "user.kvtier.pin") == b"0"
+    # And the session, once set (it was set, yet read ENODATA until close).
+    os.setxattr(q, "user.kvtier.session", b"conv-pending")
+    assert set(os.listxattr(q)) == {"user.kvtier.pin", "user.kvtier.session"}, os.listxattr(q)
+    assert os.getxattr(q, "user.kvtier.session") == b"conv-pending"
     f.write(b"x")
 assert set(os.listxattr(q)) == want, os.listxattr(q)
+assert os.getxattr(q, "user.kvtier.session") == b"conv-pending"
 os.unlink(q)
 # No labels or ACLs are kept: ENOTSUP, which ls -l takes as "stop asking".
 for name in ("security.selinux", "system.posix_acl_access", "trusted.x"):
