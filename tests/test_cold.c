@@ -49,6 +49,15 @@ static void two_nodes(struct test_env *a, struct test_env *b, struct kvt_store *
 	*sb = test_store_open(b);
 }
 
+static void two_nodes_close(struct test_env *a, struct test_env *b, struct kvt_store *sa,
+			    struct kvt_store *sb)
+{
+	kvt_store_close(sa);
+	kvt_store_close(sb);
+	test_env_release(a);
+	test_env_release(b);
+}
+
 static int src_bytes(void *arg, void *buf, size_t len, uint64_t off)
 {
 	test_fill(buf, len, (uint64_t)(uintptr_t)arg, off);
@@ -609,10 +618,7 @@ static void test_import(void **state)
 	/* Importing again changes nothing: B has its own versions now. */
 	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
 	assert_int_equal(rep.objects, 0);
-	kvt_store_close(sa);
-	kvt_store_close(sb);
-	test_env_release(&a);
-	test_env_release(&b);
+	two_nodes_close(&a, &b, sa, sb);
 }
 
 /*
@@ -656,10 +662,7 @@ static void test_handover_kept(void **state)
 	assert_int_equal(test_check(sa, "kvs", "s1/c", 3000, 3), 0);
 	test_fsck_clean(sa);
 	test_fsck_clean(sb);
-	kvt_store_close(sa);
-	kvt_store_close(sb);
-	test_env_release(&a);
-	test_env_release(&b);
+	two_nodes_close(&a, &b, sa, sb);
 }
 
 /*
@@ -700,10 +703,7 @@ static void test_handover_recalled_left(void **state)
 	assert_int_equal(redemoted, 0);
 	test_fsck_clean(sa);
 	test_fsck_clean(sb);
-	kvt_store_close(sa);
-	kvt_store_close(sb);
-	test_env_release(&a);
-	test_env_release(&b);
+	two_nodes_close(&a, &b, sa, sb);
 }
 
 /*
@@ -741,10 +741,7 @@ static void test_handover_written_here(void **state)
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 5000, 2), 0);
 	test_fsck_clean(sa);
 	test_fsck_clean(sb);
-	kvt_store_close(sa);
-	kvt_store_close(sb);
-	test_env_release(&a);
-	test_env_release(&b);
+	two_nodes_close(&a, &b, sa, sb);
 }
 
 /*
@@ -788,10 +785,7 @@ static void test_handover_back(void **state)
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 71000, 11), 0);
 	test_fsck_clean(sa);
 	test_fsck_clean(sb);
-	kvt_store_close(sa);
-	kvt_store_close(sb);
-	test_env_release(&a);
-	test_env_release(&b);
+	two_nodes_close(&a, &b, sa, sb);
 }
 
 /* Reclaim turns an object G4 holds cold instead of dropping it. */
@@ -1997,10 +1991,7 @@ static void test_deleted_stay_deleted(void **state)
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/overwritten"), 0);
 	assert_int_equal(kvt_g4_cleanup(sa), 0);
 	assert_int_equal(cold_head(cold, "kvs/s1/overwritten", NULL), -ENOENT);
-	kvt_store_close(sa);
-	kvt_store_close(sb);
-	test_env_release(&a);
-	test_env_release(&b);
+	two_nodes_close(&a, &b, sa, sb);
 }
 
 /*
@@ -2154,10 +2145,7 @@ static void test_import_mode_clamped(void **state)
 	assert_int_equal(obj->posix.mode, S_IFREG | 0777);
 	kvt_object_free(obj);
 	assert_int_equal(test_check(sb, "kvs", "s1/a", 100, 1), 0);
-	kvt_store_close(sa);
-	kvt_store_close(sb);
-	test_env_release(&a);
-	test_env_release(&b);
+	two_nodes_close(&a, &b, sa, sb);
 }
 
 /* Makes every object of session s1 cold on st; fails the test otherwise. */
@@ -2246,10 +2234,7 @@ static void test_rename_cold(void **state)
 	assert_int_equal(tier_of(sa, "kvs", "s1/a3"), KVT_TIER_COLD);
 	assert_int_equal(test_check(sa, "kvs", "s1/a3", 300000, 1), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 40000, 11), 0);
-	kvt_store_close(sa);
-	kvt_store_close(sb);
-	test_env_release(&a);
-	test_env_release(&b);
+	two_nodes_close(&a, &b, sa, sb);
 }
 
 /* A copy gone from G4 (or not the object's): the read is an I/O error. */
