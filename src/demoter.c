@@ -97,12 +97,17 @@ static void *demoter_main(void *arg)
 		st->demoter_passes++;
 		st->demoter_last_rc = rc;
 		pthread_cond_broadcast(&st->space_cond);
-		if (rc == -ENOSPC && !st->demoter_stop) {
+		if (rc < 0 && !st->demoter_stop) {
 			/*
 			 * Nothing could be freed (everything pinned, or the partner
-			 * down): the next pass waits for the tick, kicks or not.
-			 * Back to back, passes relocated the same pinned objects
-			 * over and over (test_gateway: a store full of them).
+			 * down), or the pass could not start (another process's
+			 * demoter holds it; g4.lock cannot be opened, out of file
+			 * descriptors): the next pass waits for the tick, kicks or
+			 * not. Back to back, passes relocated the same pinned
+			 * objects over and over (test_gateway: a store full of
+			 * them), and a writer waiting for room kicked one again as
+			 * soon as the last had failed: a gateway at its open-file
+			 * limit logged the failed open 340,000 times in seconds.
 			 */
 			util_deadline(&ts, DEMOTER_TICK_MS);
 			while (!st->demoter_stop &&

@@ -1341,6 +1341,45 @@ static void test_demoter_bounded_wait(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * A pass that cannot start (another process holds the "demoter" lock, or
+ * g4.lock cannot be opened: a gateway out of file descriptors) waits for
+ * the next tick like one that freed nothing. Run again at each kick, the
+ * demoter and a writer waiting for room woke each other back to back: a
+ * gateway at its open-file limit logged "cannot open '.../g4.lock'" 340,000
+ * times in seconds (810 MB of log).
+ */
+static void test_demoter_pass_refused(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	uint64_t passes;
+	char key[64];
+	int lock, rc = 0;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	env.cfg.store.space_wait = 1;
+	st = test_store_open(&env);
+	assert_true(st->demoter_running);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	lock = g4_lock(st, "demoter", "", "", 0);
+	assert_true(lock >= 0);
+	for (int i = 0; i < 64 && rc == 0; i++) {
+		snprintf(key, sizeof(key), "r%d/blk", i);
+		passes = __atomic_load_n(&st->demoter_passes, __ATOMIC_SEQ_CST);
+		rc = test_put(st, "kvs", key, 2 * 1024 * 1024, 8000 + (uint64_t)i);
+	}
+	assert_int_equal(rc, -ENOSPC);
+	/* The last put waited its space_wait (1 s): a pass a tick, not a spin. */
+	assert_true(__atomic_load_n(&st->demoter_passes, __ATOMIC_SEQ_CST) - passes <= 4);
+	g4_unlock(lock);
+	assert_int_equal(wait_below_high(st), 0);
+	assert_int_equal(test_put(st, "kvs", "after/blk", 2 * 1024 * 1024, 9200), 0);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 /* s1/a (size bytes of seed 21) in G4 and cold, on a store whose G4 obeys plan. */
 static struct kvt_store *cold_one(struct test_env *env, struct cold_fault_plan *plan,
 				  size_t size)
@@ -2474,6 +2513,7 @@ int main(void)
 		cmocka_unit_test(test_demoter_frees_coldest_first),
 		cmocka_unit_test(test_demoter_background),
 		cmocka_unit_test(test_demoter_bounded_wait),
+		cmocka_unit_test(test_demoter_pass_refused),
 		cmocka_unit_test(test_demoter_two_procs),
 		cmocka_unit_test(test_recall_coalesce_threads),
 		cmocka_unit_test(test_recall_failure_shared),
