@@ -362,6 +362,18 @@ static int64_t cat_damage_logged;
 /* Set for good once any query of this process met a damaged page. */
 static int cat_damage_flag;
 
+/*
+ * -EMFILE or -ENFILE when the file SQLite could not open failed for want of
+ * a descriptor, else 0. SQLITE_CANTOPEN says neither: a gateway at its
+ * open-file limit logged its catalog as missing, or as not writable.
+ */
+static int cat_out_of_fds(struct cat *c)
+{
+	int e = sqlite3_system_errno(c->db);
+
+	return e == EMFILE || e == ENFILE ? -e : 0;
+}
+
 /* Maps an SQLite result code to a negative errno: one place for it. */
 static int cat_errno(struct cat *c, int rc, const char *what)
 {
@@ -401,6 +413,10 @@ static int cat_errno(struct cat *c, int rc, const char *what)
 		return -EACCES;
 	case SQLITE_CANTOPEN:
 	case SQLITE_PERM:
+		if (cat_out_of_fds(c)) {
+			log_err(cat_out_of_fds(c), "catalog cannot open a file during %s", what);
+			return cat_out_of_fds(c);
+		}
 		log_err(0, "catalog cannot be written during %s: %s", what, sqlite3_errmsg(c->db));
 		return -EACCES;
 	default:
@@ -610,7 +626,7 @@ int cat_open(const char *path, unsigned flags, struct cat **out)
 					SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX |
 					(flags & CAT_CREATE ? SQLITE_OPEN_CREATE : 0), NULL);
 	if (rc != SQLITE_OK) {
-		rc = rc == SQLITE_CANTOPEN ? -ENOENT : cat_errno(c, rc, "open");
+		rc = rc == SQLITE_CANTOPEN && !cat_out_of_fds(c) ? -ENOENT : cat_errno(c, rc, "open");
 		goto fail;
 	}
 	sqlite3_busy_handler(c->db, cat_busy, NULL);

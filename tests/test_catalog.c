@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -224,6 +225,30 @@ static void test_schema_create_reopen(void **state)
 	c2 = NULL;
 	assert_int_equal(cat_open(missing, 0, &c2), -ENOENT);
 	assert_null(c2);
+
+	/*
+	 * Out of file descriptors is -EMFILE, not -ENOENT: a gateway at its
+	 * open-file limit logged "cannot open the catalog ... for a thread:
+	 * No such file or directory" for a catalog that was there.
+	 */
+	{
+		struct rlimit rl, low;
+		int fds[64], n = 0;
+
+		assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+		low = rl;
+		low.rlim_cur = (rlim_t)dup(0) + 1;	/* that fd is the last one allowed */
+		fds[n++] = (int)low.rlim_cur - 1;
+		assert_true(fds[0] >= 0);
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+		while (n < 64 && (fds[n] = dup(0)) >= 0)
+			n++;
+		assert_int_equal(cat_open(f->path, 0, &c2), -EMFILE);
+		assert_null(c2);
+		while (n > 0)
+			close(fds[--n]);
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
 }
 
 /*
