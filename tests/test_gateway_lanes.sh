@@ -11,7 +11,9 @@
 # - SIGTERM while uploads stream slowly and others wait for a slot: the
 #   gateway drains its lanes, resumes every connection and exits 0 (it must
 #   not stop libmicrohttpd with a connection suspended), leaving no partial
-#   object.
+#   object;
+# - at its open-file limit, idle clients past what the store leaves wait in
+#   the backlog, and GETs of cold objects are still served.
 set -eu
 
 # shellcheck source=tests/lib.sh
@@ -205,4 +207,57 @@ code=$(s3 --max-time 60 -D "$T/dead.h" -w '%{http_code}' "$E/lanes/cold/blk1" -o
 	fail "a cold GET against a partner that is gone answered $code: $(cat "$T/dead")"
 kill -KILL "$cold_gw"
 wait "$cold_gw" 2>/dev/null || :
+
+step "at its open-file limit, idle clients past it wait; cold GETs are served"
+# ulimit -n 300 with 4 segments leaves 36 connections beside the store's
+# 264 descriptors. Taken by 400 idle clients, they left none for recalls:
+# every cold GET answered 503 (g4.lock, the manifest: EMFILE).
+if python3 -c 'import boto3' 2>/dev/null; then
+	sed 's|^capacity = .*|capacity = 16M|; s|^dir = .*|dir = '"$T"'/nofile|' \
+		"$T/cold-file.conf" >"$T/nofile.conf"
+	"$top_builddir/kvtier" -c "$T/nofile.conf" -q init
+	"$top_builddir/kvtier" -c "$T/nofile.conf" mb lanes
+	head -c 262144 /dev/urandom >"$T/nf"
+	for i in 0 1 2 3 4 5 6 7 8 9; do
+		"$top_builddir/kvtier" -c "$T/nofile.conf" put lanes "nf$i/blk" "$T/nf"
+	done
+	"$top_builddir/kvtier-migrate" -c "$T/nofile.conf" --idle 0s 2>/dev/null
+	(ulimit -n 300 && exec "$GATEWAY" -c "$T/nofile.conf" --listen 127.0.0.1:0 \
+		--credentials "$GW_CREDS" --access-log off) 2>"$T/nofile.err" &
+	nf_gw=$!
+	gw_pids="$gw_pids $nf_gw"
+	wait_until "$nf_gw" "$T/nofile.err" 60 "the gateway at ulimit -n 300" gateway_serves "$T/nofile.err"
+	grep -q "leaves room for 36 connections" "$T/nofile.err" ||
+		fail "no word of the connections the open-file limit leaves: $(cat "$T/nofile.err")"
+	python3 - "$(gateway_port "$T/nofile.err")" "$T/nf" <<'EOP' || fail "cold GETs beside 400 idle clients: $(tail -n 5 "$T/nofile.err")"
+import boto3, os, socket, sys, time
+from botocore.config import Config
+port, want = int(sys.argv[1]), open(sys.argv[2], "rb").read()
+s3 = boto3.client("s3", endpoint_url="http://127.0.0.1:%d" % port, region_name="us-east-1",
+                  aws_access_key_id=os.environ["GW_ACCESS"], aws_secret_access_key=os.environ["GW_SECRET"],
+                  config=Config(retries={"max_attempts": 1}, read_timeout=60))
+s3.head_bucket(Bucket="lanes")  # this client's connection, kept alive
+idle = []
+for i in range(400):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    idle.append(s)
+time.sleep(2)
+bad = []
+for i in range(10):
+    try:
+        if s3.get_object(Bucket="lanes", Key="nf%d/blk" % i)["Body"].read() != want:
+            bad.append("nf%d/blk: other bytes" % i)
+    except Exception as e:
+        bad.append("nf%d/blk: %s" % (i, e))
+for s in idle:
+    s.close()
+if bad:
+    sys.exit("\n".join(bad))
+EOP
+	! grep -q "Too many open files" "$T/nofile.err" ||
+		fail "the gateway ran out of descriptors: $(grep -m 3 "Too many open files" "$T/nofile.err")"
+	gw_stop "$nf_gw"
+else
+	echo "    SKIP the open-file limit: no boto3 (Debian: apt-get install python3-boto3)"
+fi
 echo "ok"
