@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -41,6 +40,7 @@
 #include "gw.h"
 #include "log.h"
 #include "s3_xml.h"
+#include "util.h"
 
 #ifndef SYSCONFDIR
 #define SYSCONFDIR "/etc"
@@ -241,24 +241,25 @@ static void gw_reload(struct gw_server *srv)
  * Connections past what the open-file limit leaves took the descriptors
  * the store needed: at ulimit -n 300 with 400 idle clients, GETs of cold
  * objects answered 503 (g4.lock, manifests: EMFILE). Capped, the rest wait
- * in the kernel's backlog, as max_connections promises.
+ * in the kernel's backlog, as max_connections promises. The soft limit is
+ * raised first, as far as the hard one allows (systemd's soft 1024 would
+ * otherwise cap the default max_connections on every start).
  */
 static unsigned gw_connection_cap(struct kvt_store *st, unsigned want)
 {
 	struct kvt_store_stat ss;
-	struct rlimit rl;
-	uint64_t store, room;
+	uint64_t store, have, room;
 
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
-	    kvt_store_stat(st, &ss) < 0)
+	if (kvt_store_stat(st, &ss) < 0)
 		return want;
 	store = 2 * ss.segments + 256;
-	room = rl.rlim_cur > store + 1 ? rl.rlim_cur - store : 1;
+	have = util_raise_nofile(store + want);
+	room = have > store + 1 ? have - store : 1;
 	if (room >= want)
 		return want;
 	log_warn(0, "the open-file limit (%llu) leaves room for %llu connections beside the "
 		 "store's %llu descriptors, not max_connections' %u: more wait in the kernel's "
-		 "backlog (raise ulimit -n or LimitNOFILE=)", (unsigned long long)rl.rlim_cur,
+		 "backlog (raise ulimit -n or LimitNOFILE=)", (unsigned long long)have,
 		 (unsigned long long)room, (unsigned long long)store, want);
 	return (unsigned)room;
 }

@@ -257,6 +257,19 @@ EOP
 	! grep -q "Too many open files" "$T/nofile.err" ||
 		fail "the gateway ran out of descriptors: $(grep -m 3 "Too many open files" "$T/nofile.err")"
 	gw_stop "$nf_gw"
+	# A soft limit below what it needs (systemd's 1024) is raised to the
+	# hard one, not taken as a cap on max_connections.
+	if [ "$(ulimit -Hn)" = unlimited ] || [ "$(ulimit -Hn)" -ge 2048 ]; then
+		(ulimit -Sn 300 && exec "$GATEWAY" -c "$T/nofile.conf" --listen 127.0.0.1:0 \
+			--credentials "$GW_CREDS" --access-log off) 2>"$T/soft.err" &
+		nf_gw=$!
+		gw_pids="$gw_pids $nf_gw"
+		wait_until "$nf_gw" "$T/soft.err" 60 "the gateway at a soft limit of 300" \
+			gateway_serves "$T/soft.err"
+		! grep -q "leaves room for" "$T/soft.err" ||
+			fail "a soft open-file limit capped the connections: $(cat "$T/soft.err")"
+		gw_stop "$nf_gw"
+	fi
 else
 	echo "    SKIP the open-file limit: no boto3 (Debian: apt-get install python3-boto3)"
 fi
