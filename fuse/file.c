@@ -168,6 +168,7 @@ struct fh {
 	int abandoned;		/* its writer was killed: nothing is published */
 	int cached;		/* read-only, through the page cache: counted in ncache */
 	int reader;		/* read-only, counted in nreaders */
+	int sized;		/* created or O_TRUNC: the kernel's size follows size */
 
 	/* FH_BASE. rlock guards r, retired and the windows: a read-only
 	 * handle is read without h->lock, from several threads at once. */
@@ -1417,7 +1418,8 @@ static int fh_writer_enter(struct kvfs *kv, struct node *n, fuse_ino_t *pino, ch
 			n->parent->nocache_until = kvfs_now_ns() + FH_NOCACHE_NS;
 		rc = -ESTALE;
 	} else {
-		n->nwriters++;
+		if (n->nwriters++ > 0)
+			n->wshared = 1;
 		n->ksize = -1;
 	}
 	pthread_mutex_unlock(&kv->lock);
@@ -1429,6 +1431,7 @@ static void fh_writer_leave_locked(struct node *n)
 {
 	if (--n->nwriters > 0)
 		return;
+	n->wshared = 0;
 	n->pend.mask = 0;
 	free(n->psession);
 	n->psession = NULL;
@@ -1581,6 +1584,7 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 		if (rc < 0)
 			goto fail;
 		h->size = 0;
+		h->sized = 1;
 		fh_visible_posix(kv, o, &h->posix);
 		rc = fh_copy_base_info(h, o);
 		if (rc < 0)
@@ -1651,8 +1655,10 @@ empty:
 		fh_visible_posix(kv, &none, &h->posix);
 		fh_remember(kv, n, &none);
 	}
-	if (flags & O_TRUNC)
+	if (flags & O_TRUNC) {
+		h->sized = 1;
 		fh_touch(kv, h);
+	}
 done:
 	if (h->writable) {
 		fi->direct_io = 1;	/* see "The page cache" above */
@@ -1719,6 +1725,7 @@ int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
 		return -ENOMEM;
 	h->posix = *posix;
 	h->excl = !!(flags & O_EXCL);
+	h->sized = 1;
 	pthread_mutex_lock(&kv->lock);
 	if (n->ncache > 0) {
 		/*
@@ -1738,7 +1745,8 @@ int fh_create(struct kvfs *kv, struct node *n, int flags, pid_t opener,
 	n->pending = 1;
 	n->unlinked = 0;
 	n->cposix = *posix;
-	n->nwriters++;
+	if (n->nwriters++ > 0)
+		n->wshared = 1;
 	n->ksize = -1;
 	pthread_mutex_unlock(&kv->lock);
 	fh_touch(kv, h);	/* an empty file is published at close */
@@ -1768,8 +1776,21 @@ void fh_release(struct kvfs *kv, struct fh *h)
 
 	pthread_mutex_lock(&kv->lock);
 	n->nopen--;
-	if (h->writable)
+	if (h->writable) {
+		/*
+		 * The last writer, alone since the kernel set the size to 0
+		 * (create, O_TRUNC): the kernel's size is this handle's, moved
+		 * by its writes and truncates alone. Unknown (-1), the next
+		 * reader opened with direct I/O, and mmap(MAP_SHARED) of a file
+		 * just written failed ENODEV until a stat after attr_timeout.
+		 */
+		int64_t ksize = n->nwriters == 1 && !n->wshared && h->sized &&
+				rc == 0 && !h->err ? (int64_t)h->size : -1;
+
 		fh_writer_leave_locked(n);
+		if (n->nwriters == 0 && n->wwait == 0)
+			n->ksize = ksize;
+	}
 	if (h->reader)
 		n->nreaders--;
 	if (h->cached && --n->ncache == 0)

@@ -110,8 +110,8 @@ struct node {
 	 * The kernel keeps one size and one page cache per inode ("One
 	 * version per inode" in file.c): read-only handles open through the
 	 * page cache, all of version etag and size csize; what the kernel was
-	 * last told the size is (-1: unknown, a writer moves it); writers
-	 * waiting for those handles to close; and, for a directory, until when
+	 * last told the size is (-1: unknown, a writer moves it; see wshared);
+	 * writers waiting for those handles to close; and, for a directory, until when
 	 * opens of its files stay off the page cache (a name just given a new
 	 * inode for a writer). All read-only handles, cached or not, read
 	 * version rtag: a private mmap goes through the page cache even on a
@@ -122,6 +122,8 @@ struct node {
 	char rtag[KVT_ETAG_MAX];
 	uint64_t csize;
 	int64_t ksize;
+	int wshared;		/* two writers were open at once since nwriters
+				 * was last 0: the kernel's size is no one's */
 	unsigned wwait;
 	int64_t nocache_until;
 	int64_t dmtime;		/* a directory: when a name in it was last made,

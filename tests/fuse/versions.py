@@ -24,7 +24,11 @@ size per inode, so each case is one the daemon once got wrong
      (the inode's cache held them), and the reverse;
   6. a file open for writing (O_RDWR, not truncated) and changed in
      place: the writer's private mmap shows its own bytes, a reader's the
-     version it opened, and the change is published at the writer's close.
+     version it opened, and the change is published at the writer's close;
+  8. a file just written here, created or rewritten smaller or larger, and
+     mapped at once MAP_SHARED read-only (numpy.memmap, mmap.ACCESS_READ):
+     the kernel refused the map (ENODEV) until a stat after the attribute
+     timeout.
 
 Each reader first waits out the attribute timeout and stats the file, so
 that it opens through the page cache (the daemon knows the size the kernel
@@ -196,6 +200,20 @@ for case, size in (("shorter", 1000), ("empty", 0), ("longer", 400000)):
     want = old[:size] + bytes(max(0, size - len(old)))
     with open(p, "rb") as f:
         expect("7. a new open after a truncate to %s" % case, f.read(), want)
+
+# 8. a shared read-only mmap of a file just written here, without a stat;
+# in a directory of its own, since 7.'s truncate kept the page cache off
+# for the names of its directory a while (fh_writer_enter)
+os.mkdir(os.path.join(d, "8"))
+p = os.path.join(d, "8", "justwritten")
+for case, b in (("created", data(b"new", 70000)), ("rewritten smaller", data(b"small", 5000)),
+                ("rewritten larger", data(b"large", 200000))):
+    write(p, b)
+    try:
+        with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            expect("8. a shared mmap of a file just %s" % case, m[:], b)
+    except OSError as e:
+        bad.append("8. a shared mmap of a file just %s: %s" % (case, e))
 
 print("versions: %d reads were not their version whole" % len(bad))
 for b in bad:
