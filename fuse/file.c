@@ -54,7 +54,7 @@
  * (fh_reader_mode):
  *
  *   - no writer is open here (nwriters, wwait), and the node's directory
- *     did not just give a name to a new inode for a writer;
+ *     did not just give its name to a new inode for a writer (node_nocache);
  *   - other cached handles (ncache) are of the same version (etag), or
  *     there are none and the size last reported (ksize) is this version's;
  *   - while ncache > 0 every size reported for the node is theirs (csize,
@@ -1414,8 +1414,8 @@ static int fh_writer_enter(struct kvfs *kv, struct node *n, fuse_ino_t *pino, ch
 		if (n->hashed && n->parent && (*name = strdup(n->name)))
 			*pino = n->parent->ino;
 		node_supersede_locked(kv, n);
-		if (n->parent)
-			n->parent->nocache_until = kvfs_now_ns() + FH_NOCACHE_NS;
+		if (n->parent && n->name)
+			node_nocache_locked(n->parent, n->name, kvfs_now_ns() + FH_NOCACHE_NS);
 		rc = -ESTALE;
 	} else {
 		if (n->nwriters++ > 0)
@@ -1483,7 +1483,7 @@ static int fh_reader_mode(struct kvfs *kv, struct fh *h, const struct kvt_object
 	if (by_name)
 		cache = 0;	/* not the inode's version: past the cache */
 	else if (n->nwriters > 0 || n->wwait > 0 ||
-		 (n->parent && n->parent->nocache_until > kvfs_now_ns()))
+		 node_nocache(n, kvfs_now_ns()))
 		cache = 0;	/* the kernel's size is, or is about to be, a writer's */
 	else if (n->ncache > 0)
 		cache = strcmp(n->etag, o->etag) == 0;	/* the cache holds one version */

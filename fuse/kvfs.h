@@ -126,6 +126,7 @@ struct node {
 				 * was last 0: the kernel's size is no one's */
 	unsigned wwait;
 	int64_t nocache_until;
+	char *nocache_name;	/* ... for that name alone; NULL: every name */
 	int64_t dmtime;		/* a directory: when a name in it was last made,
 				 * removed or renamed here (kvfs_dir_touch) */
 	struct stat last;	/* attributes last reported, for fstat after unlink */
@@ -210,6 +211,14 @@ void node_detach_locked(struct kvfs *kv, struct node *n);
  * handles (not unlinked: its object stays); kvfs.lock held.
  */
 void node_supersede_locked(struct kvfs *kv, struct node *n);
+/*
+ * Keeps opens of dir's file name off the page cache until `until` (its
+ * name just went to a new inode for a writer: fh_writer_enter); two names
+ * at once keep every name of dir off. node_nocache: whether that holds for
+ * n now. kvfs.lock held.
+ */
+void node_nocache_locked(struct node *dir, const char *name, int64_t until);
+int node_nocache(const struct node *n, int64_t now);
 /*
  * The attributes about to be sent to the kernel for n: while handles read
  * it through the page cache the size is theirs, whatever the store holds

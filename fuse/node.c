@@ -161,6 +161,7 @@ void node_table_release(struct kvfs *kv)
 			if (n != &kv->root) {
 				free(n->name);
 				free(n->psession);
+				free(n->nocache_name);
 				free(n);
 			}
 		}
@@ -202,6 +203,7 @@ static void node_maybe_free(struct kvfs *kv, struct node *n)
 		kv->count--;
 		free(n->name);
 		free(n->psession);
+		free(n->nocache_name);
 		free(n);
 		n = parent;
 		if (n)
@@ -356,6 +358,32 @@ void node_detach_locked(struct kvfs *kv, struct node *n)
 void node_supersede_locked(struct kvfs *kv, struct node *n)
 {
 	name_remove(kv, n);
+}
+
+/*
+ * One name, not the whole directory: LMCache keeps its whole cache in one
+ * directory, and one chunk rewritten beside its reader put every chunk's
+ * open on direct I/O for FH_NOCACHE_NS (no page cache, and mmap(MAP_SHARED)
+ * failed ENODEV).
+ */
+void node_nocache_locked(struct node *dir, const char *name, int64_t until)
+{
+	int same = dir->nocache_name && strcmp(dir->nocache_name, name) == 0;
+	int active = dir->nocache_until > kvfs_now_ns();
+
+	if (!same) {
+		free(dir->nocache_name);
+		dir->nocache_name = active ? NULL : strdup(name);	/* NULL: every name */
+	}
+	dir->nocache_until = until;
+}
+
+int node_nocache(const struct node *n, int64_t now)
+{
+	const struct node *dir = n->parent;
+
+	return dir && dir->nocache_until > now &&
+	       (!dir->nocache_name || !n->name || strcmp(dir->nocache_name, n->name) == 0);
 }
 
 void node_attr_reply(struct kvfs *kv, struct node *n, struct stat *st)

@@ -978,7 +978,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 				pthread_mutex_lock(&kv->lock);
 				if (c->ncache > 0 && c->hashed) {
 					node_supersede_locked(kv, c);
-					p->nocache_until = kvfs_now_ns() + 2000000000LL;
+					node_nocache_locked(p, name, kvfs_now_ns() + 2000000000LL);
 				}
 				pthread_mutex_unlock(&kv->lock);
 			}

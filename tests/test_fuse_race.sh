@@ -14,7 +14,8 @@
 #     zero-padded; private mmaps of two versions, and of a file open for
 #     writing beside a reader's, each show their own bytes; truncate(2) by
 #     name beside a reader is seen by the next stat; a file just written
-#     maps MAP_SHARED read-only at once (it failed ENODEV).
+#     maps MAP_SHARED read-only at once (it failed ENODEV), and so does
+#     a file beside one rewritten while read.
 #  3. tests/fuse/namerace.py: create, stat, read, rename and unlink of the
 #     same names from four processes, plus S3 PUT and DELETE of the same keys
 #     through the gateway (with boto3), for KVT_RACE_SECONDS (15 s):

@@ -29,6 +29,10 @@ size per inode, so each case is one the daemon once got wrong
      mapped at once MAP_SHARED read-only (numpy.memmap, mmap.ACCESS_READ):
      the kernel refused the map (ENODEV) until a stat after the attribute
      timeout.
+  9. a file rewritten with O_TRUNC beside its reader through the page
+     cache took every other file of its directory off the page cache for
+     2 s: a settled file there mapped MAP_SHARED failed ENODEV (LMCache
+     keeps its whole cache in one directory).
 
 Each reader first waits out the attribute timeout and stats the file, so
 that it opens through the page cache (the daemon knows the size the kernel
@@ -214,6 +218,25 @@ for case, b in (("created", data(b"new", 70000)), ("rewritten smaller", data(b"s
             expect("8. a shared mmap of a file just %s" % case, m[:], b)
     except OSError as e:
         bad.append("8. a shared mmap of a file just %s: %s" % (case, e))
+
+# 9. a rewrite beside a cached reader keeps that name alone off the cache
+os.mkdir(os.path.join(d, "9"))
+p, other = os.path.join(d, "9", "rewritten"), os.path.join(d, "9", "other")
+old, settled = data(b"old", 100000), data(b"settled", 100000)
+write(p, old)
+write(other, settled)
+settle(p)
+os.stat(other)
+r = os.open(p, os.O_RDONLY)
+first = os.read(r, 4096)
+write(p, data(b"new", 5000))      # waits for the reader 100 ms, then a new inode
+try:
+    with open(other, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        expect("9. a shared mmap of a settled file beside a rewrite", m[:], settled)
+except OSError as e:
+    bad.append("9. a shared mmap of a settled file beside a rewrite: %s" % e)
+expect("9. the reader of the rewritten file's old version", read_rest(r, first), old)
+os.close(r)
 
 print("versions: %d reads were not their version whole" % len(bad))
 for b in bad:
