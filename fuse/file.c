@@ -168,7 +168,8 @@ struct fh {
 	int abandoned;		/* its writer was killed: nothing is published */
 	int cached;		/* read-only, through the page cache: counted in ncache */
 	int reader;		/* read-only, counted in nreaders */
-	int sized;		/* created or O_TRUNC: the kernel's size follows size */
+	int sized;		/* created, O_TRUNC, or opened at the size the kernel
+				 * had: the kernel's size follows size */
 
 	/* FH_BASE. rlock guards r, retired and the windows: a read-only
 	 * handle is read without h->lock, from several threads at once. */
@@ -1396,9 +1397,10 @@ static void fh_remember(struct kvfs *kv, struct node *n, const struct kvt_object
  * its way): wait for that, bounded. If some stay open, n keeps them and
  * its name goes to a new inode (node_supersede_locked), which the kernel
  * looks up when this open answers -ESTALE; *pino and *name say which name
- * the kernel must forget.
+ * the kernel must forget. *ksize (unless NULL): the size the kernel had.
  */
-static int fh_writer_enter(struct kvfs *kv, struct node *n, fuse_ino_t *pino, char **name)
+static int fh_writer_enter(struct kvfs *kv, struct node *n, int64_t *ksize, fuse_ino_t *pino,
+			   char **name)
 {
 	struct timespec until;
 	int rc = 0;
@@ -1420,6 +1422,8 @@ static int fh_writer_enter(struct kvfs *kv, struct node *n, fuse_ino_t *pino, ch
 	} else {
 		if (n->nwriters++ > 0)
 			n->wshared = 1;
+		if (ksize)
+			*ksize = n->ksize;
 		n->ksize = -1;
 	}
 	pthread_mutex_unlock(&kv->lock);
@@ -1520,13 +1524,14 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 	char *bucket = NULL, *key = NULL, *oldname = NULL;
 	struct kvt_object *o = NULL;
 	fuse_ino_t oldparent = 0;
+	int64_t kbefore = -1;
 	int pending, unlinked, rc, name_stale = 0, by_name = 0;
 
 	if (!h)
 		return -ENOMEM;
 	fi->keep_cache = 0;
 	if (h->writable) {
-		rc = fh_writer_enter(kv, n, &oldparent, &oldname);
+		rc = fh_writer_enter(kv, n, &kbefore, &oldparent, &oldname);
 		if (rc < 0) {
 			h->writable = 0;	/* not counted */
 			name_stale = 1;
@@ -1626,6 +1631,7 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 		h->size = ro->size;
 		snprintf(h->rtag, sizeof(h->rtag), "%s", ro->etag);
 		if (h->writable) {
+			h->sized = kbefore >= 0 && (uint64_t)kbefore == h->size;
 			fh_visible_posix(kv, ro, &h->posix);
 			rc = fh_copy_base_info(h, ro);
 			if (rc < 0)
@@ -1778,9 +1784,10 @@ void fh_release(struct kvfs *kv, struct fh *h)
 	n->nopen--;
 	if (h->writable) {
 		/*
-		 * The last writer, alone since the kernel set the size to 0
-		 * (create, O_TRUNC): the kernel's size is this handle's, moved
-		 * by its writes and truncates alone. Unknown (-1), the next
+		 * The last writer, alone since it opened at the size the
+		 * kernel had (create, O_TRUNC, or that size: sized): the
+		 * kernel's size is this handle's, moved by its writes and
+		 * truncates alone. Unknown (-1), the next
 		 * reader opened with direct I/O, and mmap(MAP_SHARED) of a file
 		 * just written failed ENODEV until a stat after attr_timeout.
 		 */
@@ -2361,7 +2368,7 @@ int kvfs_truncate_node(struct kvfs *kv, struct node *n, uint64_t size)
 	 * the old size for attr_timeout (fsx, "stat f1: size 121361,
 	 * expected 0").
 	 */
-	rc = fh_writer_enter(kv, n, &pino, &name);
+	rc = fh_writer_enter(kv, n, NULL, &pino, &name);
 	if (rc == -ESTALE) {
 		log_debug("'%s' gets a new inode: readers keep the version before a truncate",
 			  name ? name : "?");

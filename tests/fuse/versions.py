@@ -25,8 +25,9 @@ size per inode, so each case is one the daemon once got wrong
   6. a file open for writing (O_RDWR, not truncated) and changed in
      place: the writer's private mmap shows its own bytes, a reader's the
      version it opened, and the change is published at the writer's close;
-  8. a file just written here, created or rewritten smaller or larger, and
-     mapped at once MAP_SHARED read-only (numpy.memmap, mmap.ACCESS_READ):
+  8. a file just written here, created, rewritten smaller or larger, or
+     changed in place, and mapped at once MAP_SHARED read-only
+     (numpy.memmap, mmap.ACCESS_READ):
      the kernel refused the map (ENODEV) until a stat after the attribute
      timeout.
   9. a file rewritten with O_TRUNC beside its reader through the page
@@ -206,8 +207,8 @@ for case, size in (("shorter", 1000), ("empty", 0), ("longer", 400000)):
         expect("7. a new open after a truncate to %s" % case, f.read(), want)
 
 # 8. a shared read-only mmap of a file just written here, without a stat;
-# in a directory of its own, since 7.'s truncate kept the page cache off
-# for the names of its directory a while (fh_writer_enter)
+# in a directory of its own, away from the names 7.'s truncates kept off
+# the page cache a while (fh_writer_enter)
 os.mkdir(os.path.join(d, "8"))
 p = os.path.join(d, "8", "justwritten")
 for case, b in (("created", data(b"new", 70000)), ("rewritten smaller", data(b"small", 5000)),
@@ -218,6 +219,20 @@ for case, b in (("created", data(b"new", 70000)), ("rewritten smaller", data(b"s
             expect("8. a shared mmap of a file just %s" % case, m[:], b)
     except OSError as e:
         bad.append("8. a shared mmap of a file just %s: %s" % (case, e))
+
+# and one changed in place (O_RDWR, no O_TRUNC: NIXL's POSIX backend)
+p = os.path.join(d, "8", "inplace")
+b = data(b"inplace", 65536)
+write(p, b)
+settle(p)
+fd = os.open(p, os.O_RDWR | os.O_CREAT)
+os.pwrite(fd, b"patched", 100)
+os.close(fd)
+try:
+    with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        expect("8. a shared mmap of a file just changed in place", m[:], b[:100] + b"patched" + b[107:])
+except OSError as e:
+    bad.append("8. a shared mmap of a file just changed in place: %s" % e)
 
 # 9. a rewrite beside a cached reader keeps that name alone off the cache
 os.mkdir(os.path.join(d, "9"))
