@@ -3144,15 +3144,14 @@ int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag,
 	int64_t id;
 	int rc;
 
+	if (!c->writing)
+		return -EINVAL;	/* the caller's transaction is the whole import's */
 	rc = meta_encode(p->meta, p->nmeta, &meta, &metalen);
 	if (rc < 0)
 		return rc;
-	rc = cat_begin(c);
-	if (rc < 0)
-		goto out;
 	rc = cat_exists(c, S_BUCKET_EXISTS, p->bucket_id);
 	if (rc < 0)
-		goto fail;
+		goto out;
 	rc = cat_object_id(c, p->bucket_id, p->key, &id);
 	if (rc == 0) {
 		rc = cat_g4_superseded(c, id, p);
@@ -3161,18 +3160,18 @@ int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag,
 		else if (rc == 1)
 			rc = cat_delete_id(c, id);
 		if (rc < 0)
-			goto fail;
+			goto out;
 	} else if (rc != -ENOENT) {
-		goto fail;
+		goto out;
 	}
 	rc = cat_insert_object(c, p, meta, metalen, !!p->pinned, &id);
 	if (rc < 0)
-		goto fail;
+		goto out;
 	s = cat_g4_prep(c, "UPDATE objects SET tier = 2, g4_vid = vid, g4_etag = ?2, g4_key = ?3"
 			" WHERE id = ?1");
 	if (!s) {
 		rc = -EIO;
-		goto fail;
+		goto out;
 	}
 	sqlite3_bind_int64(s, 1, id);
 	sqlite3_bind_text(s, 2, g4_etag, -1, SQLITE_TRANSIENT);
@@ -3180,12 +3179,6 @@ int cat_g4_import(struct cat *c, const struct cat_put *p, const char *g4_etag,
 	rc = cat_g4_run(c, s, "import", NULL);
 	if (rc == 0)
 		rc = cat_touch_session(c, p->bucket_id, p->session, p->mtime_ns);
-	if (rc < 0)
-		goto fail;
-	rc = cat_commit(c);
-	goto out;
-fail:
-	cat_rollback(c);
 out:
 	free(meta);
 	return rc;

@@ -361,7 +361,10 @@ int cat_g4_victim(struct cat *c, int64_t id, uint64_t vid, char **bucket, char *
 int cat_g4_drop_superseded(struct cat *c, int64_t id, uint64_t vid);
 /* A COLD object known from a manifest (no extents); -EEXIST if the key is
  * taken, unless by this store's old view of the session's G4 version, which
- * the manifest's replaces. */
+ * the manifest's replaces. Inside the caller's write transaction (cat_begin),
+ * so that an import that fails part way is rolled back whole: deleting what
+ * it brought in would record the copies dead (g4_dead), and the sweep would
+ * delete copies the session's owner still needs. */
 int cat_g4_import(struct cat *c, const struct cat_put *put, const char *g4_etag,
 		  const char *g4_key);
 /* Where G4 holds object id at version vid: *g4_key (caller frees), NULL

@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -784,6 +785,114 @@ static void test_handover_back(void **state)
 	assert_int_equal(kvt_g4_cleanup(sa), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 71000, 11), 0);
 	test_fsck_clean(sa);
+	test_fsck_clean(sb);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
+static int dead_count(void *arg, int64_t id, int64_t bucket_id, const char *bucket,
+		      const char *key, const char *session, const char *g4_key)
+{
+	(void)id;
+	(void)bucket_id;
+	(void)bucket;
+	(void)key;
+	(void)session;
+	(void)g4_key;
+	++*(size_t *)arg;
+	return 0;
+}
+
+/* Whether the manifest of kvs/s1 names st's store as its owner. */
+static int manifest_names(struct cold *cold, struct kvt_store *st)
+{
+	char *text = NULL, want[64];
+	size_t len = 0;
+	uint64_t id = 0;
+	int found;
+
+	assert_int_equal(cat_store_id(store_cat(st), &id), 0);
+	snprintf(want, sizeof(want), "\"owner\": \"%016" PRIx64 "\"", id);
+	assert_int_equal(cold_get_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", 1 << 20, &text,
+				      &len), 0);
+	found = strstr(text, want) != NULL;
+	free(text);
+	return found;
+}
+
+static void text_replace(char **text, const char *from, const char *to);
+
+/* Points the manifest's entry for s1/b at another bucket's copy; *orig
+ * (caller frees), if not NULL, is the manifest as it was. */
+static void manifest_damage_b(struct cold *cold, char **orig)
+{
+	char *text = NULL;
+	size_t len = 0;
+
+	assert_int_equal(cold_get_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", 1 << 20, &text,
+				      &len), 0);
+	if (orig)
+		*orig = strdup(text);
+	text_replace(&text, "\"g4_key\": \"kvs/s1/b\"", "\"g4_key\": \"other/x\"");
+	assert_int_equal(cold_put_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", text, strlen(text),
+				      "application/json"), 0);
+	free(text);
+}
+
+/*
+ * An import with an entry that can never be imported (a manifest whose
+ * entry points into another bucket) leaves nothing behind: the session
+ * stays A's, so B must not list what it did import, since A's sweep
+ * deletes those copies. Before, B kept them cold and every read failed
+ * once A deleted its objects. Nor does the rollback record B's old view
+ * of the session, which the import had replaced, as a dead copy for B's
+ * sweep: it is rolled back, not deleted.
+ */
+static void test_handover_partial_import(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct kvt_object *obj = NULL;
+	struct cold *cold = NULL;
+	char *orig = NULL;
+	size_t dead = 0;
+
+	(void)state;
+	two_nodes(&a, &b, &sa, &sb);
+	assert_int_equal(store_cold(sa, &cold), 0);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/b", 5000, 2), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	manifest_damage_b(cold, &orig);
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.failures, 1);
+	assert_int_equal(rep.objects, 0);
+	assert_int_equal(kvt_object_head(sb, "kvs", "s1/a", &obj), -ENOENT);
+	assert_int_equal(kvt_bucket_delete(sb, "kvs"), -ENOENT);
+	assert_true(manifest_names(cold, sa));
+
+	/* B has had the session, A took it back and wrote s1/a again. */
+	assert_int_equal(cold_put_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", orig, strlen(orig),
+				      "application/json"), 0);
+	free(orig);
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	assert_int_equal(kvt_g4_import_session(sa, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 71000, 11), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	manifest_damage_b(cold, NULL);
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.failures, 1);
+	assert_int_equal(kvt_object_head(sb, "kvs", "s1/a", &obj), 0);
+	assert_int_equal(obj->size, 70000);	/* B's old view, as before the import */
+	kvt_object_free(obj);
+	assert_int_equal(cat_g4_dead(store_cat(sb), dead_count, &dead), 0);
+	assert_int_equal(dead, 0);
+	assert_true(manifest_names(cold, sa));
+	assert_int_equal(kvt_g4_cleanup(sb), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 71000, 11), 0);
 	test_fsck_clean(sb);
 	two_nodes_close(&a, &b, sa, sb);
 }
@@ -2508,6 +2617,7 @@ int main(void)
 		cmocka_unit_test(test_handover_recalled_left),
 		cmocka_unit_test(test_handover_back),
 		cmocka_unit_test(test_handover_written_here),
+		cmocka_unit_test(test_handover_partial_import),
 		cmocka_unit_test(test_reclaim_to_cold),
 		cmocka_unit_test(test_pressure_demote),
 		cmocka_unit_test(test_demoter_frees_coldest_first),
