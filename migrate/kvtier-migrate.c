@@ -266,7 +266,7 @@ int main(int argc, char **argv)
 
 	t0 = mono_s();
 	/* Opens G4 first: a url, endpoint or key file that fails is configuration. */
-	rc = kvt_g4_cleanup(st);
+	rc = kvt_g4_cleanup(st, &go);
 	if (rc == -EHOSTUNREACH || rc == -EAGAIN) {
 		/* A partner that is down or busy is not configuration (it said
 		 * "cannot open g4", exit 2): the next run tries again. */

@@ -158,6 +158,7 @@ struct cold_fault_plan {
 	unsigned drop_gets;	/* the next N gets deliver half, then fail with err */
 	unsigned unverified_puts;	/* the next N puts answer info->verified = 0 */
 	unsigned fail_heads;	/* the next N heads fail with err */
+	unsigned fail_cleanups;	/* the next N cleanups (its listing) fail with err */
 	unsigned stall_ms;	/* every put and get waits this long first */
 	unsigned etag_heads;	/* 1: heads answer an ETag of the bytes held (as S3's MD5) */
 	unsigned exit_after_put;	/* 1: the next put is stored, then _exit(COLD_FAULT_EXIT) */

@@ -222,7 +222,11 @@ static int cfa_del(struct cold *c, const char *key)
 
 static int cfa_cleanup(struct cold *c)
 {
-	return cold_cleanup(((struct cold_fault *)c)->inner);
+	struct cold_fault *f = (struct cold_fault *)c;
+
+	if (cfa_take(&f->plan->fail_cleanups))
+		return cfa_err(f->plan);
+	return cold_cleanup(f->inner);
 }
 
 static int cfa_abort_upload(struct cold *c, const char *pkey, const char *upload_id)

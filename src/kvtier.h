@@ -618,8 +618,11 @@ int kvt_g4_recall_keys(struct kvt_store *st, const char *const *keys, size_t n,
 		       const struct kvt_g4_opts *opts, struct kvt_g4_report *rep);
 /* Brings one cold object back; 0 if it is hot already. */
 int kvt_object_recall(struct kvt_store *st, const char *bucket, const char *key);
-/* Removes what interrupted uploads of this host left in G4. */
-int kvt_g4_cleanup(struct kvt_store *st);
+/* Removes what interrupted uploads of this host left in G4, and the copies
+ * of what was deleted here; opts->retries (NULL: none) more tries of the
+ * listing of multipart uploads that the partner failed with 500, 503 or no
+ * answer. */
+int kvt_g4_cleanup(struct kvt_store *st, const struct kvt_g4_opts *opts);
 
 /* ---- checking (fsck.c) ------------------------------------------------ */
 

@@ -1599,10 +1599,11 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold)
 	return rc;
 }
 
-int kvt_g4_cleanup(struct kvt_store *st)
+int kvt_g4_cleanup(struct kvt_store *st, const struct kvt_g4_opts *o)
 {
 	struct cat *c = store_cat(st);
 	struct cold *cold;
+	struct g4_ctl ctl;
 	int rc = store_cold(st, &cold), r;
 
 	if (rc < 0)
@@ -1619,7 +1620,15 @@ int kvt_g4_cleanup(struct kvt_store *st)
 		log_err(r, "cannot drop from g4 all that was deleted here; the next run goes on");
 	else if (r < 0)
 		rc = rc ? rc : r;
-	r = cold_cleanup(cold);
+	/* A 503 or a dropped connection on this listing ended the run
+	 * ("nothing was moved"), where every other request is tried again. */
+	g4_ctl_init(&ctl, o);
+	for (unsigned attempt = 0;; attempt++) {
+		r = cold_cleanup(cold);
+		if (!g4_backoff(&ctl, attempt, r, "the listing of multipart uploads"))
+			break;
+	}
+	g4_ctl_release(&ctl);
 	return rc ? rc : r;
 }
 

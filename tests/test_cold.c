@@ -292,6 +292,39 @@ static struct kvt_store *open_faulty(struct test_env *env, struct cold_fault_pla
 	return st;
 }
 
+/*
+ * The listing of multipart uploads that starts every kvtier-migrate run is
+ * tried again, as every other request, when the partner answers 503 or
+ * drops the connection; before, one such answer ended the run, "nothing
+ * was moved".
+ */
+static void test_cleanup_retried(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_opts o = { .retries = 2 };
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	plan.fail_cleanups = 2;
+	plan.err = -EAGAIN;
+	assert_int_equal(kvt_g4_cleanup(st, &o), 0);
+	assert_int_equal(plan.fail_cleanups, 0);
+	plan.fail_cleanups = 1;
+	plan.err = -ECONNRESET;
+	assert_int_equal(kvt_g4_cleanup(st, &o), 0);
+	/* More than the retries, or none asked for: the run ends, as before. */
+	plan.fail_cleanups = 3;
+	assert_int_equal(kvt_g4_cleanup(st, &o), -ECONNRESET);
+	plan.fail_cleanups = 1;
+	plan.err = -EAGAIN;
+	assert_int_equal(kvt_g4_cleanup(st, NULL), -EAGAIN);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 /* Failed, short and damaged transfers: nothing lost, a later run finishes. */
 static void test_faults(void **state)
 {
@@ -494,13 +527,13 @@ static void test_redemote_damaged_renamed_copy(void **state)
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(kvt_object_rename(st, "kvs", "s1/a", "s1/b", 0), 0);
 	/* The rename's dead row, done: the cold object still names the copy. */
-	assert_int_equal(kvt_g4_cleanup(st), 0);
+	assert_int_equal(kvt_g4_cleanup(st, NULL), 0);
 	assert_int_equal(test_check(st, "kvs", "s1/b", 100000, 7), 0);	/* recalled */
 	damage_g4_copy(&env, "kvs/s1/a");
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
 	assert_int_equal(tier_of(st, "kvs", "s1/b"), KVT_TIER_COLD);
-	assert_int_equal(kvt_g4_cleanup(st), 0);
+	assert_int_equal(kvt_g4_cleanup(st, NULL), 0);
 	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", env.cfg.store.dir);
 	assert_int_equal(stat(path, &sb), -1);
 	assert_int_equal(errno, ENOENT);
@@ -647,13 +680,13 @@ static void test_handover_kept(void **state)
 
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/a"), 0);
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/b"), 0);
-	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
 
 	/* B carries on: a new block, demoted again; A's sweep still leaves it. */
 	assert_int_equal(test_put(sb, "kvs", "s1/c", 3000, 3), 0);
 	assert_int_equal(kvt_g4_demote(sb, &o, &rep), 0);
-	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/b", 5000, 2), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/c", 3000, 3), 0);
 
@@ -697,7 +730,7 @@ static void test_handover_recalled_left(void **state)
 	redemoted = rep.objects;
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/a"), 0);
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/b"), 0);
-	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/b", 5000, 2), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/c", 3000, 3), 0);
@@ -773,7 +806,7 @@ static void test_handover_back(void **state)
 	assert_int_equal(test_put(sb, "kvs", "s1/c", 6000, 13), 0);
 	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/b"), 0);
 	assert_int_equal(kvt_g4_demote(sb, &o, &rep), 0);
-	assert_int_equal(kvt_g4_cleanup(sb), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL), 0);
 
 	assert_int_equal(kvt_g4_import_session(sa, "kvs", "s1", NULL, &rep), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 71000, 11), 0);
@@ -781,8 +814,8 @@ static void test_handover_back(void **state)
 	assert_int_equal(kvt_object_head(sa, "kvs", "s1/b", &obj), -ENOENT);
 	/* The manifest A wrote serves a third node as B's did. */
 	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/a"), 0);
-	assert_int_equal(kvt_g4_cleanup(sb), 0);
-	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 71000, 11), 0);
 	test_fsck_clean(sa);
 	test_fsck_clean(sb);
@@ -891,7 +924,7 @@ static void test_handover_partial_import(void **state)
 	assert_int_equal(cat_g4_dead(store_cat(sb), dead_count, &dead), 0);
 	assert_int_equal(dead, 0);
 	assert_true(manifest_names(cold, sa));
-	assert_int_equal(kvt_g4_cleanup(sb), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 71000, 11), 0);
 	test_fsck_clean(sb);
 	two_nodes_close(&a, &b, sa, sb);
@@ -1939,7 +1972,7 @@ static void test_g4_none(void **state)
 	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
 	assert_int_equal(test_put(st, "kvs", "s1/a", 4096, 1), 0);
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), -ENODEV);
-	assert_int_equal(kvt_g4_cleanup(st), -ENODEV);
+	assert_int_equal(kvt_g4_cleanup(st, NULL), -ENODEV);
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
 	/* Twice the hot tier: the oldest go, sessions and plain cache alike. */
 	for (int i = 0; i < 64; i++) {
@@ -2095,7 +2128,7 @@ static void test_deleted_stay_deleted(void **state)
 				      &len), 0);
 	assert_non_null(strstr(text, "\"s1/deleted\""));
 	free(text);
-	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
 	assert_int_equal(cold_get_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", 1 << 20, &text,
 				      &len), 0);
 	assert_null(strstr(text, "\"s1/deleted\""));
@@ -2111,7 +2144,7 @@ static void test_deleted_stay_deleted(void **state)
 	assert_int_equal(cold_head(cold, "kvs/s1/overwritten", NULL), -ENOENT);
 	assert_int_equal(cold_head(cold, "kvs/s1/kept", NULL), 0);
 	/* A second sweep has nothing left to do. */
-	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
 
 	/* The other node imports only what stands. */
 	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
@@ -2135,9 +2168,9 @@ static void test_deleted_stay_deleted(void **state)
 
 	/* Overwritten, swept, then deleted: its copy goes (a helper's case). */
 	assert_int_equal(test_put(sa, "kvs", "s1/overwritten", 6000, 23), 0);
-	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/overwritten"), 0);
-	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
 	assert_int_equal(cold_head(cold, "kvs/s1/overwritten", NULL), -ENOENT);
 	two_nodes_close(&a, &b, sa, sb);
 }
@@ -2207,7 +2240,7 @@ static void test_killed_after_put(void **state)
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_DEMOTING);
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
-	assert_int_equal(kvt_g4_cleanup(st), 0);
+	assert_int_equal(kvt_g4_cleanup(st, NULL), 0);
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
 	assert_int_equal(tier_of(st, "kvs", "s1/b"), KVT_TIER_COLD);
 	assert_true(file_exists(path));
@@ -2223,7 +2256,7 @@ static void test_killed_after_put(void **state)
 	assert_true(file_exists(path));
 	st = test_store_open(&env);
 	assert_int_equal(kvt_object_delete(st, "kvs", "s1/c"), 0);
-	assert_int_equal(kvt_g4_cleanup(st), 0);
+	assert_int_equal(kvt_g4_cleanup(st, NULL), 0);
 	assert_false(file_exists(path));
 	assert_int_equal(test_check(st, "kvs", "s1/a", 70000, 1), 0);
 	assert_int_equal(test_check(st, "kvs", "s1/b", 80000, 2), 0);
@@ -2344,11 +2377,11 @@ static void test_rename_cold(void **state)
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/b"), 0);
 	/* A new object at the old name, and the sweep, before any recall. */
 	assert_int_equal(test_put(sa, "kvs", "s1/a", 40000, 11), 0);
-	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
 	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
 	assert_int_equal(tier_of(sa, "kvs", "s1/a"), KVT_TIER_COLD);
-	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
 
 	/* Every object reads back byte-exact, recalled from where G4 has it. */
 	assert_int_equal(test_check(sa, "kvs", "s1/a2", 300000, 1), 0);
@@ -2358,7 +2391,7 @@ static void test_rename_cold(void **state)
 	assert_int_equal(test_check(sa, "kvs", "s1/other", 5000, 4), 0);
 	/* Cold again, swept again, and read again: still there. */
 	all_cold(sa, cold2, 5);
-	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a2", 300000, 1), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 40000, 11), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/dir2/c", 100000, 3), 0);
@@ -2378,7 +2411,7 @@ static void test_rename_cold(void **state)
 	assert_int_equal(kvt_object_rename(sa, "kvs", "s1/a2", "s1/a3", 0), 0);
 	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
-	assert_int_equal(kvt_g4_cleanup(sa), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
 	assert_int_equal(tier_of(sa, "kvs", "s1/a3"), KVT_TIER_COLD);
 	assert_int_equal(test_check(sa, "kvs", "s1/a3", 300000, 1), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 40000, 11), 0);
@@ -2480,7 +2513,7 @@ static void test_handover_during_demotion(void **state)
 
 	plan.stall_ms = 0;
 	assert_int_equal(kvt_object_delete(d.st, "kvs", "s1/a"), 0);
-	assert_int_equal(kvt_g4_cleanup(d.st), 0);
+	assert_int_equal(kvt_g4_cleanup(d.st, NULL), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
 	assert_int_equal(test_check(d.st, "kvs", "s1/b", 5000, 2), 0);
 	kvt_store_close(d.st);
@@ -2541,14 +2574,14 @@ static void test_rename_during_upload(void **state)
 	assert_int_equal(access(path, F_OK), 0);
 	snprintf(path2, sizeof(path2), "%s/g4/kvs/s1/dir/c%%", env.cfg.store.dir);
 	assert_int_equal(access(path2, F_OK), 0);
-	assert_int_equal(kvt_g4_cleanup(d.st), 0);
+	assert_int_equal(kvt_g4_cleanup(d.st, NULL), 0);
 	assert_int_equal(access(path, F_OK), -1);
 	assert_int_equal(access(path2, F_OK), -1);
 	all_cold(d.st, cold, 2);
 	assert_int_equal(kvt_g4_demote(d.st, &o9, &rep), 0);
 	assert_int_equal(rep.failures, 0);
 	assert_int_equal(tier_of(d.st, "kvs", "s1/d"), KVT_TIER_COLD);
-	assert_int_equal(kvt_g4_cleanup(d.st), 0);
+	assert_int_equal(kvt_g4_cleanup(d.st, NULL), 0);
 	assert_int_equal(test_check(d.st, "kvs", "s1/b", 300000, 1), 0);
 	assert_int_equal(test_check(d.st, "kvs", "s1/dir2/c", 200000, 2), 0);
 	assert_int_equal(test_check(d.st, "kvs", "s1/d", 100000, 3), 0);
@@ -2612,6 +2645,7 @@ int main(void)
 		cmocka_unit_test(test_demote_recall),
 		cmocka_unit_test(test_demote_rules),
 		cmocka_unit_test(test_faults),
+		cmocka_unit_test(test_cleanup_retried),
 		cmocka_unit_test(test_import),
 		cmocka_unit_test(test_handover_kept),
 		cmocka_unit_test(test_handover_recalled_left),

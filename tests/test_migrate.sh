@@ -4,7 +4,9 @@
 # says cold, G4 holds the objects and a manifest per session), kvtier get
 # recalls them byte-exact, a second run is locked out with 75, kill -9 at
 # random points never loses or duplicates anything and a re-run finishes,
-# and a second store over the same G4 imports a session and reads it.
+# and a second store over the same G4 imports a session and reads it; the
+# listing of multipart uploads that starts a run against S3 is tried again
+# when the partner answers 503.
 set -eu
 
 # shellcheck source=tests/lib.sh
@@ -257,5 +259,57 @@ tier_is models plainkey cold
 kvt_expect 0 "$K" get models plainkey "$T/back"
 cmp "$T/in.plain" "$T/back" || fail "plainkey came back different"
 tier_is models plainkey hot
+
+step "a 503 on the listing of multipart uploads that starts a run is tried again"
+# It ended the run with exit 1, "nothing was moved", where every other
+# request to the partner is tried again. An S3 partner of a few lines
+# answers the listing 503 SlowDown twice, then with no uploads.
+timeout 120 python3 - "$T/fake.log" >"$T/fake.port" <<'PY' &
+import http.server, sys
+log = open(sys.argv[1], "a")
+class H(http.server.BaseHTTPRequestHandler):
+    busy = 2
+    def log_message(self, *a):
+        pass
+    def answer(self, code, body):
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+    def do_GET(self):
+        log.write(self.command + " " + self.path + "\n")
+        log.flush()
+        if "uploads" not in self.path:
+            return self.answer(404, b"<Error><Code>NoSuchKey</Code></Error>")
+        if H.busy > 0:
+            H.busy -= 1
+            return self.answer(503, b"<Error><Code>SlowDown</Code><Message>later</Message></Error>")
+        self.answer(200, b"<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>"
+                    b"</ListMultipartUploadsResult>")
+    do_HEAD = do_GET
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+PY
+fake=$!
+trap 'kill "$fake" 2>/dev/null || :; kvt_cleanup' EXIT
+poll 100 test -s "$T/fake.port" || fail "the fake partner did not start"
+printf 'access_key = a\nsecret_key = b\n' >"$T/fake.keys"
+chmod 600 "$T/fake.keys"
+kvt_write_config "$T/fake.conf" "$T/fake"
+cat >>"$T/fake.conf" <<EOF
+[g4]
+url = s3://g4bucket/kvtier
+endpoint = http://127.0.0.1:$(cat "$T/fake.port")
+credentials = $T/fake.keys
+EOF
+kvt_expect 0 "$K" -c "$T/fake.conf" init
+kvt_expect 0 "$M" -c "$T/fake.conf" --idle 0s
+kvt_grep err "the listing of multipart uploads: .*; try 3 of"
+kvt_grep err " 0 failures$"
+n=$(grep -c uploads "$T/fake.log")
+[ "$n" -eq 3 ] || fail "the listing was asked $n times, not 3"
+kill "$fake" 2>/dev/null || :
 
 echo "PASS"
