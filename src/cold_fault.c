@@ -45,8 +45,9 @@ static int cfa_take(unsigned *n)
 	return 0;
 }
 
-/* A partner that is slow to answer; counts the operations it holds at once. */
-static void cfa_stall(struct cold_fault_plan *p)
+/* A partner that is slow to answer (a put held while p->hold is set);
+ * counts the operations it holds at once. */
+static void cfa_stall(struct cold_fault_plan *p, int put)
 {
 	unsigned ms = __atomic_load_n(&p->stall_ms, __ATOMIC_SEQ_CST);
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
@@ -61,6 +62,8 @@ static void cfa_stall(struct cold_fault_plan *p)
 					    __ATOMIC_SEQ_CST))
 		;
 	nanosleep(&ts, NULL);
+	for (unsigned i = 0; put && i < 30000 && __atomic_load_n(&p->hold, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
 	__atomic_sub_fetch(&p->stalled, 1, __ATOMIC_SEQ_CST);
 }
 
@@ -120,7 +123,7 @@ static int cfa_put(struct cold *c, const char *key, uint64_t size, const char *c
 	struct cold_fault_plan *p = f->plan;
 
 	__atomic_add_fetch(&p->puts, 1, __ATOMIC_SEQ_CST);
-	cfa_stall(p);
+	cfa_stall(p, 1);
 	if (cfa_take(&p->fail_puts))
 		return cfa_err(p);
 	if (size > 0 && cfa_take(&p->short_puts))
@@ -165,7 +168,7 @@ static int cfa_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg
 	struct cold_fault_plan *p = f->plan;
 
 	__atomic_add_fetch(&p->gets, 1, __ATOMIC_SEQ_CST);
-	cfa_stall(p);
+	cfa_stall(p, 0);
 	if (cfa_take(&p->fail_gets))
 		return cfa_err(p);
 	if (cfa_take(&p->corrupt_gets)) {

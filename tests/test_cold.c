@@ -2466,6 +2466,18 @@ static void *demote_thread(void *arg)
 	return NULL;
 }
 
+/* Until n uploads reached the partner, which holds them (plan->hold); 30 s at most. */
+static void wait_held(struct cold_fault_plan *plan, unsigned n)
+{
+	for (int i = 0; i < 30000; i++) {
+		if (__atomic_load_n(&plan->puts, __ATOMIC_SEQ_CST) >= n)
+			return;
+		usleep(1000);
+	}
+	fail_msg("%u uploads reached the partner in 30 s, not %u",
+		 __atomic_load_n(&plan->puts, __ATOMIC_SEQ_CST), n);
+}
+
 /*
  * Another store imports the session while this one's demotion of it is
  * uploading (a conversation that resumed elsewhere while its last blocks
@@ -2531,7 +2543,7 @@ static void test_handover_during_demotion(void **state)
  */
 static void test_rename_during_upload(void **state)
 {
-	struct cold_fault_plan plan = { .stall_ms = 400 };
+	struct cold_fault_plan plan = { .stall_ms = 1, .hold = 1 };
 	static const char *const cold[] = { "s1/b", "s1/dir2/c" };
 	struct demote_arg d = { .session = "s1" };
 	struct kvt_g4_opts o9 = session_opts("kvs", "s9");
@@ -2548,13 +2560,13 @@ static void test_rename_during_upload(void **state)
 	assert_int_equal(test_put(d.st, "kvs", "s1/dir/c", 200000, 2), 0);
 	assert_int_equal(test_put(d.st, "kvs", "s1/d", 100000, 3), 0);
 	assert_int_equal(pthread_create(&th, NULL, demote_thread, &d), 0);
-	/* Each upload stalls 400 ms in the partner: these land during them. */
-	while (__atomic_load_n(&plan.stalled, __ATOMIC_SEQ_CST) < 3)
-		usleep(1000);
+	/* The partner holds each upload: these land during them. */
+	wait_held(&plan, 3);
 	assert_int_equal(kvt_object_rename(d.st, "kvs", "s1/a", "s1/b", 0), 0);
 	assert_int_equal(kvt_object_rename(d.st, "kvs", "s1/dir/", "s1/dir2/", KVT_RENAME_PREFIX),
 			 0);
 	assert_int_equal(kvt_object_set_session(d.st, "kvs", "s1/d", "s9"), 0);
+	__atomic_store_n(&plan.hold, 0, __ATOMIC_SEQ_CST);
 	assert_int_equal(pthread_join(th, NULL), 0);
 	assert_int_equal(d.rc, 0);
 	assert_int_equal(d.rep.failures, 0);
@@ -2598,7 +2610,7 @@ static void test_rename_during_upload(void **state)
  */
 static void test_overwrite_during_upload(void **state)
 {
-	struct cold_fault_plan plan = { .stall_ms = 400 };
+	struct cold_fault_plan plan = { .stall_ms = 1, .hold = 1 };
 	struct demote_arg d = { .session = "s1" };
 	struct kvt_g4_opts o = session_opts("kvs", "s1");
 	struct kvt_store_stat s;
@@ -2614,8 +2626,7 @@ static void test_overwrite_during_upload(void **state)
 	assert_int_equal(test_put(d.st, "kvs", "s1/a", (1u << 20) - 64, 1), 0);
 	assert_int_equal(test_put(d.st, "kvs", "other", 1000, 2), 0);
 	assert_int_equal(pthread_create(&th, NULL, demote_thread, &d), 0);
-	while (__atomic_load_n(&plan.stalled, __ATOMIC_SEQ_CST) < 1)
-		usleep(1000);
+	wait_held(&plan, 1);
 	assert_int_equal(test_put(d.st, "kvs", "s1/a", 5000, 3), 0);
 	/* One segment more than are free: the emptiest first, the old version's. */
 	assert_int_equal(kvt_store_stat(d.st, &s), 0);
@@ -2623,6 +2634,7 @@ static void test_overwrite_during_upload(void **state)
 	assert_int_equal(kvt_store_reclaim(d.st, (unsigned)s.segments_free + 1), 0);
 	assert_int_equal(kvt_store_stat(d.st, &s), 0);
 	assert_true(s.reclaimed_segments > reclaimed);
+	__atomic_store_n(&plan.hold, 0, __ATOMIC_SEQ_CST);
 	assert_int_equal(pthread_join(th, NULL), 0);
 	assert_int_equal(d.rc, 0);
 	assert_int_equal(d.rep.failures, 0);
