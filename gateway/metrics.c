@@ -164,7 +164,7 @@ void metrics_render(struct gw_buf *b, struct kvt_store *st)
 		"# TYPE kvtier_evicted_objects_total counter\nkvtier_evicted_objects_total %llu\n"
 		"# HELP kvtier_reclaimed_segments_total Segments freed by reclaim.\n"
 		"# TYPE kvtier_reclaimed_segments_total counter\nkvtier_reclaimed_segments_total %llu\n"
-		"# HELP kvtier_checksum_failures_total Extents whose checksum did not match.\n"
+		"# HELP kvtier_checksum_failures_total Damaged extents found, each counted once.\n"
 		"# TYPE kvtier_checksum_failures_total counter\nkvtier_checksum_failures_total %llu\n"
 		"# HELP kvtier_demoted_objects_total Objects moved to G4 and freed from the hot tier.\n"
 		"# TYPE kvtier_demoted_objects_total counter\nkvtier_demoted_objects_total %llu\n"

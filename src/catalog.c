@@ -164,7 +164,7 @@ enum stmt_id {
 	S_SEG_COUNTS,
 	S_SEG_OBJECTS, S_SEG_KEPT_SPACE, S_SEG_EXT_END, S_SEG_LEAST_USED,
 	S_EXT_GET, S_EXT_MOVE, S_SEG_SET_LIVE, S_SEG_EXT_SPACE,
-	S_SESSION_TOUCH, S_SEG_TOUCH, S_COUNTER_ADD, S_COUNTER_GET, S_DATA_VERSION,
+	S_SESSION_TOUCH, S_SEG_TOUCH, S_COUNTER_ADD, S_COUNTER_ONCE, S_COUNTER_GET, S_DATA_VERSION,
 	S_STAT_OBJECTS, S_STAT_INTERNAL, S_STAT_TIERS, S_STAT_BUCKETS, S_STAT_SESSIONS, S_STAT_SEGS,
 	S_COUNT
 };
@@ -301,6 +301,7 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_SEG_TOUCH] = "UPDATE segments SET last_access = max(last_access, ?2) WHERE id = ?1",
 	[S_COUNTER_ADD] = "INSERT INTO counters(name, value) VALUES(?1, ?2)"
 			  " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+	[S_COUNTER_ONCE] = "INSERT OR IGNORE INTO counters(name, value) VALUES(?1, 1)",
 	[S_COUNTER_GET] = "SELECT value FROM counters WHERE name = ?1",
 	[S_DATA_VERSION] = "PRAGMA data_version",
 	/* What a user sees: not the objects of internal buckets (a multipart
@@ -2345,6 +2346,18 @@ int cat_counter_add(struct cat *c, const char *name, int64_t delta)
 	sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(s, 2, delta);
 	return cat_exec_stmt(c, s, "counter");
+}
+
+int cat_counter_once(struct cat *c, const char *name)
+{
+	sqlite3_stmt *s = cat_stmt(c, S_COUNTER_ONCE);
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+	rc = cat_exec_stmt(c, s, "counter");
+	return rc < 0 ? rc : sqlite3_changes(c->db) == 1;
 }
 
 int cat_counter_get(struct cat *c, const char *name, uint64_t *value)

@@ -269,6 +269,8 @@ int cat_touch_segment(struct cat *c, uint32_t id, int64_t when_ns);
 
 /* Persistent counters ("evicted_objects", ...). */
 int cat_counter_add(struct cat *c, const char *name, int64_t delta);
+/* Sets counter `name` to 1 unless it exists: 1 if it did not, 0 if it did. */
+int cat_counter_once(struct cat *c, const char *name);
 int cat_counter_get(struct cat *c, const char *name, uint64_t *value);
 
 /* Totals for kvt_store_stat. */

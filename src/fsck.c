@@ -192,8 +192,11 @@ static int fsck_object_bytes(struct fsck_state *fs, const struct cat_object *co)
 
 		if (rc == -ESTALE)
 			return FSCK_STALE;	/* reclaimed since: not ours to judge */
-		if (rc < 0)
+		if (rc < 0) {
+			if (fs->loud)
+				store_checksum_failure(fs->st, co->vid, e);
 			return FSCK_CHECKSUM;	/* logged by the read */
+		}
 		if (!fs->loud) {
 			fs->rep->extents_checked++;
 			fs->rep->bytes_checked += e->length;
@@ -211,17 +214,21 @@ static int fsck_object_bytes(struct fsck_state *fs, const struct cat_object *co)
 				       e->nchunks ? e->chunk0 : SEG_CHUNK, chunk_crc);
 		if (ecrc != e->crc ||
 		    (e->nchunks && memcmp(chunk_crc, e->chunk_crc, 4 * e->nchunks) != 0)) {
-			if (fs->loud)
+			if (fs->loud) {
 				log_err(0, "'%s/%s': checksum mismatch in extent %zu (segment %u"
 					" offset %llu)", o->bucket, o->key, i, e->segment,
 					(unsigned long long)e->offset);
+				store_checksum_failure(fs->st, co->vid, e);
+			}
 			return FSCK_CHECKSUM;
 		}
 		crc = kvt_crc32c_combine(crc, ecrc, e->length);
 	}
 	if (crc != o->crc32c) {
-		if (fs->loud)
+		if (fs->loud) {
 			log_err(0, "'%s/%s': object checksum mismatch", o->bucket, o->key);
+			store_checksum_failure(fs->st, co->vid, NULL);
+		}
 		return FSCK_CHECKSUM;
 	}
 	return FSCK_OK;
@@ -326,7 +333,6 @@ static int fsck_confirm_object(struct fsck_state *fs, const struct fsck_suspect 
 		break;
 	case FSCK_CHECKSUM:
 		rep->checksum_errors++;
-		store_checksum_failure(fs->st);
 		break;
 	}
 	if (!(flags & KVT_FSCK_REPAIR)) {

@@ -167,7 +167,7 @@ int store_extent_verify(struct kvt_store *st, const void *buf, uint64_t vid,
 		rc = -EIO;
 	}
 	if (rc < 0)
-		store_checksum_failure(st);
+		store_checksum_failure(st, vid, e);
 	return rc;
 }
 
@@ -197,7 +197,7 @@ int store_extent_verify_part(struct kvt_store *st, const void *buf, uint64_t vid
 	/* The header, when it was read with the first chunk, is checked too. */
 	if (part->a0 == 0 &&
 	    seg_header_check(buf, e->hvid, e->hseq, e->gen, e->segment, e->length) < 0) {
-		store_checksum_failure(st);
+		store_checksum_failure(st, vid, e);
 		return -EIO;
 	}
 	for (unsigned c = part->c0; c < part->c1; c++) {
@@ -209,7 +209,7 @@ int store_extent_verify_part(struct kvt_store *st, const void *buf, uint64_t vid
 			log_err(0, "checksum mismatch in chunk %u of extent %u of version %016llx"
 				" (segment %u offset %llu)", c, e->seq, (unsigned long long)vid,
 				e->segment, (unsigned long long)e->offset);
-			store_checksum_failure(st);
+			store_checksum_failure(st, vid, e);
 			return -EIO;
 		}
 	}

@@ -1089,12 +1089,25 @@ void store_posix_fill(struct kvt_posix *out, const struct kvt_posix *given, int6
 		out->ctime_ns = mtime_ns;
 }
 
-void store_checksum_failure(struct kvt_store *st)
+void store_checksum_failure(struct kvt_store *st, uint64_t vid, const struct cat_extent *e)
 {
 	struct cat *c = store_cat(st);
+	char name[96];
+	int rc;
 
-	if (c && cat_counter_add(c, "checksum_failures", 1) < 0)
-		log_warn(0, "cannot count a checksum failure");
+	if (!c)
+		return;
+	/* Where the bad bytes are: a segment reused since has another gen. */
+	if (e)
+		snprintf(name, sizeof(name), "checksum_failure %u.%llu.%llu", e->segment,
+			 (unsigned long long)e->gen, (unsigned long long)e->offset);
+	else
+		snprintf(name, sizeof(name), "checksum_failure %016llx", (unsigned long long)vid);
+	rc = cat_counter_once(c, name);
+	if (rc > 0)
+		rc = cat_counter_add(c, "checksum_failures", 1);
+	if (rc < 0)
+		log_warn(-rc, "cannot count a checksum failure");
 }
 
 /* ---- open and close ------------------------------------------------------ */

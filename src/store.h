@@ -284,8 +284,14 @@ void store_touch(struct kvt_store *st, int64_t bucket_id, const char *session,
  * times take the object's mtime. */
 void store_posix_fill(struct kvt_posix *out, const struct kvt_posix *given, int64_t mtime_ns);
 
-/* Counts a checksum failure (logged by the caller). */
-void store_checksum_failure(struct kvt_store *st);
+/*
+ * Counts a damaged extent e of version vid (logged by the caller) in
+ * checksum_failures, once: an extent already counted, by a read or by fsck,
+ * is not counted again, so the counter (and the alert on it) rises once per
+ * new damage. e NULL: the version's extents are sound but not its whole
+ * checksum (fsck), counted once per version.
+ */
+void store_checksum_failure(struct kvt_store *st, uint64_t vid, const struct cat_extent *e);
 
 /*
  * Reads extent e of object version vid into buf (at least

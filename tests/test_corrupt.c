@@ -246,7 +246,9 @@ static void expect_damaged_one(struct fixture *f)
 		assert_int_equal(read_range(f->st, "victim", ranges[i].off, ranges[i].len,
 					    ONE_SEED, 1), -EIO);
 	assert_int_equal(test_check(f->st, BUCKET, "victim", ONE_LEN, ONE_SEED), -EIO);
-	assert_true(checksum_failures(f->st) >= before + sizeof(ranges) / sizeof(ranges[0]));
+	/* One damaged extent, counted once however often it is read. */
+	assert_true(checksum_failures(f->st) >= 1);
+	assert_true(checksum_failures(f->st) <= before + 1);
 	check_others(f->st);
 }
 
@@ -458,7 +460,7 @@ static void test_chunk_flip(void **state)
 	assert_int_equal(read_range(f->st, "chunky", 4 * SEG_CHUNK + 5, SEG_CHUNK, 51, 1), -EIO);
 	assert_int_equal(read_range(f->st, "chunky", 0, len, 51, 1), -EIO);
 	assert_int_equal(test_check(f->st, BUCKET, "chunky", len, 51), -EIO);
-	assert_true(checksum_failures(f->st) >= before + 6);
+	assert_int_equal(checksum_failures(f->st), before + 1);	/* one extent, once */
 	assert_int_equal(kvt_store_fsck(f->st, 0, &rep), 1);
 	assert_true(rep.checksum_errors >= 1);
 

@@ -427,7 +427,8 @@ static void test_write_corrupt(void **state)
 /*
  * For every position nth: a whole read of a 6-extent object with the nth
  * read failing. Inside the read it fails with `want` (and a CORRUPT read
- * counts a checksum failure); past it, single-extent reads follow until the
+ * counts a checksum failure, once per extent: rd/one's only the first
+ * time); past it, single-extent reads follow until the
  * fault fires. The output buffer never receives the failed extent's bytes.
  */
 static void read_fault_sweep(struct fixture *f, enum io_fault_kind kind, unsigned long max_nth)
@@ -452,7 +453,7 @@ static void read_fault_sweep(struct fixture *f, enum io_fault_kind kind, unsigne
 		}
 		assert_int_equal(f->plan.injected, 1);
 		if (kind == IO_FAULT_CORRUPT)
-			assert_int_equal(checksum_failures(st), fails + 1);
+			assert_int_equal(checksum_failures(st), fails + (nth <= per_get + 1));
 		/* Spent but installed, then removed: reads are whole again. */
 		assert_int_equal(get_whole(st, "rd/big", RBIG, 77), 0);
 		assert_int_equal(get_whole(st, "rd/one", 300000, 78), 0);
@@ -553,7 +554,7 @@ static void test_read_sticky(void **state)
 		assert_int_equal(put_through(f->st, "rs", BIG, 3, 0), 0);
 		assert_int_equal(get_whole(f->st, "rs", BIG, 3), -EIO);
 		if (kinds[k] == IO_FAULT_CORRUPT)
-			assert_true(checksum_failures(f->st) >= fails + 9);
+			assert_true(checksum_failures(f->st) > fails);	/* rs is new */
 		store_set_fault_plan(f->st, NULL);
 		assert_int_equal(get_whole(f->st, "rs", BIG, 3), 0);
 		check_base(f->st);
