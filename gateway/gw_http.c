@@ -265,6 +265,7 @@ static void http_op_health(struct gw_req *rq)
 		      (unsigned long long)ss.objects, (unsigned long long)ss.used_bytes,
 		      (unsigned long long)ss.capacity, (unsigned long long)ss.disk_free_bytes,
 		      kvt_store_readonly(rq->srv->st) ? "refused (read-only file system)" :
+		      kvt_store_disk_full(rq->srv->st) ? "refused (disk full)" :
 		      kvt_store_writes_full(rq->srv->st) ? "refused (hot tier full)" : "ok");
 	http_send_buf(rq, 200, "text/plain", &b);
 }

@@ -362,6 +362,9 @@ static int64_t cat_full_logged;
 static int64_t cat_damage_logged;
 /* Set for good once any query of this process met a damaged page. */
 static int cat_damage_flag;
+/* Set when a write of this process found the catalog's file system full,
+ * cleared by the next commit: cat_full_seen(). */
+static int cat_full_flag;
 
 /*
  * -EMFILE or -ENFILE when the file SQLite could not open failed for want of
@@ -391,6 +394,7 @@ static int cat_errno(struct cat *c, int rc, const char *what)
 		return -EEXIST;
 	case SQLITE_FULL:
 		c->disk_full = 1;
+		__atomic_store_n(&cat_full_flag, 1, __ATOMIC_RELAXED);
 		if (log_every(&cat_full_logged, 10))
 			log_err(0, "catalog cannot grow during %s: the file system holding '%s' is full",
 				what, sqlite3_db_filename(c->db, "main"));
@@ -423,6 +427,7 @@ static int cat_errno(struct cat *c, int rc, const char *what)
 	default:
 		if (sqlite3_extended_errcode(c->db) == SQLITE_IOERR_SHMSIZE) {
 			c->disk_full = 1;
+			__atomic_store_n(&cat_full_flag, 1, __ATOMIC_RELAXED);
 			log_err(0, "catalog cannot be opened: no room for '%s-shm' (file system full)",
 				sqlite3_db_filename(c->db, "main"));
 			return -ENOSPC;
@@ -737,6 +742,8 @@ int cat_commit(struct cat *c)
 
 	if (rc < 0)
 		cat_rollback(c);
+	else if (__atomic_load_n(&cat_full_flag, __ATOMIC_RELAXED))
+		__atomic_store_n(&cat_full_flag, 0, __ATOMIC_RELAXED);
 	cat_write_done(c);
 	return rc;
 }
@@ -767,6 +774,11 @@ void cat_watch_wal(struct cat *c, unsigned *frames)
 int cat_disk_full(const struct cat *c)
 {
 	return c->disk_full;
+}
+
+int cat_full_seen(void)
+{
+	return __atomic_load_n(&cat_full_flag, __ATOMIC_RELAXED);
 }
 
 int cat_damage_seen(void)

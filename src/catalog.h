@@ -133,6 +133,9 @@ int cat_disk_full(const struct cat *c);
  * with SQLite's first finding in msg; or a negative errno.
  */
 int cat_quick_check(struct cat *c, char *msg, size_t len);
+/* 1 while the last write of this process that ended found the catalog's
+ * file system full (no commit since). */
+int cat_full_seen(void);
 /* 1 once any catalog query of this process met a damaged page, for good. */
 int cat_damage_seen(void);
 /* After each commit of c, stores the number of frames in the log at *frames. */

@@ -219,6 +219,14 @@ void kvt_store_stop_g4(struct kvt_store *st, unsigned grace_ms);
 int kvt_store_writes_full(struct kvt_store *st);
 
 /*
+ * 1 while the file system under the catalog refuses writes: the last write
+ * of this process found it full, none committed since, and it still has
+ * less than 1 MiB free (one statvfs, nothing written to find out). The
+ * gateway answers every PUT 503 SlowDown then.
+ */
+int kvt_store_disk_full(const struct kvt_store *st);
+
+/*
  * 1 once this process met a damaged page of the store's catalog (every
  * query that meets one fails with -EUCLEAN): for /health and /metrics,
  * which must say so even when kvt_store_stat() itself fails on it.

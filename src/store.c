@@ -1700,6 +1700,17 @@ int kvt_store_writes_full(struct kvt_store *st)
 	return 1;
 }
 
+int kvt_store_disk_full(const struct kvt_store *st)
+{
+	struct statvfs vfs;
+
+	if (!cat_full_seen())
+		return 0;
+	/* Room made since (the filler removed, the disk grown): the next
+	 * write tries, and a catalog commit needs a few pages, not 1 MiB. */
+	return statvfs(st->dir, &vfs) != 0 || (uint64_t)vfs.f_bavail * vfs.f_frsize < (1 << 20);
+}
+
 int kvt_store_catalog_damaged(const struct kvt_store *st)
 {
 	(void)st;	/* one store a process in every kvtier program */

@@ -233,8 +233,11 @@ while :; do
 done
 [ "$code" = 503 ] || fail "gateway PUT on a full disk answered $code: $(cat "$T/gwout")"
 grep -q "<Code>SlowDown</Code>" "$T/gwout" || fail "gateway PUT on a full disk: $(cat "$T/gwout")"
-[ "$(curl -s -o /dev/null -w '%{http_code}' "$GW_ENDPOINT/health")" = 200 ] ||
+[ "$(curl -s -o "$T/health" -w '%{http_code}' "$GW_ENDPOINT/health")" = 200 ] ||
 	fail "the gateway is unhealthy after a failed PUT"
+# A readiness check reads what the next PUT meets (it said "ok").
+grep -qx "writes: refused (disk full)" "$T/health" ||
+	fail "/health on a full disk: $(cat "$T/health")"
 kvt_expect 1 "$K" head bkt "full/gw$j"
 if [ "$fuse" = 1 ]; then
 	j=0
@@ -250,6 +253,8 @@ check_all "after failed writes"
 
 step "room again: every face writes again; fsck is clean"
 rm "$DISK/filler"
+curl -s "$GW_ENDPOINT/health" >"$T/health"
+grep -qx "writes: ok" "$T/health" || fail "/health with room again: $(cat "$T/health")"
 kvt_expect 0 "$K" put bkt after/cli "$T/small"
 kvt_expect 0 "$K" get bkt after/cli "$T/back"
 cmp -s "$T/small" "$T/back" || fail "after/cli differs"
