@@ -440,6 +440,14 @@ int main(int argc, char **argv)
 		o->timeout = (unsigned)srv.cfg.gateway.timeout;	/* at most KVT_GW_TIMEOUT_MAX */
 	if (!o->max_connections)
 		o->max_connections = srv.cfg.gateway.max_connections;
+	/* As [gateway] max_connections (config.c, cfg_check_gateway). */
+	if (o->max_connections < o->threads) {
+		fprintf(stderr, "kvtier-gateway: max connections (%u) below threads (%u): each thread"
+			" serves its own share of the connections, and those beyond them would"
+			" never have one\n", o->max_connections, o->threads);
+		status = 2;
+		goto out;
+	}
 	if (!o->max_object)
 		o->max_object = srv.cfg.gateway.max_object;
 	if (!o->max_uploads)

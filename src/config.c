@@ -628,12 +628,15 @@ static int cfg_handler(void *user, const char *section, const char *name, const 
 }
 
 /* Rules between keys of [store]; msg gets "[store] ..." on failure. */
-static int cfg_check_store(const struct kvt_config *cfg, char *msg, size_t len)
+static int cfg_check_store(const struct kvt_config *cfg, const int *seen, int *line,
+			   char *msg, size_t len)
 {
 	const uint64_t seg = cfg->store.segment_size;
 	const double high = cfg->store.high_watermark;
 	const double low = cfg->store.low_watermark;
 
+	(void)seen;
+	(void)line;
 	/* Extents are 4 KiB-aligned O_DIRECT writes; a segment must hold whole ones. */
 	if (seg % 4096 != 0) {
 		snprintf(msg, len, "[store] segment_size must be a multiple of 4K");
@@ -671,10 +674,13 @@ static int cfg_check_store(const struct kvt_config *cfg, char *msg, size_t len)
 
 /* [g4]: a url kvtier can open, or "none" (a pure cache node without a cold
  * tier); S3 parts within S3's limits (5M to 5G). */
-static int cfg_check_g4(const struct kvt_config *cfg, char *msg, size_t len)
+static int cfg_check_g4(const struct kvt_config *cfg, const int *seen, int *line,
+			char *msg, size_t len)
 {
 	const char *url = cfg->g4.url;
 
+	(void)seen;
+	(void)line;
 	if (url && !(strncmp(url, "file:///", 8) == 0 || strcmp(url, "none") == 0 ||
 		     (strncmp(url, "s3://", 5) == 0 && url[5] && url[5] != '/'))) {
 		snprintf(msg, len, "[g4] url must be file:///DIR, s3://BUCKET/PREFIX or none");
@@ -687,10 +693,43 @@ static int cfg_check_g4(const struct kvt_config *cfg, char *msg, size_t len)
 	return 0;
 }
 
-/* One per section whose keys must agree with each other. */
-static int (*const cfg_checks[])(const struct kvt_config *cfg, char *msg, size_t len) = {
+/* The line key section.name was set on (cfg_parse.seen), or 0. */
+static int cfg_seen_line(const int *seen, const char *section, const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(cfg_keys); i++)
+		if (strcmp(cfg_keys[i].section, section) == 0 && strcmp(cfg_keys[i].name, name) == 0)
+			return seen[i];
+	return 0;
+}
+
+/*
+ * [gateway]: libmicrohttpd shares max_connections out among the threads,
+ * each serving its own share: with fewer connections than threads, the
+ * threads beyond them (and their workers) never have one to serve.
+ * *line gets the later line of the two keys.
+ */
+static int cfg_check_gateway(const struct kvt_config *cfg, const int *seen, int *line,
+			     char *msg, size_t len)
+{
+	if (cfg->gateway.max_connections < cfg->gateway.threads) {
+		*line = MAX(cfg_seen_line(seen, "gateway", "threads"),
+			    cfg_seen_line(seen, "gateway", "max_connections"));
+		snprintf(msg, len, "[gateway] max_connections (%u) must be at least threads (%u):"
+			 " each thread serves its own share of the connections, and those"
+			 " beyond them would never have one", cfg->gateway.max_connections,
+			 cfg->gateway.threads);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* One per section whose keys must agree with each other; *line (0 if
+ * unset) is the line to name. */
+static int (*const cfg_checks[])(const struct kvt_config *cfg, const int *seen, int *line,
+				 char *msg, size_t len) = {
 	cfg_check_store,
 	cfg_check_g4,
+	cfg_check_gateway,
 };
 
 /* Keys whose field is a heap string. */
@@ -820,7 +859,13 @@ int kvt_config_load(struct kvt_config *cfg, const char *path, char *err, size_t 
 		goto out;
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(cfg_checks); i++) {
-		rc = cfg_checks[i](&tmp, p.msg, sizeof(p.msg));
+		int at = 0;
+
+		rc = cfg_checks[i](&tmp, p.seen, &at, p.msg, sizeof(p.msg));
+		if (rc < 0 && at > 0) {
+			snprintf(err, errlen, "%s:%d: %s", path, at, p.msg);
+			goto out;
+		}
 		if (rc < 0) {
 			snprintf(err, errlen, "%s: %s", path, p.msg);
 			goto out;

@@ -334,6 +334,16 @@ static void test_cross_checks(void **state)
 		     ": [store] low_watermark must be below high_watermark");
 	expect_error("[store]\nhigh_watermark = 50%\n", -EINVAL,
 		     ": [store] low_watermark must be below high_watermark");
+	/* Threads beyond the connections never serve one: the later line of
+	 * the two is named (the default threads is 4). */
+	expect_error("[gateway]\nmax_connections = 2\n", -EINVAL,
+		     ":2: [gateway] max_connections (2) must be at least threads (4): each thread"
+		     " serves its own share of the connections, and those beyond them would"
+		     " never have one");
+	expect_error("[gateway]\nmax_connections = 7\n\nthreads = 8\n", -EINVAL,
+		     ":4: [gateway] max_connections (7) must be at least threads (8): each thread"
+		     " serves its own share of the connections, and those beyond them would"
+		     " never have one");
 }
 
 /* The limits themselves are accepted. */

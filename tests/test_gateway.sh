@@ -37,6 +37,9 @@ kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --threads 1025
 kvt_grep err "bad number '1025' for --threads: expected 1 to 1024"
 kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --max-connections 1000001
 kvt_grep err "bad number '1000001' for --max-connections: expected 1 to 1000000"
+# Threads beyond the connections would never have one (they took 2 of 4).
+kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --threads 4 --max-connections 2
+kvt_grep err "max connections \(2\) below threads \(4\)"
 kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --timeout 100001
 kvt_grep err "bad number '100001' for --timeout: expected 1 to 100000"
 printf '[gateway]\nmax_object = 0\n' >>"$T/c.conf"
