@@ -1492,7 +1492,11 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	}
 	v = strndup(value, size);
 	pthread_rwlock_rdlock(&kv->names);
-	rc = v ? node_path(kv, n, &bucket, &key) : -ENOMEM;
+	rc = v ? 0 : -ENOMEM;
+	/* The root has no path (node_path: EISDIR for every name); it answers
+	 * as a bucket does, bucket and key NULL: no session, pin or prestage. */
+	if (rc == 0 && n->type != NODE_ROOT)
+		rc = node_path(kv, n, &bucket, &key);
 	if (rc < 0)
 		goto out;
 	/* A session and a pin are there on every file: there is none to create. */

@@ -502,6 +502,30 @@ for name in ("security.selinux", "system.posix_acl_access", "trusted.x"):
         raise SystemExit("getxattr %s succeeded" % name)
     except OSError as e:
         assert e.errno == 95, (name, e)   # ENOTSUP
+# The mount's root answers every xattr call as a bucket (a directory) does:
+# every set and remove answered EISDIR there, whatever the name.
+root, bucket = os.path.dirname(d), d
+calls = (("get tier", lambda x: os.getxattr(x, "user.kvtier.tier")),
+         ("get other", lambda x: os.getxattr(x, "user.other")),
+         ("list", lambda x: os.listxattr(x)),
+         ("set session", lambda x: os.setxattr(x, "user.kvtier.session", b"s")),
+         ("set pin", lambda x: os.setxattr(x, "user.kvtier.pin", b"1")),
+         ("set prestage", lambda x: os.setxattr(x, "user.kvtier.prestage", b"1")),
+         ("set tier", lambda x: os.setxattr(x, "user.kvtier.tier", b"x")),
+         ("set other", lambda x: os.setxattr(x, "user.other", b"x")),
+         ("remove session", lambda x: os.removexattr(x, "user.kvtier.session")),
+         ("remove pin", lambda x: os.removexattr(x, "user.kvtier.pin")),
+         ("remove other", lambda x: os.removexattr(x, "user.other")))
+def answer(call, x):
+    try:
+        return repr(call(x))
+    except OSError as e:
+        return e.errno
+for what, call in calls:
+    a, b = answer(call, root), answer(call, bucket)
+    assert a == b, (what, "root", a, "bucket", b)
+assert answer(calls[6][1], root) == 95, answer(calls[6][1], root)   # ENOTSUP
+assert answer(calls[5][1], root) == 22, answer(calls[5][1], root)   # EINVAL
 EOF
 # ls -l asks for a label and an ACL once per mount, not once per file.
 if command -v strace >/dev/null; then
