@@ -1240,8 +1240,8 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	if (n->psession)
 		snprintf(psession, sizeof(psession), "%s", n->psession);
 	pthread_mutex_unlock(&kv->lock);
-	if (strncmp(name, "user.kvtier.", 12) != 0 ||
-	    (n->type != NODE_FILE && n->type != NODE_SYMLINK)) {
+	/* Linux asks for no user.* name of a symbolic link (op_listxattr). */
+	if (strncmp(name, "user.kvtier.", 12) != 0 || n->type != NODE_FILE) {
 		rc = -ENODATA;
 		goto out;
 	}
@@ -1419,7 +1419,7 @@ void kvfs_prestage_wait(struct kvfs *kv)
 }
 
 /*
- * user.kvtier.pin = 1 or 0 (removexattr: 0) of a file or symlink. On a file
+ * user.kvtier.pin = 1 or 0 (removexattr: 0) of a file. On a file
  * open for writing here the versions its handles publish are published
  * pinned (or not) in their own commit (fh_publish_named), so a file written
  * through the mount and pinned before close is never plain cache that
@@ -1428,14 +1428,17 @@ void kvfs_prestage_wait(struct kvfs *kv)
  * commit keeps the pin of the version it replaces (KVT_PUT_KEEP_PIN), and a
  * pin that lands after that commit lands on its version. A directory is
  * not an object and has no pin of its own: EISDIR, as for the session
- * (pinning what is under it now would not cover files made later).
+ * (pinning what is under it now would not cover files made later). A
+ * symbolic link never gets here: Linux answers EPERM to setting or removing
+ * a user.* name of one without asking (xattr_permission() in fs/xattr.c);
+ * `kvtier pin` pins its object.
  */
 static int xattr_pin(struct kvfs *kv, struct node *n, const char *bucket, const char *key,
 		     int pin)
 {
 	int pending, writing, rc = 0;
 
-	if (n->type != NODE_FILE && n->type != NODE_SYMLINK)
+	if (n->type != NODE_FILE)
 		return -EISDIR;
 	pthread_mutex_lock(&kv->lock);
 	writing = n->nwriters > 0;
@@ -1449,7 +1452,7 @@ static int xattr_pin(struct kvfs *kv, struct node *n, const char *bucket, const 
 }
 
 /*
- * user.kvtier.session of a file or symlink: session, or with NULL
+ * user.kvtier.session of a file (as the pin, never a symlink): session, or with NULL
  * (removexattr) the one its key gives, as if it had never been set. Versions
  * published by handles open for writing go there too (n->psession, where ""
  * is the key's own: kvt_put_opts.session).
@@ -1459,7 +1462,7 @@ static int xattr_session(struct kvfs *kv, struct node *n, const char *bucket, co
 {
 	int pending, writing, rc = 0;
 
-	if (n->type != NODE_FILE && n->type != NODE_SYMLINK)
+	if (n->type != NODE_FILE)
 		return -EISDIR;
 	/* It names G4's manifest of the session: a key's rules. */
 	if (session && (rc = kvt_key_valid(session)) < 0)
@@ -1507,7 +1510,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	}
 	if (strcmp(name, XATTR_SESSION) == 0) {
 		if (strlen(v) != size || size == 0 || size > KVT_KEY_MAX)
-			rc = n->type != NODE_FILE && n->type != NODE_SYMLINK ? -EISDIR : -EINVAL;
+			rc = n->type != NODE_FILE ? -EISDIR : -EINVAL;
 		else
 			rc = xattr_session(kv, n, bucket, key, v);
 	} else if (strcmp(name, XATTR_PIN) == 0) {

@@ -381,6 +381,21 @@ expect_err "File exists" ln -s x "$B/link"
 # a symbolic link (ENODATA), so none is listed (five were).
 python3 -c 'import os, sys; n = os.listxattr(sys.argv[1], follow_symlinks=False); assert n == [], n' \
 	"$B/link"
+# Nor sets or removes one (EPERM, without asking kvtier-fuse): a symbolic
+# link is pinned with kvtier pin, never through the mount.
+python3 - "$B/link" <<'EOF'
+import os, sys
+for call in (lambda l: os.setxattr(l, "user.kvtier.pin", b"1", follow_symlinks=False),
+             lambda l: os.setxattr(l, "user.kvtier.session", b"s", follow_symlinks=False),
+             lambda l: os.removexattr(l, "user.kvtier.pin", follow_symlinks=False)):
+    try:
+        call(sys.argv[1])
+        raise SystemExit("an xattr change of a symbolic link succeeded")
+    except OSError as e:
+        assert e.errno == 1, e   # EPERM
+EOF
+"$K" head models link >"$T/head"
+grep -q "^pinned: *no$" "$T/head" || fail "the link was pinned: $(cat "$T/head")"
 
 step "xattrs: tier, session, etag, checksum; a session and a prestage can be set"
 python3 - "$B" "$K" <<'EOF'
