@@ -1610,7 +1610,9 @@ int cat_object_get(struct cat *c, int64_t bucket_id, const char *key, int with_e
  * row deleted or changed by hand, a bug in compose or relocation), and a
  * reader must fail rather than return a short object or other bytes: with
  * a row missing `kvtier get` exited 0 with the wrong bytes. Cold objects
- * have no extents here, recalling ones only some.
+ * have no extents here. No kvtier writes a tier past cold (a recall makes a
+ * cold object hot in one commit): one is damage, or a newer kvtier's, and
+ * read as cold it said "No data available".
  */
 static int cat_extents_whole(const struct cat_object *co, const char *bucket)
 {
@@ -1618,6 +1620,12 @@ static int cat_extents_whole(const struct cat_object *co, const char *bucket)
 	uint64_t off = 0;
 	size_t i;
 
+	if ((unsigned)o->tier > KVT_TIER_COLD) {
+		log_err(0, "'%s/%s': tier %d in the catalog is none this kvtier knows (0 hot,"
+			" 1 demoting, 2 cold); kvtier fsck tells what is damaged", bucket, o->key,
+			(int)o->tier);
+		return -EIO;
+	}
 	if (o->tier != KVT_TIER_HOT && o->tier != KVT_TIER_DEMOTING)
 		return 0;
 	for (i = 0; i < co->nextents; i++) {

@@ -173,6 +173,14 @@ static int fsck_object_places(struct fsck_state *fs, const struct cat_object *co
 				o->key, (unsigned long long)off, (unsigned long long)o->size);
 		d = FSCK_PLACE;
 	}
+	/* After the extents are counted toward their segments: a repair
+	 * drops the object, and them with it. */
+	if (d == FSCK_OK && (unsigned)o->tier > KVT_TIER_COLD) {
+		if (fs->loud)
+			log_err(0, "'%s/%s': tier %d in the catalog is none this kvtier knows",
+				o->bucket, o->key, (int)o->tier);
+		d = FSCK_PLACE;
+	}
 	return d;
 }
 

@@ -779,6 +779,28 @@ static void test_extent_rows_changed(void **state)
 	test_fsck_clean(f->st);
 }
 
+/* A tier no kvtier writes (3; "recalling" is never stored): reads fail
+ * naming it (they said ENODATA, "No data available"), fsck reports it and
+ * repair removes the object. */
+static void test_unknown_tier(void **state)
+{
+	struct fixture *f = *state;
+	struct kvt_fsck_report rep;
+	struct kvt_reader *r = NULL;
+
+	put_others(f->st);
+	assert_int_equal(test_put(f->st, BUCKET, "tier3", MULTI_LEN, MULTI_SEED), 0);
+	test_catalog_exec(&f->env, "UPDATE objects SET tier = 3 WHERE key = 'tier3'");
+	assert_int_equal(kvt_reader_open(f->st, BUCKET, "tier3", &r), -EIO);
+	assert_int_equal(kvt_store_fsck(f->st, 0, &rep), 1);
+	assert_int_equal(rep.catalog_errors, 1);
+	assert_int_equal(kvt_store_fsck(f->st, KVT_FSCK_REPAIR, &rep), 0);
+	assert_true(rep.repaired >= 1);
+	assert_int_equal(kvt_reader_open(f->st, BUCKET, "tier3", &r), -ENOENT);
+	check_others(f->st);
+	test_fsck_clean(f->st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -798,6 +820,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_segment_map_ahead, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_segment_map_behind, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_extent_rows_changed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unknown_tier, setup, teardown),
 	};
 
 	/* KVT_TEST_FILTER=test_name runs one test (a cmocka pattern). */
