@@ -1219,7 +1219,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	struct node *n;
 	struct kvt_object *o = NULL;
 	char value[KVT_KEY_MAX + 64], psession[KVT_KEY_MAX + 1] = "";
-	int rc = 0, pending, ppin;
+	int rc = 0, pending, ppin, pcleared;
 
 	if (strncmp(name, "user.", 5) != 0) {
 		/* No security labels, no POSIX ACLs: ENOTSUP, not ENODATA. ls -l
@@ -1239,6 +1239,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	ppin = n->ppin;
 	if (n->psession)
 		snprintf(psession, sizeof(psession), "%s", n->psession);
+	pcleared = n->psession && !*n->psession;
 	pthread_mutex_unlock(&kv->lock);
 	/* Linux asks for no user.* name of a symbolic link (op_listxattr). */
 	if (strncmp(name, "user.kvtier.", 12) != 0 || n->type != NODE_FILE) {
@@ -1260,6 +1261,22 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		goto out;
 	if (strcmp(name, XATTR_TIER) == 0) {
 		snprintf(value, sizeof(value), "%s", kvt_tier_name(o->tier));
+	} else if (strcmp(name, XATTR_SESSION) == 0 && pcleared) {
+		/* Cleared while open for writing: close publishes the key's own
+		 * session, whatever the stored version has now (an S3 PUT with
+		 * a session of its own since, say). */
+		char *bucket = NULL, *key = NULL, *ks = NULL;
+
+		rc = node_path(kv, n, &bucket, &key);
+		if (rc == 0 && !(ks = kvt_key_session(kv->st, key)))
+			rc = -ENOMEM;
+		if (rc == 0)
+			snprintf(value, sizeof(value), "%s", ks);
+		free(bucket);
+		free(key);
+		free(ks);
+		if (rc < 0)
+			goto out;
 	} else if (strcmp(name, XATTR_SESSION) == 0) {
 		/* What close will publish, if it was set while open for writing. */
 		snprintf(value, sizeof(value), "%s", *psession ? psession :

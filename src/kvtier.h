@@ -522,6 +522,10 @@ enum {
 int kvt_object_setattr(struct kvt_store *st, const char *bucket, const char *key, unsigned mask,
 		       const struct kvt_posix *posix, int64_t mtime_ns);
 
+/* The session key gives ([store] session_depth), as a put without one names;
+ * caller frees. NULL: out of memory. */
+char *kvt_key_session(struct kvt_store *st, const char *key);
+
 /*
  * Moves the object to another session (and touches that session); NULL: to
  * the one its key gives ([store] session_depth), as a put without one.

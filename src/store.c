@@ -1074,6 +1074,11 @@ char *store_session_of(struct kvt_store *st, const char *key, const char *explic
 	return strndup(key, (size_t)(p - key - 1));
 }
 
+char *kvt_key_session(struct kvt_store *st, const char *key)
+{
+	return store_session_of(st, key, NULL);
+}
+
 void store_posix_fill(struct kvt_posix *out, const struct kvt_posix *given, int64_t mtime_ns)
 {
 	if (given) {

@@ -496,6 +496,17 @@ with open(p, "r+b") as f:
 head = subprocess.run([kvtier, "head", "models", "conv1/turn1/blk0"], capture_output=True,
                       text=True, check=True).stdout
 assert "session:       conv1" in head, head
+# Cleared while open, and the stored version replaced meanwhile with a
+# session of its own: getxattr says what close publishes, the key's own
+# session (it said the stored version's, conv-s3, until close).
+os.setxattr(p, "user.kvtier.session", b"conv-moved")
+with open(p, "r+b") as f:
+    os.removexattr(f.fileno(), "user.kvtier.session")
+    subprocess.run([kvtier, "-q", "put", "--session", "conv-s3", "models", "conv1/turn1/blk0",
+                    "/dev/null"], check=True)
+    assert os.getxattr(p, "user.kvtier.session") == b"conv1", os.getxattr(p, "user.kvtier.session")
+    f.write(b0)
+assert os.getxattr(p, "user.kvtier.session") == b"conv1", os.getxattr(p, "user.kvtier.session")
 # A file being written lists what getxattr answers for it: the pin its
 # writer may set before close (it listed nothing, yet the pin read "0").
 q = os.path.join(d, "conv1/turn1/blk-pending")
