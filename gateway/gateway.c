@@ -245,7 +245,7 @@ static void gw_reload(struct gw_server *srv)
  * raised first, as far as the hard one allows (systemd's soft 1024 would
  * otherwise cap the default max_connections on every start).
  */
-static unsigned gw_connection_cap(struct kvt_store *st, unsigned want)
+static unsigned gw_connection_cap(struct kvt_store *st, unsigned want, unsigned threads)
 {
 	struct kvt_store_stat ss;
 	uint64_t store, have, room;
@@ -254,7 +254,7 @@ static unsigned gw_connection_cap(struct kvt_store *st, unsigned want)
 		return want;
 	store = 2 * ss.segments + 256;
 	have = util_raise_nofile(store + want);
-	room = have > store + 1 ? have - store : 1;
+	room = have > store + threads ? have - store : threads;	/* each thread its share */
 	if (room >= want)
 		return want;
 	log_warn(0, "the open-file limit (%llu) leaves room for %llu connections beside the "
@@ -545,7 +545,7 @@ int main(int argc, char **argv)
 		log_err(rc, "cannot open the store in '%s'", srv.cfg.store.dir);
 		goto out;
 	}
-	o->max_connections = gw_connection_cap(srv.st, o->max_connections);
+	o->max_connections = gw_connection_cap(srv.st, o->max_connections, o->threads);
 	rc = kvt_bucket_create_internal(srv.st, GW_UPLOADS_BUCKET);
 	if (rc == -ENOSPC || rc == -EROFS)	/* the first upload makes it, once it can */
 		log_warn(rc, "cannot create the internal bucket '%s' yet", GW_UPLOADS_BUCKET);
