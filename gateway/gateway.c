@@ -295,7 +295,7 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, OPT_VERSION },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct gw_server srv = { .access_fd = -1 };
+	struct gw_server srv = { .access_fd = -1, .conns_lock = PTHREAD_MUTEX_INITIALIZER };
 	struct gw_options *o = &srv.opt;
 	struct sockaddr_storage addr, maddr;
 	socklen_t addrlen = 0;
@@ -596,6 +596,7 @@ int main(int argc, char **argv)
 			MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&maddr,
 			MHD_OPTION_URI_LOG_CALLBACK, http_uri_cb, &srv,
 			MHD_OPTION_NOTIFY_COMPLETED, http_completed_cb, &srv,
+			MHD_OPTION_NOTIFY_CONNECTION, http_conn_cb, &srv,
 			MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout,
 			MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64,
 			MHD_OPTION_END);
@@ -621,6 +622,8 @@ int main(int argc, char **argv)
 		MHD_OPTION_ARRAY, pool_opts,
 		MHD_OPTION_URI_LOG_CALLBACK, http_uri_cb, &srv,
 		MHD_OPTION_NOTIFY_COMPLETED, http_completed_cb, &srv,
+		/* the deadline of a request head (http_cut_slow_heads) */
+		MHD_OPTION_NOTIFY_CONNECTION, http_conn_cb, &srv,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->timeout,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned int)o->max_connections,
 		/*
@@ -668,7 +671,8 @@ int main(int argc, char **argv)
 	 * abandoned upload would otherwise hold hot-tier space and a place under
 	 * max_uploads forever. It looks a few times per max age, at most hourly.
 	 * Each second it also refuses uploads that waited too long for a stream
-	 * slot (gw_work_expire): nothing else times a suspended connection.
+	 * slot (gw_work_expire): nothing else times a suspended connection; and
+	 * closes connections whose request head is late (http_cut_slow_heads).
 	 */
 	sweep_every = GW_MIN(o->upload_max_age / 4 ? o->upload_max_age / 4 : 1, 3600);
 	next_sweep = time(NULL);
@@ -676,6 +680,8 @@ int main(int argc, char **argv)
 		struct timespec tick = { .tv_sec = 1 };
 
 		gw_work_expire(srv.work);
+		if (o->timeout)
+			http_cut_slow_heads(&srv);
 		if (time(NULL) >= next_sweep) {
 			rc = s3_uploads_sweep(&srv);
 			if (rc < 0)

@@ -217,6 +217,9 @@ struct gw_server {
 	struct gw_uploads uploads;
 	struct gw_work *work;		/* NULL: everything inline (the fuzz harness) */
 	uint64_t cached_read_max;	/* the store's: GETs up to it are read inline */
+	/* Open connections, for the deadline of a request head (http_conn_cb). */
+	pthread_mutex_t conns_lock;
+	struct gw_conn *conns;
 };
 
 static inline const struct auth_creds *gw_creds(struct gw_server *srv)
@@ -318,6 +321,14 @@ enum MHD_Result http_access_cb(void *cls, struct MHD_Connection *conn, const cha
 			       size_t *upload_data_size, void **con_cls);
 void http_completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 		       enum MHD_RequestTerminationCode toe);
+void http_conn_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
+		  enum MHD_ConnectionNotificationCode toe);
+/*
+ * Closes the connections whose request head has not come whole within
+ * --timeout of their accept or of the end of their previous request;
+ * called each second by the main thread.
+ */
+void http_cut_slow_heads(struct gw_server *srv);
 
 /* A request header (case-insensitive), or NULL. */
 const char *http_hdr(const struct gw_req *rq, const char *name);

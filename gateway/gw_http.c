@@ -294,6 +294,126 @@ static void http_op_bad_version(struct gw_req *rq)
 	http_send_error(rq, S3_INVALID_ARGUMENT, "Invalid version id specified");
 }
 
+/* ---- connections -------------------------------------------------------- */
+
+/* The IP address of sa into addr (INET6_ADDRSTRLEN); left alone for other families. */
+static void http_addr(const struct sockaddr *sa, char *addr, size_t len)
+{
+	if (sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, addr,
+			  (socklen_t)len);
+	else if (sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
+			  addr, (socklen_t)len);
+}
+
+/*
+ * libmicrohttpd's --timeout sees only silence: a client that sends its
+ * request head one header line every 2 s was never cut, and ten such held
+ * every --max-connections slot (a new client's ListBuckets waited 43 s, as
+ * long as they went on). So a head must come whole within --timeout of the
+ * accept, or of the end of the previous request on a kept connection.
+ *
+ * Each connection is on srv->conns from its start to its close (http_conn_cb,
+ * under conns_lock); head_since is when its head began to be awaited, set at
+ * the start and by http_completed_cb, and 0 from the first access call of a
+ * request (the head is all in; a slow body is http_too_slow()'s). The main
+ * thread's tick shuts down the socket of one past its deadline, under
+ * conns_lock, which the close notification takes before libmicrohttpd closes
+ * the descriptor: it never touches another connection's fd. libmicrohttpd
+ * then sees the end of the stream and closes the connection as its own.
+ * Cost: a lock and a list insert or remove per connection; a relaxed store
+ * per request.
+ */
+#define GW_HEAD_SLACK_NS 250000000	/* past --timeout: see http_cut_slow_heads */
+
+struct gw_conn {
+	struct gw_conn *prev, *next;
+	int fd;
+	bool cut;			/* shut down: logged once */
+	int64_t head_since;		/* atomic, monotonic ns; 0: not awaiting a head */
+};
+
+void http_conn_cb(void *cls, struct MHD_Connection *conn, void **socket_context,
+		  enum MHD_ConnectionNotificationCode toe)
+{
+	struct gw_server *srv = cls;
+	struct gw_conn *c = *socket_context;
+	const union MHD_ConnectionInfo *ci;
+
+	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (!c)
+			return;
+		pthread_mutex_lock(&srv->conns_lock);
+		if (c->prev)
+			c->prev->next = c->next;
+		else
+			srv->conns = c->next;
+		if (c->next)
+			c->next->prev = c->prev;
+		pthread_mutex_unlock(&srv->conns_lock);
+		free(c);
+		*socket_context = NULL;
+		return;
+	}
+	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (!srv->opt.timeout || !ci)
+		return;	/* --timeout 0: never timed */
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return;	/* no deadline for this one; its idle timeout still holds */
+	c->fd = ci->connect_fd;
+	c->head_since = util_mono_ns();
+	pthread_mutex_lock(&srv->conns_lock);
+	c->next = srv->conns;
+	if (c->next)
+		c->next->prev = c;
+	srv->conns = c;
+	pthread_mutex_unlock(&srv->conns_lock);
+	*socket_context = c;
+}
+
+/* The connection's head is awaited from now_ns on; 0: it is all in. */
+static void http_conn_head(struct MHD_Connection *conn, int64_t now_ns)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct gw_conn *c = ci ? ci->socket_context : NULL;
+
+	if (c)
+		__atomic_store_n(&c->head_since, now_ns, __ATOMIC_RELAXED);
+}
+
+/*
+ * A connection idle since its accept or its last request is libmicrohttpd's
+ * to close, at --timeout to the millisecond: the deadline of a head falls
+ * GW_HEAD_SLACK_NS later, so that such a one is not cut here and logged as
+ * a slow head in the same instant.
+ */
+void http_cut_slow_heads(struct gw_server *srv)
+{
+	int64_t now = util_mono_ns();
+	int64_t max = (int64_t)srv->opt.timeout * 1000000000 + GW_HEAD_SLACK_NS;
+
+	pthread_mutex_lock(&srv->conns_lock);
+	for (struct gw_conn *c = srv->conns; c; c = c->next) {
+		int64_t since = __atomic_load_n(&c->head_since, __ATOMIC_RELAXED);
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		char addr[INET6_ADDRSTRLEN] = "-";
+
+		if (c->cut || !since || now - since < max)
+			continue;
+		if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0)
+			http_addr((struct sockaddr *)&ss, addr, sizeof(addr));
+		log_info("client %s: no complete request head in %u s: closed", addr,
+			 srv->opt.timeout);
+		shutdown(c->fd, SHUT_RDWR);
+		c->cut = true;
+	}
+	pthread_mutex_unlock(&srv->conns_lock);
+}
+
 /* ---- the request -------------------------------------------------------- */
 
 void *http_uri_cb(void *cls, const char *uri, struct MHD_Connection *conn)
@@ -899,6 +1019,7 @@ enum MHD_Result http_access_cb(void *cls, struct MHD_Connection *conn, const cha
 		http_job_done(rq);
 	if (!rq->began) {
 		rq->began = true;
+		http_conn_head(conn, 0);
 		rq->conn = conn;
 		rq->method = method;
 		http_begin(rq);
@@ -950,17 +1071,8 @@ static void http_access_log(struct gw_req *rq, enum MHD_RequestTerminationCode t
 	if (rq->srv->access_fd < 0)
 		return;
 	ci = MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	if (ci && ci->client_addr) {
-		const struct sockaddr *sa = ci->client_addr;
-
-		if (sa->sa_family == AF_INET)
-			inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr,
-				  addr, sizeof(addr));
-		else if (sa->sa_family == AF_INET6)
-			inet_ntop(AF_INET6,
-				  &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, addr,
-				  sizeof(addr));
-	}
+	if (ci && ci->client_addr)
+		http_addr(ci->client_addr, addr, sizeof(addr));
 	{
 		struct timespec ts;
 
@@ -985,7 +1097,7 @@ void http_completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 		       enum MHD_RequestTerminationCode toe)
 {
 	struct gw_req *rq = *con_cls;
-	int64_t dur;
+	int64_t now, dur;
 
 	if (!rq)
 		return;
@@ -998,7 +1110,9 @@ void http_completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 	 * (a malformed or oversized request: 400, 413, 431) or the client left
 	 * first; 0 is logged, and counted as "other".
 	 */
-	dur = util_mono_ns() - rq->start_ns;
+	now = util_mono_ns();
+	http_conn_head(conn, now);	/* a kept connection awaits its next head */
+	dur = now - rq->start_ns;
 	metrics_request(rq->op, rq->status, rq->bytes_in, rq->bytes_out, dur);
 	http_access_log(rq, toe, dur);
 	http_req_free(rq);

@@ -13,7 +13,8 @@
 #   not stop libmicrohttpd with a connection suspended), leaving no partial
 #   object;
 # - at its open-file limit, idle clients past what the store leaves wait in
-#   the backlog, and GETs of cold objects are still served.
+#   the backlog, and GETs of cold objects are still served;
+# - clients that trickle their request heads are closed after --timeout.
 set -eu
 
 # shellcheck source=tests/lib.sh
@@ -207,6 +208,77 @@ code=$(s3 --max-time 60 -D "$T/dead.h" -w '%{http_code}' "$E/lanes/cold/blk1" -o
 	fail "a cold GET against a partner that is gone answered $code: $(cat "$T/dead")"
 kill -KILL "$cold_gw"
 wait "$cold_gw" 2>/dev/null || :
+
+step "clients that trickle their request heads are closed after --timeout"
+# libmicrohttpd's --timeout sees only silence: clients sending a header line
+# a second held every connection, and a new client waited as long as they
+# went on (43 s for 40 s of it). A head is now due within --timeout of the
+# accept, or of the end of the previous request on a kept connection.
+gw_start slowhead 16M 4M --threads 1 --timeout 3 --max-connections 4
+timeout 60 python3 - "$GW_PORT" <<'EOP' || fail "slow request heads: $(tail -n 5 "$GW_LOG")"
+import socket, sys, threading, time
+port = int(sys.argv[1])
+def conn():
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+def answer(s):
+    got = b""
+    while b"\r\n\r\n" not in got:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    return got
+# One kept connection: a whole request first, then a trickled head.
+kept = conn()
+kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+if not answer(kept).startswith(b"HTTP/1.1 "):
+    sys.exit("no answer on the kept connection")
+tricklers = [kept] + [conn() for _ in range(5)]
+for s in tricklers:
+    s.sendall(b"GET /lanes/k HTTP/1.1\r\nHost: x\r\n")
+time.sleep(0.5)
+res = {}
+def newclient():
+    t = time.time()
+    try:
+        s = conn()
+        s.settimeout(30)
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        res["r"] = answer(s)[:12]
+    except OSError as e:
+        res["r"] = "error %s" % e
+    res["t"] = time.time() - t
+th = threading.Thread(target=newclient)
+th.start()
+t0 = time.time()
+while time.time() - t0 < 20 and th.is_alive():
+    for s in tricklers:
+        try:
+            s.send(b"X-A: b\r\n")
+        except OSError:
+            pass
+    time.sleep(1)
+th.join(30)
+print("    new client: %s after %.1f s" % (res.get("r"), res.get("t", -1)))
+if not str(res.get("r")).startswith("b'HTTP/1.1 ") or res["t"] > 7:
+    sys.exit("a new client waited %.1f s behind tricklers (--timeout 3): %s" %
+             (res.get("t", -1), res.get("r")))
+# Every trickler's connection is closed, the last two let in after the others.
+deadline = time.time() + 15
+for i, s in enumerate(tricklers):
+    while True:
+        s.settimeout(max(0.1, deadline - time.time()))
+        try:
+            if not s.recv(4096):
+                break
+        except ConnectionResetError:
+            break
+        except socket.timeout:
+            sys.exit("trickler %d still connected" % i)
+EOP
+grep -q "client 127.0.0.1: no complete request head in 3 s: closed" "$GW_LOG" ||
+	fail "no word of the slow heads cut: $(tail -n 5 "$GW_LOG")"
+gw_stop "$GW_PID"
 
 step "at its open-file limit, idle clients past it wait; cold GETs are served"
 # ulimit -n 300 with 4 segments leaves 36 connections beside the store's
