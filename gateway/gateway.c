@@ -236,15 +236,24 @@ static void gw_reload(struct gw_server *srv)
 
 /*
  * Every connection holds a descriptor, and so does the store: each segment
- * twice, a catalog connection per thread, g4.lock and G4 files while it
- * demotes or recalls (store_nofile_check() asks for 2 per segment + 256).
- * Connections past what the open-file limit leaves took the descriptors
- * the store needed: at ulimit -n 300 with 400 idle clients, GETs of cold
- * objects answered 503 (g4.lock, manifests: EMFILE). Capped, the rest wait
- * in the kernel's backlog, as max_connections promises. The soft limit is
- * raised first, as far as the hard one allows (systemd's soft 1024 would
- * otherwise cap the default max_connections on every start).
+ * twice, g4.lock and G4 files while it demotes or recalls, the io_uring
+ * pool (store_nofile_check() asks for 2 per segment + 256). So does each
+ * polling thread beside its connections: libmicrohttpd's eventfd, and a
+ * catalog connection (catalog.db and its -wal; the -shm is shared) of its
+ * own and of each of its workers (gw_work_new). Measured after load, at
+ * --threads 1, 4 and 16: 7, 16 and 52 connections, 1, 4 and 16 eventfds.
+ * Counted in 256, --threads 64 held 832 more than that, which connections
+ * took. Connections past what the open-file limit leaves took the
+ * descriptors the store needed: at ulimit -n 300 with 400 idle clients,
+ * GETs of cold objects answered 503 (g4.lock, manifests: EMFILE). Capped,
+ * the rest wait in the kernel's backlog, as max_connections promises. The
+ * soft limit is raised first, as far as the hard one allows (systemd's soft
+ * 1024 would otherwise cap the default max_connections on every start).
  */
+#define GW_FDS_PER_THREAD                                                                  \
+	(1 + 2 * (1 + GW_READ_WORKERS_PER_THREAD + GW_WRITE_WORKERS_PER_THREAD +          \
+		  GW_RECALL_WORKERS_PER_THREAD))
+
 static unsigned gw_connection_cap(struct kvt_store *st, unsigned want, unsigned threads)
 {
 	struct kvt_store_stat ss;
@@ -252,15 +261,16 @@ static unsigned gw_connection_cap(struct kvt_store *st, unsigned want, unsigned 
 
 	if (kvt_store_stat(st, &ss) < 0)
 		return want;
-	store = 2 * ss.segments + 256;
+	store = 2 * ss.segments + 256 + (uint64_t)GW_FDS_PER_THREAD * threads;
 	have = util_raise_nofile(store + want);
 	room = have > store + threads ? have - store : threads;	/* each thread its share */
 	if (room >= want)
 		return want;
 	log_warn(0, "the open-file limit (%llu) leaves room for %llu connections beside the "
-		 "store's %llu descriptors, not max_connections' %u: more wait in the kernel's "
-		 "backlog (raise ulimit -n or LimitNOFILE=)", (unsigned long long)have,
-		 (unsigned long long)room, (unsigned long long)store, want);
+		 "%llu descriptors of the store and %u threads, not max_connections' %u: more "
+		 "wait in the kernel's backlog (raise ulimit -n or LimitNOFILE=)",
+		 (unsigned long long)have, (unsigned long long)room, (unsigned long long)store,
+		 threads, want);
 	return (unsigned)room;
 }
 
