@@ -18,7 +18,9 @@
  *              cp, dd and NIXL for files too big to buffer: no copy, no
  *              temp file)
  *   FH_STAGE   a temp file in the staging directory (O_TMPFILE: nothing is
- *              left after a crash), for big files a stream cannot do
+ *              left after a crash), for big files a stream cannot do; as
+ *              many at once as the open-file limit leaves room for
+ *              (kvfs_staging_limit), more fail with ENFILE
  *
  *   FH_BASE --write or truncate within KVFS_BUF_MAX (fh_buf_begin)--> FH_BUF
  *   FH_BASE, FH_BUF --write at EOF past it (fh_stream_begin)--> FH_STREAM
@@ -355,6 +357,66 @@ static int staging_file(struct kvfs *kv)
 	return -errno;
 }
 
+/*
+ * Each staged file holds a descriptor here until it is closed, and the
+ * open-file limit is the daemon's, not its writers': at ulimit -n 300, 400
+ * files written out of order at once failed writes with EMFILE, an
+ * application's error that was not the application's, and the store,
+ * short of descriptors itself, failed the close of one whose writes had
+ * all succeeded, so that it vanished. Staging files are counted against
+ * what the limit leaves beside the store's descriptors (2 per segment and
+ * 256, as store_nofile_check() asks) and a catalog connection (catalog.db
+ * and its -wal) per loop thread; the write that would stage one more fails
+ * with ENFILE, the file system's table being full, before anything of it
+ * is lost at close, and the daemon says why once.
+ */
+void kvfs_staging_limit(struct kvfs *kv, unsigned threads)
+{
+	struct kvt_store_stat ss;
+	uint64_t have = util_raise_nofile(UINT64_MAX), reserve;
+
+	kv->staged_max = UINT64_MAX;
+	if (kvt_store_readonly(kv->st) || kvt_store_stat(kv->st, &ss) < 0)
+		return;
+	reserve = 2 * ss.segments + 256 + 2 * (uint64_t)threads;
+	kv->staged_max = have > reserve ? have - reserve : 0;
+	log_info("the open-file limit (%llu) leaves room for %llu files staged at once "
+		 "(written out of order past %u KiB) beside the %llu descriptors of the store "
+		 "and %u threads", (unsigned long long)have, (unsigned long long)kv->staged_max,
+		 KVFS_BUF_MAX / 1024, (unsigned long long)reserve, threads);
+}
+
+/* A staging file, if the open-file limit leaves room for one more
+ * (kvfs_staging_limit); fh_stage_close gives it back. */
+static int fh_stage_open(struct kvfs *kv)
+{
+	int fd;
+
+	if (atomic_fetch_add(&kv->staged, 1) >= kv->staged_max) {
+		atomic_fetch_sub(&kv->staged, 1);
+		if (!atomic_exchange(&kv->staged_said, 1))
+			log_err(-ENFILE, "no more files can be staged: the open-file limit leaves "
+				"room for %llu, and writes out of order to more fail (raise "
+				"ulimit -n or LimitNOFILE=)", (unsigned long long)kv->staged_max);
+		return -ENFILE;
+	}
+	fd = staging_file(kv);
+	if (fd < 0) {
+		atomic_fetch_sub(&kv->staged, 1);
+		log_err(fd, "cannot make a staging file in '%s'", kv->staging);
+	}
+	return fd;
+}
+
+static void fh_stage_close(struct kvfs *kv, struct fh *h)
+{
+	if (h->tfd < 0)
+		return;
+	close(h->tfd);
+	h->tfd = -1;
+	atomic_fetch_sub(&kv->staged, 1);
+}
+
 static int pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
 {
 	while (len > 0) {
@@ -476,8 +538,7 @@ static void fh_free(struct fh *h)
 	pthread_mutex_unlock(&h->kv->lock);
 	fh_drop_base(h);
 	kvt_writer_abort(h->w);
-	if (h->tfd >= 0)
-		close(h->tfd);
+	fh_stage_close(h->kv, h);
 	kvt_meta_free(h->meta, h->nmeta);
 	free(h->session);
 	free(h->content_type);
@@ -1016,11 +1077,9 @@ static int fh_stage(struct kvfs *kv, struct fh *h)
 
 	if (h->state == FH_STAGE)
 		return 0;
-	fd = staging_file(kv);
-	if (fd < 0) {
-		log_err(fd, "cannot make a staging file in '%s'", kv->staging);
+	fd = fh_stage_open(kv);
+	if (fd < 0)
 		return fd;
-	}
 	if (h->state == FH_BASE) {
 		rc = fh_base_copy(kv, h, NULL, fd);
 	} else if (h->state == FH_BUF) {
@@ -1048,6 +1107,7 @@ static int fh_stage(struct kvfs *kv, struct fh *h)
 	fh_drop_base(h);
 	if (rc < 0) {
 		close(fd);
+		atomic_fetch_sub(&kv->staged, 1);
 		if (h->state == FH_STREAM)
 			h->state = FH_BASE;
 		return rc;
@@ -2196,9 +2256,7 @@ int fh_truncate(struct kvfs *kv, struct fh *h, uint64_t size)
 		/* Starts over: even a failed stream is forgotten. */
 		if (h->state == FH_STREAM)
 			fh_stream_end(kv, h);
-		if (h->tfd >= 0)
-			close(h->tfd);
-		h->tfd = -1;
+		fh_stage_close(kv, h);
 		fh_drop_base(h);
 		fh_mem_free(kv, h);
 		h->state = FH_BASE;

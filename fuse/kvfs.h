@@ -145,6 +145,9 @@ struct kvfs {
 	atomic_uint_fast64_t part_seq;
 	unsigned max_streams;		/* writers streaming at once */
 	atomic_uint active_streams;
+	uint64_t staged_max;		/* staging files open at once (kvfs_staging_limit) */
+	atomic_uint_fast64_t staged;
+	atomic_int staged_said;		/* the refusal was logged */
 	atomic_uint prestaging;		/* prestage threads still running */
 	atomic_size_t buffered;		/* bytes of small files held in memory */
 	pthread_mutex_t spare_lock;	/* read buffers kept for reuse (kvfs_iobuf_new) */
@@ -392,6 +395,7 @@ void fh_release_orphans(struct kvfs *kv);
 int kvfs_truncate_node(struct kvfs *kv, struct node *n, uint64_t size);
 int kvfs_parts_init(struct kvfs *kv);
 void kvfs_parts_release(struct kvfs *kv);
+void kvfs_staging_limit(struct kvfs *kv, unsigned threads);
 
 /* ---- dir.c ---------------------------------------------------------------- */
 

@@ -387,6 +387,8 @@ int main(int argc, char **argv)
 			goto out;
 	}
 	log_info("mounted '%s' on '%s'", kv.cfg.store.dir, fo.mountpoint);
+	kvfs_staging_limit(&kv, fo.singlethread ? 1 : fo.max_threads && fo.max_threads != UINT_MAX ?
+				fo.max_threads : KVFS_LOOP_THREADS);
 	notify(&notify_fd, 0);
 
 	if (fo.singlethread) {
