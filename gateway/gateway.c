@@ -266,6 +266,13 @@ static unsigned gw_connection_cap(struct kvt_store *st, unsigned want, unsigned 
 	room = have > store + threads ? have - store : threads;	/* each thread its share */
 	if (room >= want)
 		return want;
+	if (have < store + threads) {
+		log_warn(0, "the open-file limit (%llu) is below the %llu descriptors that the "
+			 "store, %u threads and a connection each may hold: requests may fail "
+			 "with EMFILE (raise ulimit -n or LimitNOFILE=)", (unsigned long long)have,
+			 (unsigned long long)(store + threads), threads);
+		return threads;
+	}
 	log_warn(0, "the open-file limit (%llu) leaves room for %llu connections beside the "
 		 "%llu descriptors of the store and %u threads, not max_connections' %u: more "
 		 "wait in the kernel's backlog (raise ulimit -n or LimitNOFILE=)",

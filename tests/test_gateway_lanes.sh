@@ -331,6 +331,16 @@ EOP
 	! grep -q "Too many open files" "$T/nofile.err" ||
 		fail "the gateway ran out of descriptors: $(grep -m 3 "Too many open files" "$T/nofile.err")"
 	gw_stop "$nf_gw"
+	# Four threads hold 52: 264 + 52 + a connection each is more than 300.
+	(ulimit -n 300 && exec "$GATEWAY" -c "$T/nofile.conf" --listen 127.0.0.1:0 \
+		--threads 4 --credentials "$GW_CREDS" --access-log off) 2>"$T/nofile4.err" &
+	nf_gw=$!
+	gw_pids="$gw_pids $nf_gw"
+	wait_until "$nf_gw" "$T/nofile4.err" 60 "the gateway at ulimit -n 300, 4 threads" \
+		gateway_serves "$T/nofile4.err"
+	grep -q "open-file limit (300) is below the 320 descriptors that the store, 4 threads" \
+		"$T/nofile4.err" || fail "no word of the limit below the threads' needs: $(cat "$T/nofile4.err")"
+	gw_stop "$nf_gw"
 	# A soft limit below what it needs (systemd's 1024) is raised to the
 	# hard one, not taken as a cap on max_connections.
 	if [ "$(ulimit -Hn)" = unlimited ] || [ "$(ulimit -Hn)" -ge 2048 ]; then
