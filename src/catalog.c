@@ -522,8 +522,24 @@ static int cat_migrate(struct cat *c)
 	 * so it waited for whatever write transaction ran, a group commit
 	 * included, before its first operation.
 	 */
-	if (cat_schema_version(c) == (int)ARRAY_SIZE(migrations))
+	version = cat_schema_version(c);
+	if (version == (int)ARRAY_SIZE(migrations))
 		return 0;
+	/*
+	 * An older kvtier's catalog on a read-only file system cannot be
+	 * brought up to date, and this kvtier's queries need the columns the
+	 * migrations add: refused saying so ("attempt to write a readonly
+	 * database" before). A newer one is refused below either way.
+	 */
+	if (version >= 0 && version < (int)ARRAY_SIZE(migrations) &&
+	    sqlite3_db_readonly(c->db, "main") == 1) {
+		log_err(0, "the catalog's schema is version %d, an older kvtier's: this kvtier"
+			" (%d) upgrades it at its first open, which its read-only file system"
+			" does not allow; open the store once where it can be written, or read"
+			" it with the kvtier that made it", version, (int)ARRAY_SIZE(migrations));
+		return -EROFS;
+	}
+	version = 0;
 	rc = cat_exec(c, "BEGIN IMMEDIATE");
 	if (rc < 0)
 		return rc;

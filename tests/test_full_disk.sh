@@ -20,6 +20,8 @@
 #     with a capacity raised since (served at the store's size);
 #     without the -shm file alone it reads after a clean close, and is
 #     refused with the reason when a killed process left commits in the WAL;
+#     an older kvtier's catalog there is refused saying so (its migration
+#     would write), and upgraded once the disk is writable;
 #   - G4 (file://) on a full disk: kvtier-migrate fails with the reason,
 #     every object stays readable, nothing is left half written in G4, and
 #     the next run, with room, demotes everything.
@@ -363,6 +365,19 @@ cmp -s "$T/small" "$T/back" || fail "after/killed differs once the disk was writ
 kvt_expect 0 "$K" put bkt after/rw "$T/small"
 kvt_expect 0 "$K" fsck
 kvt_grep out "^status: +clean"
+
+step "an older kvtier's catalog on a read-only file system: refused saying why; upgraded once writable"
+# Schema 7 is what kvtier wrote before migration 8 (a settings row).
+sqlite3 "$DISK/store/catalog.db" "DELETE FROM settings WHERE name = 'extent_payload_max';
+	PRAGMA user_version = 7" || fail "cannot make the catalog an older kvtier's"
+mount -o remount,ro "$DISK"
+kvt_expect 1 "$K" get bkt after/rw "$T/back"
+kvt_grep err "the catalog's schema is version 7, an older kvtier's: this kvtier \([0-9]+\) upgrades it at its first open, which its read-only file system does not allow; open the store once where it can be written"
+mount -o remount,rw "$DISK"
+kvt_expect 0 "$K" get bkt after/rw "$T/back"
+cmp -s "$T/small" "$T/back" || fail "after/rw differs once the catalog was upgraded"
+[ "$(sqlite3 "$DISK/store/catalog.db" "PRAGMA user_version")" -gt 7 ] ||
+	fail "the catalog was not upgraded once writable"
 
 step "G4 (file://) on a full disk: demotion fails with the reason and loses nothing; with room it completes"
 # A store of its own, off the small disk; its G4 directory on it.
