@@ -57,6 +57,9 @@
 #include "util.h"
 
 #define MANIFEST_MAX (64u << 20)
+/* "kvtier_manifest" of what manifest_write() writes; one of a larger
+ * number is a newer kvtier's, which this one refuses (manifest_read()). */
+#define MANIFEST_FORMAT 1
 
 /* The cold tier's journal of multipart uploads is the catalog's g4_uploads. */
 static int g4_journal_begin(void *arg, const char *url, const char *pkey, const char *upload_id)
@@ -596,7 +599,7 @@ static int manifest_write(struct cold *cold, const char *bucket, const char *ses
 		free(key);
 		return -ENOMEM;
 	}
-	fprintf(f, "{\"kvtier_manifest\": 1, \"bucket\": ");
+	fprintf(f, "{\"kvtier_manifest\": %d, \"bucket\": ", MANIFEST_FORMAT);
 	json_str(f, bucket);
 	fprintf(f, ", \"session\": ");
 	json_str(f, session);
@@ -922,14 +925,15 @@ static int j_u64(const struct jval *obj, const char *name, uint64_t *out)
 }
 
 /* The session's manifest from G4, parsed into root (caller releases it):
- * 0, -ENOENT, or -EINVAL for one kvtier did not write for this bucket and
- * session (logged). */
+ * 0, -ENOENT, -EINVAL for one kvtier did not write for this bucket and
+ * session, or -EPROTO for one of a newer format (both logged). */
 static int manifest_read(struct cold *cold, const char *bucket, const char *session,
 			 struct jval *root)
 {
 	char *text = NULL, *key = g4_manifest_key(bucket, session);
 	const struct jval *mb, *ms;
 	struct jparse jp;
+	uint64_t format;
 	size_t len = 0;
 	int rc;
 
@@ -954,6 +958,15 @@ static int manifest_read(struct cold *cold, const char *bucket, const char *sess
 	    strcmp(ms->str, session)) {
 		log_err(0, "the manifest '%s' in g4 is not one kvtier can read", key);
 		rc = -EINVAL;
+	} else if (j_u64(root, "kvtier_manifest", &format) == 0 && format > MANIFEST_FORMAT) {
+		/* One G4 serves nodes upgraded one at a time: what a newer
+		 * kvtier wrote is neither read as this format nor written over
+		 * (manifest_owner() fails with it too). */
+		log_err(0, "the manifest '%s' in g4 is of format %" PRIu64 ", which a newer kvtier"
+			" wrote; this one reads format %d: session '%s' of bucket '%s' is left"
+			" alone until this node's kvtier is upgraded", key, format,
+			MANIFEST_FORMAT, session, bucket);
+		rc = -EPROTO;
 	}
 out:
 	free(text);

@@ -245,6 +245,26 @@ kvt_run grep -q "cannot delete" "$KVT_TMP/err"
 [ "$rc" -ne 0 ] || fail "the sweep still fails once the copy can go: $(cat "$KVT_TMP/err")"
 [ ! -e "$G4/.kvtier/manifests/models/s5.json%" ] || fail "s5's manifest outlived its last object"
 
+step "a manifest of a newer format is refused, neither imported nor written over"
+# Nodes of one G4 are upgraded one at a time: one still on this kvtier meets
+# manifests a newer one wrote. Read as this format, they were imported as
+# it understood them, and a demotion here wrote them over in this format.
+echo newer >"$T/in.newer"
+kvt_expect 0 "$K" put models s7/a "$T/in.newer"
+kvt_expect 0 "$M" --session models/s7
+MF="$G4/.kvtier/manifests/models/s7.json%"
+sed -i 's/"kvtier_manifest": 1,/"kvtier_manifest": 2,/' "$MF"
+cp "$MF" "$T/mf.newer"
+kvt_expect 1 "$M" -c "$B" --import models/s7
+kvt_grep err "the manifest '.kvtier/manifests/models/s7.json' in g4 is of format 2, which a newer kvtier wrote; this one reads format 1"
+kvt_expect 1 "$K" -c "$B" head models s7/a
+kvt_expect 0 "$K" put models s7/b "$T/in.newer"
+# The run goes on to other sessions (a session's error is no failure of it).
+kvt_run "$M" --session models/s7
+kvt_grep err "is of format 2, which a newer kvtier wrote; this one reads format 1: session 's7' of bucket 'models' is left alone"
+cmp -s "$MF" "$T/mf.newer" || fail "the newer manifest was written over: $(cat "$MF")"
+tier_is models s7/b hot
+
 step "a key without '/' is plain cache to reclaim, but a session of its own here"
 # docs/operations.md said it had no session; head, stat and the migrator
 # have always made it one of one object, named by the key.
