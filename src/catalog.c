@@ -132,6 +132,12 @@ static const char *const migrations[] = {
 	 * less the header. A kvtier from before reads into 1 MiB buffers: the
 	 * version makes it refuse this store rather than read one. */
 	"INSERT OR REPLACE INTO settings(name, value) VALUES('extent_payload_max', 1048576);",
+	/* 9: G4 manifests name the store that owns their session (migrate.c,
+	 * manifest_owner), and no other store's sweep deletes its copies. A
+	 * kvtier of schema 8 from before (35a5ef0) opened the store without a
+	 * word and swept the copies of a session another store had imported
+	 * from it: the version makes it refuse this store instead. */
+	"INSERT OR REPLACE INTO settings(name, value) VALUES('g4_manifest_owner', 1);",
 };
 
 /* The columns cat_object_from_row() reads, in its order; extents follow. */
