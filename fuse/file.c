@@ -365,20 +365,19 @@ static int staging_file(struct kvfs *kv)
  * short of descriptors itself, failed the close of one whose writes had
  * all succeeded, so that it vanished. Staging files are counted against
  * what the limit leaves beside the store's descriptors (2 per segment and
- * 256, as store_nofile_check() asks) and a catalog connection (catalog.db
+ * 256, kvt_store_nofile_want()) and a catalog connection (catalog.db
  * and its -wal) per loop thread; the write that would stage one more fails
  * with ENFILE, the file system's table being full, before anything of it
  * is lost at close, and the daemon says why once.
  */
 void kvfs_staging_limit(struct kvfs *kv, unsigned threads)
 {
-	struct kvt_store_stat ss;
 	uint64_t have = util_raise_nofile(UINT64_MAX), reserve;
 
 	kv->staged_max = UINT64_MAX;
-	if (kvt_store_readonly(kv->st) || kvt_store_stat(kv->st, &ss) < 0)
+	if (kvt_store_readonly(kv->st))
 		return;
-	reserve = 2 * ss.segments + 256 + 2 * (uint64_t)threads;
+	reserve = kvt_store_nofile_want(kv->st) + 2 * (uint64_t)threads;
 	kv->staged_max = have > reserve ? have - reserve : 0;
 	log_info("the open-file limit (%llu) leaves room for %llu files staged at once "
 		 "(written out of order past %u KiB) beside the %llu descriptors of the store "

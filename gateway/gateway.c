@@ -237,7 +237,7 @@ static void gw_reload(struct gw_server *srv)
 /*
  * Every connection holds a descriptor, and so does the store: each segment
  * twice, g4.lock and G4 files while it demotes or recalls, the io_uring
- * pool (store_nofile_check() asks for 2 per segment + 256). So does each
+ * pool (kvt_store_nofile_want(): 2 per segment + 256). So does each
  * polling thread beside its connections: libmicrohttpd's eventfd, and a
  * catalog connection (catalog.db and its -wal; the -shm is shared) of its
  * own and of each of its workers (gw_work_new). Measured after load, at
@@ -256,12 +256,9 @@ static void gw_reload(struct gw_server *srv)
 
 static unsigned gw_connection_cap(struct kvt_store *st, unsigned want, unsigned threads)
 {
-	struct kvt_store_stat ss;
 	uint64_t store, have, room;
 
-	if (kvt_store_stat(st, &ss) < 0)
-		return want;
-	store = 2 * ss.segments + 256 + (uint64_t)GW_FDS_PER_THREAD * threads;
+	store = kvt_store_nofile_want(st) + (uint64_t)GW_FDS_PER_THREAD * threads;
 	have = util_raise_nofile(store + want);
 	room = have > store + threads ? have - store : threads;	/* each thread its share */
 	if (room >= want)

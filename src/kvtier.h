@@ -219,6 +219,13 @@ void kvt_store_stop_g4(struct kvt_store *st, unsigned grace_ms);
 int kvt_store_writes_full(struct kvt_store *st);
 
 /*
+ * The open-file descriptors the store itself may hold: each segment twice
+ * and 256 for the catalog, G4 and the I/O contexts. A daemon's own (its
+ * connections, staged files, its threads' catalog connections) come on top.
+ */
+uint64_t kvt_store_nofile_want(const struct kvt_store *st);
+
+/*
  * 1 while the file system under the catalog refuses writes: the last write
  * of this process found it full, none committed since, and it still has
  * less than 1 MiB free (one statvfs, nothing written to find out). The

@@ -1201,9 +1201,14 @@ static int store_room_check(const struct kvt_store *st)
  * 1,024. The soft limit goes up to the hard one; below what the segments
  * need, the open is refused with what to change, not with EMFILE halfway.
  */
+uint64_t kvt_store_nofile_want(const struct kvt_store *st)
+{
+	return 2 * (uint64_t)st->nsegs + 256;
+}
+
 static int store_nofile_check(const struct kvt_store *st)
 {
-	uint64_t need = (uint64_t)st->nsegs + 64, want = 2 * (uint64_t)st->nsegs + 256;
+	uint64_t need = (uint64_t)st->nsegs + 64, want = kvt_store_nofile_want(st);
 	uint64_t have = util_raise_nofile(want);
 
 	if (have < need) {
