@@ -107,11 +107,27 @@ int cold_put_buf(struct cold *c, const char *key, const void *buf, size_t len,
 	return cold_put(c, key, len, content_type, cold_mem_source, &m, NULL);
 }
 
+int cold_put_buf_if(struct cold *c, const char *key, const char *match, const void *buf,
+		    size_t len, const char *content_type)
+{
+	struct cold_mem m = { .src = buf };
+
+	return cold_put_if(c, key, match, len, content_type, cold_mem_source, &m, NULL);
+}
+
 int cold_get_buf(struct cold *c, const char *key, size_t max, char **buf, size_t *len)
+{
+	char etag[KVT_ETAG_MAX];
+
+	return cold_get_buf_etag(c, key, max, buf, len, etag);
+}
+
+int cold_get_buf_etag(struct cold *c, const char *key, size_t max, char **buf, size_t *len,
+		      char *etag)
 {
 	struct cold_mem m = { .max = max };
 	uint64_t size;
-	int rc = cold_get(c, key, cold_mem_sink, &m, &size);
+	int rc = cold_get_etag(c, key, cold_mem_sink, &m, &size, etag);
 
 	if (rc == 0 && !m.buf) {
 		m.buf = calloc(1, 1);

@@ -30,6 +30,9 @@
 
 #include "kvtier.h"
 
+/* cold_ops.put_if's match for a key that must not exist yet. */
+#define COLD_ABSENT ""
+
 /* Where manifests live: no bucket name starts with '.'. */
 #define COLD_MANIFEST_PREFIX ".kvtier/manifests/"
 
@@ -73,6 +76,23 @@ struct cold_ops {
 		   cold_source_fn src, void *arg, struct cold_put_info *info);
 	/* Streams key into sink; *size is the object's size. */
 	int (*get)(struct cold *c, const char *key, cold_sink_fn sink, void *arg, uint64_t *size);
+	/* As get, and etag (KVT_ETAG_MAX bytes) gets the ETag of the bytes
+	 * streamed, as put_if compares it (S3: the GET's ETag as the partner
+	 * answered it; file: their CRC32C and size). NULL with put_if. */
+	int (*get_etag)(struct cold *c, const char *key, cold_sink_fn sink, void *arg,
+			uint64_t *size, char *etag);
+	/* As put, but only while key holds what the caller read: the ETag
+	 * match that get_etag answered (S3 If-Match), or no object at all
+	 * when match is COLD_ABSENT (If-None-Match: *). -ECANCELED when key
+	 * holds something else, or nothing (S3: 412 PreconditionFailed, or
+	 * 404 for If-Match): nothing was written; read it again. -EAGAIN for
+	 * S3's 409 ConditionalRequestConflict (a concurrent write to the
+	 * key): retry. NULL where the tier cannot (cold_put_if(): -EOPNOTSUPP).
+	 * A partner that ignores the headers writes anyway: the caller cannot
+	 * tell (man kvtier-migrate, FLEET). */
+	int (*put_if)(struct cold *c, const char *key, const char *match, uint64_t size,
+		      const char *content_type, cold_source_fn src, void *arg,
+		      struct cold_put_info *info);
 	/* *size is the object's size; etag (may be NULL, KVT_ETAG_MAX bytes)
 	 * gets, quoted, an ETag that changes whenever the bytes do, as put
 	 * answered it (S3: an MD5 or a multipart "MD5-N"), or "" when the tier
@@ -163,6 +183,11 @@ struct cold_fault_plan {
 	unsigned hold;		/* 1: ... and every put then until it is 0 again (30 s at most) */
 	unsigned etag_heads;	/* 1: heads answer an ETag of the bytes held (as S3's MD5) */
 	unsigned exit_after_put;	/* 1: the next put is stored, then _exit(COLD_FAULT_EXIT) */
+	/* Called (if set) with the key as each put or put_if reaches the
+	 * inner tier: another writer lands there, after the caller's last
+	 * read and before its write (one process only: a pointer). */
+	void (*before_put)(void *arg, const char *key);
+	void *before_put_arg;
 	int err;		/* negative errno; -EIO if 0 */
 	unsigned puts, gets;	/* counted: operations that reached the injector */
 	unsigned stalled, max_stalled;	/* counted: operations stalling at once, now and at most */
@@ -183,6 +208,27 @@ static inline int cold_get(struct cold *c, const char *key, cold_sink_fn sink, v
 			   uint64_t *size)
 {
 	return c->ops->get(c, key, sink, arg, size);
+}
+
+/* cold_ops.get_etag; a tier without it streams as get and answers "" (no
+ * ETag: cold_put_if() is -EOPNOTSUPP there anyway). */
+static inline int cold_get_etag(struct cold *c, const char *key, cold_sink_fn sink, void *arg,
+				uint64_t *size, char *etag)
+{
+	if (c->ops->get_etag)
+		return c->ops->get_etag(c, key, sink, arg, size, etag);
+	etag[0] = '\0';
+	return c->ops->get(c, key, sink, arg, size);
+}
+
+/* cold_ops.put_if, or -EOPNOTSUPP where the tier has none. */
+static inline int cold_put_if(struct cold *c, const char *key, const char *match, uint64_t size,
+			      const char *ctype, cold_source_fn src, void *arg,
+			      struct cold_put_info *info)
+{
+	if (!c->ops->put_if)
+		return -EOPNOTSUPP;
+	return c->ops->put_if(c, key, match, size, ctype, src, arg, info);
 }
 
 static inline int cold_head(struct cold *c, const char *key, uint64_t *size)
@@ -215,5 +261,10 @@ static inline int cold_abort_upload(struct cold *c, const char *pkey, const char
 int cold_put_buf(struct cold *c, const char *key, const void *buf, size_t len,
 		 const char *content_type);
 int cold_get_buf(struct cold *c, const char *key, size_t max, char **buf, size_t *len);
+/* The same through put_if and get_etag (etag: KVT_ETAG_MAX bytes). */
+int cold_put_buf_if(struct cold *c, const char *key, const char *match, const void *buf,
+		    size_t len, const char *content_type);
+int cold_get_buf_etag(struct cold *c, const char *key, size_t max, char **buf, size_t *len,
+		      char *etag);
 
 #endif /* KVT_COLD_H */

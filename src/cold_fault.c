@@ -9,6 +9,8 @@
  * also answer heads with an ETag that follows the bytes, as S3's MD5 does
  * and the file tier cannot (cold.h, cold_ops.head), or end the process
  * right after a put is stored (a kill -9 between a put and its record).
+ * Conditional puts pass through to the wrapped tier with the same faults;
+ * before_put lets a test land another writer just before a put.
  */
 #include "config.h"
 
@@ -102,13 +104,18 @@ static int cfa_drop_sink(void *arg, const void *buf, size_t len)
 	return rc < 0 ? rc : n < len ? d->err : 0;
 }
 
-static int cfa_put_inner(struct cold_fault *f, const char *key, uint64_t size, const char *ctype,
-			 cold_source_fn src, void *arg, struct cold_put_info *info)
+/* A put, or a put_if when match is not NULL. */
+static int cfa_put_inner(struct cold_fault *f, const char *key, const char *match, uint64_t size,
+			 const char *ctype, cold_source_fn src, void *arg,
+			 struct cold_put_info *info)
 {
 	struct cold_fault_plan *p = f->plan;
 	int rc;
 
-	rc = cold_put(f->inner, key, size, ctype, src, arg, info);
+	if (p->before_put)
+		p->before_put(p->before_put_arg, key);
+	rc = match ? cold_put_if(f->inner, key, match, size, ctype, src, arg, info) :
+		     cold_put(f->inner, key, size, ctype, src, arg, info);
 	if (rc == 0 && cfa_take(&p->exit_after_put))
 		_exit(COLD_FAULT_EXIT);	/* killed before the caller hears of it */
 	if (rc == 0 && info && cfa_take(&p->unverified_puts))
@@ -116,8 +123,9 @@ static int cfa_put_inner(struct cold_fault *f, const char *key, uint64_t size, c
 	return rc;
 }
 
-static int cfa_put(struct cold *c, const char *key, uint64_t size, const char *ctype,
-		   cold_source_fn src, void *arg, struct cold_put_info *info)
+static int cfa_put_any(struct cold *c, const char *key, const char *match, uint64_t size,
+		       const char *ctype, cold_source_fn src, void *arg,
+		       struct cold_put_info *info)
 {
 	struct cold_fault *f = (struct cold_fault *)c;
 	struct cold_fault_plan *p = f->plan;
@@ -127,14 +135,30 @@ static int cfa_put(struct cold *c, const char *key, uint64_t size, const char *c
 	if (cfa_take(&p->fail_puts))
 		return cfa_err(p);
 	if (size > 0 && cfa_take(&p->short_puts))
-		return cfa_put_inner(f, key, size - 1, ctype, src, arg, info);
+		return cfa_put_inner(f, key, match, size - 1, ctype, src, arg, info);
 	if (size > 0 && cfa_take(&p->drop_puts)) {
 		struct drop_src d = { src, arg, size / 2, cfa_err(p) };
-		int rc = cfa_put_inner(f, key, size, ctype, cfa_drop_source, &d, info);
+		int rc = cfa_put_inner(f, key, match, size, ctype, cfa_drop_source, &d, info);
 
 		return rc < 0 ? rc : -EIO;	/* the inner put must have failed */
 	}
-	return cfa_put_inner(f, key, size, ctype, src, arg, info);
+	return cfa_put_inner(f, key, match, size, ctype, src, arg, info);
+}
+
+static int cfa_put(struct cold *c, const char *key, uint64_t size, const char *ctype,
+		   cold_source_fn src, void *arg, struct cold_put_info *info)
+{
+	return cfa_put_any(c, key, NULL, size, ctype, src, arg, info);
+}
+
+/* Faults as for put; passed on to the inner tier's put_if. */
+static int cfa_put_if(struct cold *c, const char *key, const char *match, uint64_t size,
+		      const char *ctype, cold_source_fn src, void *arg,
+		      struct cold_put_info *info)
+{
+	if (!((struct cold_fault *)c)->inner->ops->put_if)
+		return -EOPNOTSUPP;
+	return cfa_put_any(c, key, match, size, ctype, src, arg, info);
 }
 
 struct flip_sink {
@@ -162,7 +186,9 @@ static int cfa_flip(void *arg, const void *buf, size_t len)
 	return rc;
 }
 
-static int cfa_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg, uint64_t *size)
+/* A get, with the inner tier's ETag into etag unless it is NULL. */
+static int cfa_get_any(struct cold *c, const char *key, cold_sink_fn sink, void *arg,
+		       uint64_t *size, char *etag)
 {
 	struct cold_fault *f = (struct cold_fault *)c;
 	struct cold_fault_plan *p = f->plan;
@@ -174,7 +200,8 @@ static int cfa_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg
 	if (cfa_take(&p->corrupt_gets)) {
 		struct flip_sink fs = { sink, arg, 0 };
 
-		return cold_get(f->inner, key, cfa_flip, &fs, size);
+		return etag ? cold_get_etag(f->inner, key, cfa_flip, &fs, size, etag) :
+			      cold_get(f->inner, key, cfa_flip, &fs, size);
 	}
 	if (cfa_take(&p->drop_gets)) {
 		uint64_t sz = 0;
@@ -187,7 +214,19 @@ static int cfa_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg
 		rc = cold_get(f->inner, key, cfa_drop_sink, &d, size);
 		return rc < 0 ? rc : cfa_err(p);	/* an empty object cannot drop */
 	}
-	return cold_get(f->inner, key, sink, arg, size);
+	return etag ? cold_get_etag(f->inner, key, sink, arg, size, etag) :
+		      cold_get(f->inner, key, sink, arg, size);
+}
+
+static int cfa_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg, uint64_t *size)
+{
+	return cfa_get_any(c, key, sink, arg, size, NULL);
+}
+
+static int cfa_get_etag(struct cold *c, const char *key, cold_sink_fn sink, void *arg,
+			uint64_t *size, char *etag)
+{
+	return cfa_get_any(c, key, sink, arg, size, etag);
 }
 
 static int cfa_crc_sink(void *arg, const void *buf, size_t len)
@@ -254,6 +293,8 @@ static const struct cold_ops cold_fault_ops = {
 	.name = "fault",
 	.put = cfa_put,
 	.get = cfa_get,
+	.get_etag = cfa_get_etag,
+	.put_if = cfa_put_if,
 	.head = cfa_head,
 	.del = cfa_del,
 	.cleanup = cfa_cleanup,

@@ -15,7 +15,9 @@
  * A put writes DIR/.kvtier/tmp/HOST.PID.RANDOM, fsyncs it, renames it into
  * place and fsyncs the directory: atomic and durable before the hot copy is
  * freed. A put killed half way leaves only its temporary file, which
- * cleanup() removes once its process is gone.
+ * cleanup() removes once its process is gone. A conditional put (put_if)
+ * compares and renames under a lock file: see cf_put_if() for what that
+ * guarantees between processes.
  */
 #include "config.h"
 
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -126,6 +129,13 @@ char *cold_file_name(const char *dir, const char *key)
 	return cf_path(&cf, key);
 }
 
+/* The ETag get_etag answers and put_if compares: CRC32C and size of the
+ * bytes, in the format put answers. */
+static void cf_etag(char *etag, uint32_t crc, uint64_t size)
+{
+	snprintf(etag, KVT_ETAG_MAX, "\"%08x%016llx\"", crc, (unsigned long long)size);
+}
+
 static int cf_put(struct cold *c, const char *key, uint64_t size, const char *content_type,
 		  cold_source_fn src, void *arg, struct cold_put_info *info)
 {
@@ -191,8 +201,7 @@ static int cf_put(struct cold *c, const char *key, uint64_t size, const char *co
 	tmp[0] = '\0';
 	rc = cf_fsync_dir(path);
 	if (info) {
-		snprintf(info->etag, KVT_ETAG_MAX, "\"%08x%016llx\"", crc,
-			 (unsigned long long)size);
+		cf_etag(info->etag, crc, size);
 		/* Every byte pulled was written and is durable: a local file
 		 * system that lies about that is not one G4 can be on. */
 		info->verified = rc == 0;
@@ -207,12 +216,14 @@ out:
 	return rc;
 }
 
-static int cf_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg, uint64_t *size)
+static int cf_get_etag(struct cold *c, const char *key, cold_sink_fn sink, void *arg,
+		       uint64_t *size, char *etag)
 {
 	struct cold_file *cf = (struct cold_file *)c;
 	char *path = cf_path(cf, key), *buf = malloc(CF_CHUNK);
 	struct stat sb;
 	uint64_t total = 0;
+	uint32_t crc = 0;
 	int fd = -1, rc = 0;
 
 	if (!path || !buf) {
@@ -238,6 +249,8 @@ static int cf_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg,
 		}
 		if (n == 0)
 			break;
+		if (etag)
+			crc = kvt_crc32c(crc, buf, (size_t)n);
 		rc = sink(arg, buf, (size_t)n);
 		if (rc < 0)
 			goto out;
@@ -245,11 +258,72 @@ static int cf_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg,
 	}
 	if (size)
 		*size = total;
+	if (etag)
+		cf_etag(etag, crc, total);
 out:
 	if (fd >= 0)
 		close(fd);
 	free(path);
 	free(buf);
+	return rc;
+}
+
+static int cf_get(struct cold *c, const char *key, cold_sink_fn sink, void *arg, uint64_t *size)
+{
+	return cf_get_etag(c, key, sink, arg, size, NULL);
+}
+
+static int cf_null_sink(void *arg, const void *buf, size_t len)
+{
+	(void)arg, (void)buf, (void)len;
+	return 0;
+}
+
+/*
+ * Compare and rename under an exclusive flock() of DIR/.kvtier/cond.lock:
+ * the conditional puts of every process on this machine (and of machines
+ * whose shared file system carries flock(), as NFSv4 and CephFS do) are
+ * one at a time, each comparing the bytes there now with what its caller
+ * read. Plain puts and deletes do not take the lock, so only keys that
+ * every writer puts conditionally (manifests) are guarded. The comparison
+ * reads the whole object: conditional puts are for small ones.
+ */
+static int cf_put_if(struct cold *c, const char *key, const char *match, uint64_t size,
+		     const char *content_type, cold_source_fn src, void *arg,
+		     struct cold_put_info *info)
+{
+	struct cold_file *cf = (struct cold_file *)c;
+	char lpath[4096], now[KVT_ETAG_MAX] = "";
+	int lfd, rc;
+
+	snprintf(lpath, sizeof(lpath), "%s/.kvtier/cond.lock", cf->dir);
+	rc = cf_mkdirs_for(lpath);
+	if (rc < 0)
+		return rc;
+	lfd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (lfd < 0) {
+		rc = -errno;
+		log_err(rc, "cannot open '%s'", lpath);
+		return rc;
+	}
+	while ((rc = flock(lfd, LOCK_EX)) < 0 && errno == EINTR)
+		;
+	if (rc < 0) {
+		rc = -errno;
+		log_err(rc, "cannot lock '%s'", lpath);
+		goto out;
+	}
+	rc = cf_get_etag(c, key, cf_null_sink, NULL, NULL, now);
+	if (rc == -ENOENT) {
+		now[0] = '\0';
+		rc = 0;
+	}
+	if (rc == 0 && strcmp(now, match) != 0)
+		rc = -ECANCELED;
+	if (rc == 0)
+		rc = cf_put(c, key, size, content_type, src, arg, info);
+out:
+	close(lfd);	/* drops the lock */
 	return rc;
 }
 
@@ -329,6 +403,8 @@ static const struct cold_ops cold_file_ops = {
 	.name = "file",
 	.put = cf_put,
 	.get = cf_get,
+	.get_etag = cf_get_etag,
+	.put_if = cf_put_if,
 	.head = cf_head,
 	.del = cf_del,
 	.cleanup = cf_cleanup,

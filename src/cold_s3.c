@@ -33,8 +33,12 @@
  * aborted by the next run; cleanup() also aborts uploads under PREFIX that
  * are older than a day, which a lost catalog no longer knows.
  *
+ * A conditional put (put_if) sends If-Match: ETAG, or If-None-Match: *,
+ * on the PUT, or on the completion of a multipart upload.
+ *
  * Errors: 404 -> -ENOENT; 500, 503 and SlowDown -> -EAGAIN (retry later,
- * nothing lost); no answer (refused, dropped, timed out, stalled) ->
+ * nothing lost); a conditional put's 412 (or 404) -> -ECANCELED, and its
+ * 409 ConditionalRequestConflict -> -EAGAIN; no answer (refused, dropped, timed out, stalled) ->
  * -EHOSTUNREACH; anything else -> -EIO, logged with the partner's message.
  */
 #include "config.h"
@@ -84,6 +88,7 @@ struct s3_req {
 	const char *pkey;	/* partner key; NULL: the bucket */
 	const char *query;	/* canonical: sorted, encoded, "name=value&..." */
 	const char *ctype;
+	const char *cond;	/* "If-Match: ETAG" or "If-None-Match: *", or NULL */
 	int quiet_unsupported;	/* a 501 or 405 is an answer, not an error to log */
 	/* body: from src (len bytes at off), or from mem */
 	cold_source_fn src;
@@ -484,6 +489,8 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		if ((l = curl_slist_append(h, ctype)))
 			h = l;
 	}
+	if (h && r->cond && (l = curl_slist_append(h, r->cond)))
+		h = l;
 	m = s3_multi_get(s);
 	r->curl = curl_easy_init();
 	if (!h || !m || !r->curl) {
@@ -560,8 +567,12 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		goto out;
 	}
 	s3_error_text(r, code, sizeof(code), msg, sizeof(msg));
-	if (r->status == 404)
+	if (r->cond && (r->status == 412 || r->status == 404))
+		rc = -ECANCELED;	/* not as the caller read it: not an error here */
+	else if (r->status == 404)
 		rc = -ENOENT;
+	else if (r->status == 409 && !strcmp(code, "ConditionalRequestConflict"))
+		rc = -EAGAIN;
 	else if (r->status == 500 || r->status == 503 || !strcmp(code, "SlowDown") ||
 		 !strcmp(code, "InternalError") || !strcmp(code, "RequestTimeout"))
 		rc = -EAGAIN;
@@ -569,7 +580,7 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		rc = -EOPNOTSUPP;
 	else
 		rc = -EIO;
-	if (rc != -ENOENT && !(rc == -EOPNOTSUPP && r->quiet_unsupported))
+	if (rc != -ENOENT && rc != -ECANCELED && !(rc == -EOPNOTSUPP && r->quiet_unsupported))
 		log_err(0, "s3 %s of '%s' in bucket '%s' failed: HTTP %ld%s%s%s%s", what,
 			r->pkey ? r->pkey : "", s->bucket, r->status, code[0] ? " " : "", code,
 			msg[0] ? ": " : "", msg);
@@ -614,10 +625,11 @@ static int s3_check_etag(struct cold_s3 *s, const char *pkey, const char *etag,
 }
 
 static int s3_put_single(struct cold_s3 *s, const char *pkey, uint64_t size, const char *ctype,
-			 cold_source_fn src, void *arg, struct cold_put_info *info)
+			 const char *cond, cold_source_fn src, void *arg,
+			 struct cold_put_info *info)
 {
-	struct s3_req r = { .method = "PUT", .pkey = pkey, .ctype = ctype, .src = src,
-			    .arg = arg, .len = size };
+	struct s3_req r = { .method = "PUT", .pkey = pkey, .ctype = ctype, .cond = cond,
+			    .src = src, .arg = arg, .len = size };
 	unsigned char d[EVP_MAX_MD_SIZE];
 	unsigned dlen = 0;
 	char hex[40];
@@ -793,7 +805,7 @@ static int s3_abort_upload(struct cold *cold, const char *pkey, const char *uplo
 }
 
 static int s3_put_multipart(struct cold_s3 *s, const char *pkey, uint64_t size,
-			    const char *ctype, cold_source_fn src, void *arg,
+			    const char *ctype, const char *cond, cold_source_fn src, void *arg,
 			    struct cold_put_info *info)
 {
 	struct s3_req r = { .method = "POST", .pkey = pkey, .query = "uploads=", .ctype = ctype };
@@ -891,8 +903,10 @@ static int s3_put_multipart(struct cold_s3 *s, const char *pkey, uint64_t size,
 		rc = -ENOMEM;
 		goto fail;
 	}
+	/* A condition is the completion's (S3 checks it there); refused,
+	 * the upload is aborted below. */
 	r = (struct s3_req){ .method = "POST", .pkey = pkey, .query = q, .mem = xml,
-			     .len = xlen, .ctype = "application/xml" };
+			     .len = xlen, .ctype = "application/xml", .cond = cond };
 	rc = s3_perform(s, &r, "completion of a multipart upload");
 	if (rc == 0) {
 		char code[128] = "", etag[KVT_ETAG_MAX];
@@ -940,21 +954,39 @@ out:
 	return rc;
 }
 
-static int s3_put(struct cold *cold, const char *key, uint64_t size, const char *ctype,
-		  cold_source_fn src, void *arg, struct cold_put_info *info)
+/* A put; with match (not NULL) a conditional one (cold.h, put_if). */
+static int s3_put_any(struct cold *cold, const char *key, const char *match, uint64_t size,
+		      const char *ctype, cold_source_fn src, void *arg,
+		      struct cold_put_info *info)
 {
 	struct cold_s3 *s = (struct cold_s3 *)cold;
-	char *k = cold_s3_key(s->prefix, key);
+	char *k = cold_s3_key(s->prefix, key), cond[KVT_ETAG_MAX + 16];
 	int rc;
 
 	if (!k)
 		return -ENOMEM;
+	if (match)
+		snprintf(cond, sizeof(cond), match[0] ? "If-Match: %s" : "If-None-Match: *",
+			 match);
 	if (size > s->part_size)
-		rc = s3_put_multipart(s, k, size, ctype, src, arg, info);
+		rc = s3_put_multipart(s, k, size, ctype, match ? cond : NULL, src, arg, info);
 	else
-		rc = s3_put_single(s, k, size, ctype, src, arg, info);
+		rc = s3_put_single(s, k, size, ctype, match ? cond : NULL, src, arg, info);
 	free(k);
 	return rc;
+}
+
+static int s3_put(struct cold *cold, const char *key, uint64_t size, const char *ctype,
+		  cold_source_fn src, void *arg, struct cold_put_info *info)
+{
+	return s3_put_any(cold, key, NULL, size, ctype, src, arg, info);
+}
+
+static int s3_put_if(struct cold *cold, const char *key, const char *match, uint64_t size,
+		     const char *ctype, cold_source_fn src, void *arg,
+		     struct cold_put_info *info)
+{
+	return s3_put_any(cold, key, match, size, ctype, src, arg, info);
 }
 
 /* ---- get, head, delete ------------------------------------------------------------ */
@@ -999,8 +1031,10 @@ static char *s3_legacy_key(const char *prefix, const char *key)
 	return k;
 }
 
-static int s3_get(struct cold *cold, const char *key, cold_sink_fn sink, void *arg,
-		  uint64_t *size)
+/* etag (may be NULL) gets the GET's ETag as the partner answered it, which
+ * is what If-Match compares: of the bytes streamed, whatever it is. */
+static int s3_get_etag(struct cold *cold, const char *key, cold_sink_fn sink, void *arg,
+		       uint64_t *size, char *etag)
 {
 	struct cold_s3 *s = (struct cold_s3 *)cold;
 	struct s3_req r = { .method = "GET", .sink = sink, .sink_arg = arg };
@@ -1025,10 +1059,18 @@ static int s3_get(struct cold *cold, const char *key, cold_sink_fn sink, void *a
 	}
 	if (rc == 0 && size)
 		*size = r.got;
+	if (rc == 0 && etag)
+		snprintf(etag, KVT_ETAG_MAX, "%s", r.etag);
 	s3_req_release(&r);
 	free(legacy);
 	free(k);
 	return rc;
+}
+
+static int s3_get(struct cold *cold, const char *key, cold_sink_fn sink, void *arg,
+		  uint64_t *size)
+{
+	return s3_get_etag(cold, key, sink, arg, size, NULL);
 }
 
 /* The ETag only when it is an MD5 (or "MD5-N"), quoted as put recorded it:
@@ -1210,6 +1252,8 @@ static const struct cold_ops cold_s3_ops = {
 	.name = "s3",
 	.put = s3_put,
 	.get = s3_get,
+	.get_etag = s3_get_etag,
+	.put_if = s3_put_if,
 	.head = s3_head,
 	.del = s3_del,
 	.cleanup = s3_cleanup,

@@ -125,6 +125,77 @@ static void test_file_layout(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * Conditional puts (cold.h, put_if) of the file tier, and through the
+ * fault tier: only over what was read, or where nothing is; a refusal
+ * writes nothing. Processes racing for one absent key: one wins.
+ */
+static void test_file_put_if(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct cold *inner = NULL, *c = NULL;
+	char dir[512], e1[KVT_ETAG_MAX], e2[KVT_ETAG_MAX], *buf = NULL;
+	unsigned wins = 0;
+	pid_t kids[4];
+	size_t len = 0;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	snprintf(dir, sizeof(dir), "%s/g4", env.dir);
+	assert_int_equal(cold_file_new(dir, &inner), 0);
+	assert_int_equal(cold_fault_new(inner, &plan, &c), 0);
+	assert_int_equal(cold_get_buf_etag(c, "b/m", 100, &buf, &len, e1), -ENOENT);
+	assert_int_equal(cold_put_buf_if(c, "b/m", COLD_ABSENT, "one", 3, NULL), 0);
+	assert_int_equal(cold_put_buf_if(c, "b/m", COLD_ABSENT, "two", 3, NULL), -ECANCELED);
+	assert_int_equal(cold_get_buf_etag(c, "b/m", 100, &buf, &len, e1), 0);
+	assert_memory_equal(buf, "one", 3);
+	free(buf);
+	assert_true(e1[0] == '"');
+	assert_int_equal(cold_put_buf_if(c, "b/m", e1, "three", 5, NULL), 0);
+	/* What was read before that write is stale now. */
+	assert_int_equal(cold_put_buf_if(c, "b/m", e1, "four", 4, NULL), -ECANCELED);
+	assert_int_equal(cold_get_buf_etag(c, "b/m", 100, &buf, &len, e2), 0);
+	assert_int_equal(len, 5);
+	assert_memory_equal(buf, "three", 5);
+	free(buf);
+	assert_string_not_equal(e1, e2);
+	/* Gone since it was read: refused, not written again. */
+	assert_int_equal(cold_del(c, "b/m"), 0);
+	assert_int_equal(cold_put_buf_if(c, "b/m", e2, "five", 4, NULL), -ECANCELED);
+	assert_int_equal(cold_head(c, "b/m", NULL), -ENOENT);
+
+	for (unsigned i = 0; i < 4; i++) {
+		kids[i] = fork();
+		assert_true(kids[i] >= 0);
+		if (kids[i] == 0) {
+			struct cold *k = NULL;
+			int won = 0;
+
+			if (cold_file_new(dir, &k) < 0)
+				_exit(255);
+			for (unsigned j = 0; j < 50; j++) {
+				char key[32];
+
+				snprintf(key, sizeof(key), "race/%u", j);
+				won += cold_put_buf_if(k, key, COLD_ABSENT, &i, sizeof(i), NULL) == 0;
+			}
+			cold_free(k);
+			_exit(won);
+		}
+	}
+	for (unsigned i = 0; i < 4; i++) {
+		int st;
+
+		assert_int_equal(waitpid(kids[i], &st, 0), kids[i]);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) <= 50);
+		wins += (unsigned)WEXITSTATUS(st);
+	}
+	assert_int_equal(wins, 50);
+	cold_free(c);
+	test_env_release(&env);
+}
+
 /* Temporary files of dead processes go; a live process's stay. */
 static void test_file_cleanup(void **state)
 {
@@ -2665,6 +2736,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_file_layout),
 		cmocka_unit_test(test_file_cleanup),
+		cmocka_unit_test(test_file_put_if),
 		cmocka_unit_test(test_demote_recall),
 		cmocka_unit_test(test_demote_rules),
 		cmocka_unit_test(test_faults),
