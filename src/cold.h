@@ -89,7 +89,7 @@ struct cold_ops {
 	 * S3's 409 ConditionalRequestConflict (a concurrent write to the
 	 * key): retry. NULL where the tier cannot (cold_put_if(): -EOPNOTSUPP).
 	 * A partner that ignores the headers writes anyway: the caller cannot
-	 * tell (man kvtier-migrate, FLEET). */
+	 * tell (kvtier-migrate(8)). */
 	int (*put_if)(struct cold *c, const char *key, const char *match, uint64_t size,
 		      const char *content_type, cold_source_fn src, void *arg,
 		      struct cold_put_info *info);

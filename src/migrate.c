@@ -36,6 +36,11 @@
  * and processes (g4_lock(), recall_object()); so do two demotions of one
  * session. RECALLING is not persisted: the lock, which dies with its
  * holder, stands for it.
+ *
+ * Between nodes over one G4, the manifest names the store that owns the
+ * session; every write of it (demotion, sweep, import) is conditional on
+ * the manifest as read (cold_put_if(), manifest_claim()), so one node
+ * never writes over the owner another node's import put there.
  */
 #include "config.h"
 
@@ -581,12 +586,32 @@ static void json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+/*
+ * What a conditional manifest write compares (cold.h, put_if): found, the
+ * manifest's ETag as read, or COLD_ABSENT when there was none. A tier
+ * without conditional puts, or a manifest read with no ETag (a partner
+ * whose GET answers none), gives nothing to compare: the write is plain.
+ */
+struct manifest_tag {
+	char etag[KVT_ETAG_MAX];
+	int found;
+};
+
+/* put_if's match for what t read; NULL: nothing to compare. */
+static const char *manifest_match(const struct manifest_tag *t)
+{
+	return t->found && !t->etag[0] ? NULL : t->etag;
+}
+
 /* The session's manifest: every object G4 holds verified at its version,
- * and the store that owns the session (cat_store_id()). */
+ * and the store that owns the session (cat_store_id()). With match (not
+ * NULL) only while G4 holds the manifest that was read (cold_put_if()):
+ * -ECANCELED, not logged, if it changed since. */
 static int manifest_write(struct cold *cold, const char *bucket, const char *session,
 			  uint64_t owner, const struct cat_g4_obj *v, size_t n,
-			  struct g4_ctl *ctl)
+			  const char *match, struct g4_ctl *ctl)
 {
+	static int warned;
 	char *text = NULL, *key = g4_manifest_key(bucket, session);
 	size_t len = 0, count = 0;
 	FILE *f = open_memstream(&text, &len);
@@ -645,12 +670,22 @@ static int manifest_write(struct cold *cold, const char *bucket, const char *ses
 		free(key);
 		return -ENOMEM;
 	}
-	for (unsigned attempt = 0;; attempt++) {
-		rc = cold_put_buf(cold, key, text, len, "application/json");
-		if (!g4_backoff(ctl, attempt, rc, key))
+	for (unsigned attempt = 0;;) {
+		rc = match ? cold_put_buf_if(cold, key, match, text, len, "application/json") :
+			     cold_put_buf(cold, key, text, len, "application/json");
+		if (rc == -EOPNOTSUPP && match) {
+			if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+				log_warn(0, "g4 '%s' offers no conditional put: manifests are written"
+					 " over whatever is there, and an import elsewhere that"
+					 " lands between a demotion's owner check and its write is"
+					 " lost (kvtier-migrate(8))", cold->url);
+			match = NULL;
+			continue;
+		}
+		if (!g4_backoff(ctl, attempt++, rc, key))
 			break;
 	}
-	if (rc < 0)
+	if (rc < 0 && rc != -ECANCELED)
 		log_err(rc, "cannot write the manifest '%s'", key);
 	free(text);
 	free(key);
@@ -928,8 +963,9 @@ static int j_u64(const struct jval *obj, const char *name, uint64_t *out)
  * 0, -ENOENT, -EINVAL for one kvtier did not write for this bucket and
  * session, or -EPROTO for one of a newer format (both logged). */
 static int manifest_read(struct cold *cold, const char *bucket, const char *session,
-			 struct jval *root)
+			 struct jval *root, struct manifest_tag *tag)
 {
+	char etag[KVT_ETAG_MAX] = "";
 	char *text = NULL, *key = g4_manifest_key(bucket, session);
 	const struct jval *mb, *ms;
 	struct jparse jp;
@@ -939,7 +975,11 @@ static int manifest_read(struct cold *cold, const char *bucket, const char *sess
 
 	if (!key)
 		return -ENOMEM;
-	rc = cold_get_buf(cold, key, MANIFEST_MAX, &text, &len);
+	rc = cold_get_buf_etag(cold, key, MANIFEST_MAX, &text, &len, etag);
+	if (tag) {
+		tag->found = rc == 0;
+		snprintf(tag->etag, sizeof(tag->etag), "%s", rc == 0 ? etag : COLD_ABSENT);
+	}
 	if (rc < 0) {
 		if (rc != -ENOENT)
 			log_err(rc, "cannot read the manifest '%s'", key);
@@ -975,16 +1015,17 @@ out:
 }
 
 /* The store that owns the session by its manifest; 0 when none is named (no
- * manifest, one unreadable, or one written before manifests named owners). */
+ * manifest, one unreadable, or one written before manifests named owners).
+ * tag (may be NULL) gets what a write after this read compares. */
 static int manifest_owner(struct cold *cold, const char *bucket, const char *session,
-			  uint64_t *owner, struct g4_ctl *ctl)
+			  uint64_t *owner, struct manifest_tag *tag, struct g4_ctl *ctl)
 {
 	struct jval root = { 0 };
 	const struct jval *ow;
 	int rc;
 
 	for (unsigned attempt = 0;; attempt++) {
-		rc = manifest_read(cold, bucket, session, &root);
+		rc = manifest_read(cold, bucket, session, &root, tag);
 		if (!g4_backoff(ctl, attempt, rc, "the manifest's owner"))
 			break;
 		jval_release(&root);
@@ -996,6 +1037,45 @@ static int manifest_owner(struct cold *cold, const char *bucket, const char *ses
 		*owner = strtoull(ow->str, NULL, 16);
 	jval_release(&root);
 	return rc == -ENOENT || rc == -EINVAL ? 0 : rc;
+}
+
+/* How often manifest_claim() reads again a manifest that changed between
+ * its read and its write before it gives up for this run. */
+#define MANIFEST_CLAIM_TRIES 5
+
+/*
+ * The manifest written from v, naming self, unless another store owns the
+ * session: read with its ETag, its owner checked, and written only while
+ * G4 still holds what was read (cold_put_if()). Another node's import that
+ * lands between the check and the write (kvtier-migrate --import writes
+ * the manifest naming its store) makes the write fail, not go over it:
+ * then the manifest is read again, and if it names another store now, 0
+ * with *owner that store, nothing written. Before, the write named this
+ * store again, and its sweep deleted the copies the importer had taken.
+ */
+static int manifest_claim(struct cold *cold, const char *bucket, const char *session,
+			  uint64_t self, const struct cat_g4_obj *v, size_t n, uint64_t *owner,
+			  struct g4_ctl *ctl)
+{
+	struct manifest_tag tag;
+	int rc;
+
+	for (unsigned attempt = 0;; attempt++) {
+		rc = manifest_owner(cold, bucket, session, owner, &tag, ctl);
+		if (rc < 0 || (*owner && *owner != self))
+			return rc;
+		rc = manifest_write(cold, bucket, session, self, v, n, manifest_match(&tag), ctl);
+		if (rc != -ECANCELED)
+			return rc;
+		if (attempt + 1 == MANIFEST_CLAIM_TRIES) {
+			log_err(rc, "the manifest of session '%s' of bucket '%s' changed in g4 each"
+				" of %u times between its read and its write: left for the next run",
+				session, bucket, MANIFEST_CLAIM_TRIES);
+			return -EAGAIN;
+		}
+		log_info("the manifest of session '%s' of bucket '%s' changed in g4 since it was"
+			 " read: reading it again", session, bucket);
+	}
 }
 
 /* ---- demotion ---------------------------------------------------------------- */
@@ -1278,7 +1358,7 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	 * this store the owner again, whose sweep then deleted copies the
 	 * owner still needs; and an upload would put over the owner's copies.
 	 * Left hot: reclaim turns what G4 holds cold (cat_object_drop()). */
-	rc = manifest_owner(cold, s->bucket, s->session, &owner, ctl);
+	rc = manifest_owner(cold, s->bucket, s->session, &owner, NULL, ctl);
 	if (rc < 0)
 		goto out;
 	if (owner && owner != self) {
@@ -1304,17 +1384,15 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 		rep->failures += atomic_load(&d.failures);
 	}
 	/* 2. The manifest lists everything G4 holds of the session, unless
-	 * another store imported it while the uploads ran: the owner is asked
-	 * again, so that what is left of that race is the moment between the
-	 * two (a partner need not offer a conditional put). Its objects stay
-	 * DEMOTING, hot; the next run finds the owner first. */
-	rc = manifest_owner(cold, s->bucket, s->session, &owner, ctl);
+	 * another store imported it while the uploads ran, or imports it
+	 * between the owner's check and the write (manifest_claim()). Its
+	 * objects stay DEMOTING, hot; the next run finds the owner first. A
+	 * partner that ignores conditional puts leaves that moment open. */
+	rc = manifest_claim(cold, s->bucket, s->session, self, v, n, &owner, ctl);
 	if (rc == 0 && owner && owner != self)
 		log_err(0, "session '%s' of bucket '%s' was imported by store %016" PRIx64
 			" while this demotion ran: it is that store's, and its objects stay hot"
 			" here", s->session, s->bucket, owner);
-	else if (rc == 0)
-		rc = manifest_write(cold, s->bucket, s->session, self, v, n, ctl);
 	if (rc < 0 || (owner && owner != self)) {
 		for (size_t i = 0; i < n; i++)
 			rep->failures += v[i].co->obj->tier == KVT_TIER_DEMOTING;
@@ -1497,9 +1575,10 @@ static int dead_collect(void *arg, int64_t id, int64_t bucket_id, const char *bu
  */
 
 /* The manifest of d's session written again from the catalog, or deleted
- * when G4 holds none of the session's objects any more. */
+ * when G4 holds none of the session's objects any more; neither when
+ * another store owns the session (*owner, as manifest_claim() says). */
 static int sweep_manifest(struct cat *c, struct cold *cold, const struct dead_ref *d,
-			  uint64_t self)
+			  uint64_t self, uint64_t *owner)
 {
 	struct cat_g4_obj *v = NULL;
 	size_t n = 0, listed = 0;
@@ -1511,11 +1590,18 @@ static int sweep_manifest(struct cat *c, struct cold *cold, const struct dead_re
 	for (size_t k = 0; k < n; k++)
 		listed += v[k].g4_vid == v[k].co->vid;
 	if (listed) {
-		rc = manifest_write(cold, d->bucket, d->session, self, v, n, NULL);
+		rc = manifest_claim(cold, d->bucket, d->session, self, v, n, owner, NULL);
 		cat_g4_objs_free(v, n);
 		return rc;
 	}
 	cat_g4_objs_free(v, n);
+	/* A delete is not conditional (S3 has no If-Match on DELETE
+	 * everywhere): an import landing between this check and the delete
+	 * loses its manifest, but not the copies, which are the importer's
+	 * (this sweep deletes only what this store's catalog recorded dead). */
+	rc = manifest_owner(cold, d->bucket, d->session, owner, NULL, NULL);
+	if (rc < 0 || (*owner && *owner != self))
+		return rc;
 	mkey = g4_manifest_key(d->bucket, d->session);
 	rc = mkey ? cold_del(cold, mkey) : -ENOMEM;
 	if (rc == -ENOENT)
@@ -1583,13 +1669,11 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold)
 			rc = lock;
 			break;
 		}
-		r = manifest_owner(cold, first->bucket, first->session, &owner, NULL);
+		r = sweep_manifest(c, cold, first, self, &owner);
 		if (r == 0 && owner && owner != self)
 			log_info("session '%s' of bucket '%s' belongs to store %016" PRIx64
 				 " now: its g4 copies are left to it", first->session,
 				 first->bucket, owner);
-		else if (r == 0)
-			r = sweep_manifest(c, cold, first, self);
 		for (; r == 0 && i < j; i++) {
 			int gone = owner && owner != self ? cat_g4_dead_done(c, l.v[i].id) :
 				   sweep_copy(st, c, cold, &l.v[i]);
@@ -2356,10 +2440,14 @@ static int import_drop_unlisted(struct cat *c, int64_t bid, const char *bucket,
  * The manifest written again from this store's catalog, naming it the
  * owner: the store the session came from then leaves its copies to this
  * one (g4_sweep()). Under the session's demotion lock, so that no demotion
- * here marks an object uploaded between the two.
+ * here marks an object uploaded between the two. Only over the manifest
+ * that was imported (tag): one the session's owner rewrote meanwhile (a
+ * demotion there that added objects) is not written over, and the import
+ * fails with -EAGAIN, to be run again.
  */
 static int manifest_take(struct kvt_store *st, struct cold *cold, int64_t bid,
-			 const char *bucket, const char *session, const struct jval *root)
+			 const char *bucket, const char *session, const struct jval *root,
+			 const struct manifest_tag *tag)
 {
 	struct cat *c = store_cat(st);
 	const struct jval *ow = j_get(root, "owner", J_STR);
@@ -2378,7 +2466,13 @@ static int manifest_take(struct kvt_store *st, struct cold *cold, int64_t bid,
 	if (rc == 0)
 		rc = cat_g4_session_objects(c, bid, session, 0xf, &v, &n);
 	if (rc == 0)
-		rc = manifest_write(cold, bucket, session, self, v, n, NULL);
+		rc = manifest_write(cold, bucket, session, self, v, n, manifest_match(tag), NULL);
+	if (rc == -ECANCELED) {
+		log_err(0, "the manifest of session '%s' of bucket '%s' changed in g4 while it was"
+			" imported (its owner wrote it again): the session stays that store's;"
+			" import it again", session, bucket);
+		rc = -EAGAIN;
+	}
 	cat_g4_objs_free(v, n);
 	g4_unlock(lock);
 	return rc;
@@ -2389,6 +2483,7 @@ int kvt_g4_import_session(struct kvt_store *st, const char *bucket, const char *
 {
 	struct cat *c = store_cat(st);
 	struct jval root = { 0 };
+	struct manifest_tag tag;
 	const struct jval *objs;
 	struct cold *cold;
 	int64_t bid;
@@ -2400,7 +2495,7 @@ int kvt_g4_import_session(struct kvt_store *st, const char *bucket, const char *
 	rc = store_cold(st, &cold);
 	if (rc < 0)
 		return rc;
-	rc = manifest_read(cold, bucket, session, &root);
+	rc = manifest_read(cold, bucket, session, &root, &tag);
 	if (rc < 0)
 		goto out;
 	objs = j_get(&root, "objects", J_ARR);
@@ -2458,7 +2553,7 @@ int kvt_g4_import_session(struct kvt_store *st, const char *bucket, const char *
 		goto out;
 	rep->sessions += rep->objects > 0;
 	if (!dry)
-		rc = manifest_take(st, cold, bid, bucket, session, &root);
+		rc = manifest_take(st, cold, bid, bucket, session, &root, &tag);
 out:
 	jval_release(&root);
 	return rc;

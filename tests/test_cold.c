@@ -2616,6 +2616,87 @@ static void test_handover_during_demotion(void **state)
 	test_env_release(&b);
 }
 
+/* Another store's import, run as the demotion's manifest write reaches G4. */
+struct import_hook {
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	int rc, ran;
+};
+
+static void import_before_manifest(void *arg, const char *key)
+{
+	struct import_hook *h = arg;
+
+	if (h->ran || strncmp(key, COLD_MANIFEST_PREFIX, strlen(COLD_MANIFEST_PREFIX)) != 0)
+		return;
+	h->ran = 1;
+	h->rc = kvt_g4_import_session(h->st, "kvs", "s1", NULL, &h->rep);
+}
+
+/*
+ * The narrower window of the same race: the import lands after the
+ * demotion asked G4 for the owner the last time and before its manifest
+ * write. That write went over the importer's manifest and named this
+ * store again, and its sweep deleted the importer's copies. The write is
+ * conditional now (cold_put_if): refused, read again, the session left to
+ * the importer.
+ */
+static void test_handover_at_manifest_write(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct import_hook h = { 0 };
+	struct kvt_g4_report rep;
+	struct test_env a, b;
+	struct kvt_store *sa;
+	struct cold *g4 = NULL;
+	char url[600], path[700], *text = NULL;
+	size_t len = 0;
+
+	(void)state;
+	g4_env_init(&a, CAP, SEG);
+	g4_env_init(&b, CAP, SEG);
+	snprintf(url, sizeof(url), "file://%s/g4", a.cfg.store.dir);
+	b.cfg.g4.url = strdup(url);
+	sa = open_faulty(&a, &plan);
+	h.st = test_store_open(&b);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(test_put(sa, "kvs", "s1/b", 5000, 2), 0);
+	plan.before_put = import_before_manifest;
+	plan.before_put_arg = &h;
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	plan.before_put = NULL;
+	assert_true(h.ran);
+	assert_int_equal(h.rc, 0);
+	assert_int_equal(h.rep.objects, 1);
+	/* Not written over: the manifest names the importer, and s1/b stays hot. */
+	assert_int_equal(rep.objects, 0);
+	assert_int_equal(rep.failures, 1);
+	assert_int_equal(tier_of(sa, "kvs", "s1/b"), KVT_TIER_DEMOTING);
+	snprintf(path, sizeof(path), "%s/g4", a.cfg.store.dir);
+	assert_int_equal(cold_file_new(path, &g4), 0);
+	assert_int_equal(cold_get_buf(g4, COLD_MANIFEST_PREFIX "kvs/s1.json", 1 << 20, &text,
+				      &len), 0);
+	assert_null(strstr(text, "s1/b"));
+	free(text);
+	cold_free(g4);
+
+	/* This store's sweep leaves the importer's copies alone. */
+	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/a"), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", a.cfg.store.dir);
+	assert_true(file_exists(path));
+	assert_int_equal(test_check(h.st, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/b", 5000, 2), 0);
+	kvt_store_close(sa);
+	kvt_store_close(h.st);
+	test_env_release(&a);
+	test_env_release(&b);
+}
+
 /*
  * Renamed, or moved to another session, while its upload is in flight (a
  * FUSE mv while reclaim or the migrator demotes). A rename keeps the
@@ -2768,6 +2849,7 @@ int main(void)
 		cmocka_unit_test(test_rename_cold),
 		cmocka_unit_test(test_rename_during_upload),
 		cmocka_unit_test(test_handover_during_demotion),
+		cmocka_unit_test(test_handover_at_manifest_write),
 		cmocka_unit_test(test_overwrite_during_upload),
 		cmocka_unit_test(test_recall_copy_missing),
 		cmocka_unit_test(test_redemote_after_recall),

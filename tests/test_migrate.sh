@@ -6,7 +6,9 @@
 # random points never loses or duplicates anything and a re-run finishes,
 # and a second store over the same G4 imports a session and reads it; the
 # listing of multipart uploads that starts a run against S3 is tried again
-# when the partner answers 503.
+# when the partner answers 503; an import that lands between a demotion's
+# owner check and its manifest write (an S3 partner of a few lines that
+# honours If-Match) is not written over, and its copies stay.
 set -eu
 
 # shellcheck source=tests/lib.sh
@@ -331,5 +333,103 @@ kvt_grep err " 0 failures$"
 n=$(grep -c uploads "$T/fake.log")
 [ "$n" -eq 3 ] || fail "the listing was asked $n times, not 3"
 kill "$fake" 2>/dev/null || :
+
+step "an import that lands between a demotion's owner check and its manifest write is not written over"
+# Another node's kvtier-migrate --import names its store in the manifest.
+# The demotion asked G4 for the owner, then wrote the manifest naming this
+# store again whatever had landed in between, and its sweep deleted the
+# copies the importer had taken. An S3 partner of a few lines that honours
+# If-Match / If-None-Match on PUT lands such an import (the owner in the
+# manifest changed) just before the demotion's write while $T/race.arm is
+# there: the write is refused with 412, and the copies stay.
+timeout 300 python3 - "$T/cas.log" "$T/race.arm" >"$T/cas.port" <<'PY' &
+import hashlib, http.server, os, re, sys
+log = open(sys.argv[1], "a")
+arm = sys.argv[2]
+objs = {}
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+    def answer(self, code, body=b"", etag=None):
+        self.send_response(code)
+        if etag:
+            self.send_header("ETag", etag)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+    def note(self, extra=""):
+        log.write("%s %s%s\n" % (self.command, self.path, extra))
+        log.flush()
+    def do_GET(self):
+        self.note()
+        if "uploads" in self.path:
+            return self.answer(200, b"<ListMultipartUploadsResult><IsTruncated>false"
+                               b"</IsTruncated></ListMultipartUploadsResult>")
+        if self.path not in objs:
+            return self.answer(404, b"<Error><Code>NoSuchKey</Code></Error>")
+        body, etag = objs[self.path]
+        self.answer(200, body, etag)
+    do_HEAD = do_GET
+    def do_DELETE(self):
+        self.note()
+        objs.pop(self.path, None)
+        self.answer(204)
+    def do_PUT(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        im, inm = self.headers.get("If-Match"), self.headers.get("If-None-Match")
+        self.note(" if-match=%s if-none-match=%s" % (im, inm))
+        if "/.kvtier/manifests/" in self.path and self.path in objs and os.path.exists(arm):
+            os.unlink(arm)      # the other node's import lands now
+            other = re.sub(rb'"owner": "[0-9a-f]{16}"', b'"owner": "00000000000000ff"',
+                           objs[self.path][0])
+            objs[self.path] = (other, '"%s"' % hashlib.md5(other).hexdigest())
+        cur = objs.get(self.path)
+        if (im and (not cur or im != cur[1])) or (inm == "*" and cur):
+            return self.answer(412, b"<Error><Code>PreconditionFailed</Code></Error>")
+        etag = '"%s"' % hashlib.md5(body).hexdigest()
+        objs[self.path] = (body, etag)
+        self.answer(200, b"", etag)
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+PY
+cas=$!
+trap 'kill "$cas" 2>/dev/null || :; kvt_cleanup' EXIT
+poll 100 test -s "$T/cas.port" || fail "the conditional partner did not start"
+kvt_write_config "$T/cas.conf" "$T/cas"
+cat >>"$T/cas.conf" <<EOF
+[g4]
+url = s3://g4bucket/kvtier
+endpoint = http://127.0.0.1:$(cat "$T/cas.port")
+credentials = $T/fake.keys
+EOF
+kvt_expect 0 "$K" -c "$T/cas.conf" init
+kvt_expect 0 "$K" -c "$T/cas.conf" mb kvs
+kvt_expect 0 "$K" -c "$T/cas.conf" put kvs s1/a "$T/in.plain"
+kvt_expect 0 "$M" -c "$T/cas.conf" --session kvs/s1
+kvt_expect 0 "$K" -c "$T/cas.conf" put kvs s1/b "$T/in.plain"
+: >"$T/race.arm"
+kvt_run "$M" -c "$T/cas.conf" --session kvs/s1
+race=$rc
+cp "$KVT_TMP/err" "$T/race.err"
+[ ! -e "$T/race.arm" ] || fail "the demotion wrote no manifest"
+kvt_expect 0 "$K" -c "$T/cas.conf" rm kvs s1/a
+kvt_run "$M" -c "$T/cas.conf" --idle 0s
+if grep -q "^DELETE /g4bucket/kvtier/kvs/s1/a$" "$T/cas.log"; then
+	fail "the sweep deleted the importer's copy of s1/a (the demotion exited $race:" \
+		"$(cat "$T/race.err"))"
+fi
+kvt_grep err "session 's1' of bucket 'kvs' belongs to store 00000000000000ff now: its g4 copies are left to it"
+[ "$race" -eq 1 ] || fail "the demotion the import raced exited $race, not 1"
+grep -q "session 's1' of bucket 'kvs' was imported by store 00000000000000ff while this demotion ran" \
+	"$T/race.err" || fail "the demotion did not say why: $(cat "$T/race.err")"
+kvt_expect 0 "$K" -c "$T/cas.conf" head kvs s1/b
+kvt_grep out "^tier: +demoting$"
+grep -q "^PUT /g4bucket/kvtier/.kvtier/manifests/kvs/s1.json if-match=None if-none-match=\*$" \
+	"$T/cas.log" || fail "the first manifest was not put with If-None-Match: *: $(cat "$T/cas.log")"
+grep -q "^PUT /g4bucket/kvtier/.kvtier/manifests/kvs/s1.json if-match=\"[0-9a-f]\{32\}\" if-none-match=None$" \
+	"$T/cas.log" || fail "no manifest was put with If-Match: $(cat "$T/cas.log")"
+kill "$cas" 2>/dev/null || :
 
 echo "PASS"
