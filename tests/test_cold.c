@@ -2697,6 +2697,69 @@ static void test_handover_at_manifest_write(void **state)
 	test_env_release(&b);
 }
 
+/* The owner's demotion, run as an import's manifest write reaches G4. */
+struct demote_hook {
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	int rc, ran;
+};
+
+static void demote_before_manifest(void *arg, const char *key)
+{
+	struct demote_hook *h = arg;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+
+	if (h->ran || strncmp(key, COLD_MANIFEST_PREFIX, strlen(COLD_MANIFEST_PREFIX)) != 0)
+		return;
+	h->ran = 1;
+	h->rc = kvt_g4_demote(h->st, &o, &h->rep);
+}
+
+/*
+ * The other way round: the owner demotes more of the session while another
+ * node imports it. The import's manifest, written from what it read,
+ * named the importer and dropped what the owner had just added. It is
+ * refused now: the import says to run it again, and that run takes all.
+ */
+static void test_import_during_demotion(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct demote_hook h = { 0 };
+	struct kvt_g4_report rep;
+	struct test_env a, b;
+	struct kvt_store *sb;
+	char url[600];
+
+	(void)state;
+	g4_env_init(&a, CAP, SEG);
+	g4_env_init(&b, CAP, SEG);
+	snprintf(url, sizeof(url), "file://%s/g4", b.cfg.store.dir);
+	a.cfg.g4.url = strdup(url);
+	h.st = test_store_open(&a);
+	sb = open_faulty(&b, &plan);
+	assert_int_equal(kvt_bucket_create(h.st, "kvs"), 0);
+	assert_int_equal(test_put(h.st, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(kvt_g4_demote(h.st, &o, &rep), 0);
+	assert_int_equal(test_put(h.st, "kvs", "s1/b", 5000, 2), 0);
+	plan.before_put = demote_before_manifest;
+	plan.before_put_arg = &h;
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), -EAGAIN);
+	plan.before_put = NULL;
+	assert_true(h.ran);
+	assert_int_equal(h.rc, 0);
+	assert_int_equal(h.rep.objects, 1);
+	assert_int_equal(tier_of(h.st, "kvs", "s1/b"), KVT_TIER_COLD);
+	/* Run again, the import takes what the owner added too. */
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/b", 5000, 2), 0);
+	kvt_store_close(h.st);
+	kvt_store_close(sb);
+	test_env_release(&a);
+	test_env_release(&b);
+}
+
 /*
  * Renamed, or moved to another session, while its upload is in flight (a
  * FUSE mv while reclaim or the migrator demotes). A rename keeps the
@@ -2850,6 +2913,7 @@ int main(void)
 		cmocka_unit_test(test_rename_during_upload),
 		cmocka_unit_test(test_handover_during_demotion),
 		cmocka_unit_test(test_handover_at_manifest_write),
+		cmocka_unit_test(test_import_during_demotion),
 		cmocka_unit_test(test_overwrite_during_upload),
 		cmocka_unit_test(test_recall_copy_missing),
 		cmocka_unit_test(test_redemote_after_recall),
