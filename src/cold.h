@@ -78,7 +78,9 @@ struct cold_ops {
 	int (*get)(struct cold *c, const char *key, cold_sink_fn sink, void *arg, uint64_t *size);
 	/* As get, and etag (KVT_ETAG_MAX bytes) gets the ETag of the bytes
 	 * streamed, as put_if compares it (S3: the GET's ETag as the partner
-	 * answered it; file: their CRC32C and size). NULL with put_if. */
+	 * answered it; file: their CRC32C and size), or "" when there is
+	 * none to compare (S3: the bytes came from an old client's name for
+	 * key, or the partner sent no ETag). NULL with put_if. */
 	int (*get_etag)(struct cold *c, const char *key, cold_sink_fn sink, void *arg,
 			uint64_t *size, char *etag);
 	/* As put, but only while key holds what the caller read: the ETag

@@ -1059,8 +1059,9 @@ static int s3_get_etag(struct cold *cold, const char *key, cold_sink_fn sink, vo
 	}
 	if (rc == 0 && size)
 		*size = r.got;
+	/* Bytes of the old name are no ETag of key's: "", nothing to compare. */
 	if (rc == 0 && etag)
-		snprintf(etag, KVT_ETAG_MAX, "%s", r.etag);
+		snprintf(etag, KVT_ETAG_MAX, "%s", legacy ? "" : r.etag);
 	s3_req_release(&r);
 	free(legacy);
 	free(k);
