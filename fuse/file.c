@@ -716,6 +716,7 @@ static int fh_base_reopen(struct kvfs *kv, struct fh *h, struct kvt_reader *old)
 		rc = -EIO;
 		goto out;
 	}
+	kvt_reader_hold(r);
 	more = realloc(h->retired, (h->nretired + 1) * sizeof(*more));
 	if (!more) {
 		rc = -ENOMEM;
@@ -1683,6 +1684,9 @@ int fh_open(struct kvfs *kv, struct node *n, int flags, pid_t opener, struct fus
 	}
 	if (rc < 0)
 		goto fail;
+	/* Reclaim takes its segments last while it is open: a rewrite of the
+	 * name beside a reader would cut it first (reclaim.c, "Open readers"). */
+	kvt_reader_hold(h->r);
 	{
 		const struct kvt_object *ro = kvt_reader_object(h->r);
 

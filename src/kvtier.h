@@ -424,6 +424,17 @@ int kvt_reader_open_hot(struct kvt_store *st, const char *bucket, const char *ke
 /* The object's description; owned by the reader. */
 const struct kvt_object *kvt_reader_object(const struct kvt_reader *r);
 /*
+ * Asks reclaim, in every process of the store, to free other segments
+ * before those that hold this version, until the reader is closed: a
+ * reader that stays open while the key is replaced (a KV block read while
+ * another worker rewrites it) keeps its bytes for as long as reclaim finds
+ * other victims, rather than losing them first (a replaced version's
+ * segments are empty, and reclaim takes empty ones first). Costs a lock
+ * system call per segment that no other reader of this process holds; 0
+ * or -errno (the reader still reads, unheld).
+ */
+int kvt_reader_hold(struct kvt_reader *r);
+/*
  * Reads up to len bytes at off; returns the count (0 at the end) or -errno.
  * Several threads may read (and map) through one reader at once.
  */

@@ -52,6 +52,8 @@ struct kvt_reader {
 	struct cat_object *co;
 	pthread_rwlock_t lock;	/* shared by passes, alone to replace co->extents */
 	unsigned refreshes;	/* times co->extents was replaced */
+	uint32_t *held;		/* segments held for reclaim to take last (kvt_reader_hold) */
+	size_t nheld;
 };
 
 static int reader_open(struct kvt_store *st, const char *bucket, const char *key, int recall,
@@ -130,10 +132,36 @@ const struct kvt_object *kvt_reader_object(const struct kvt_reader *r)
 	return r->co->obj;
 }
 
+int kvt_reader_hold(struct kvt_reader *r)
+{
+	const struct cat_object *co = r->co;
+	int rc = 0;
+
+	if (r->held)
+		return 0;
+	r->held = malloc(co->nextents * sizeof(*r->held) + 1);
+	if (!r->held)
+		return -ENOMEM;
+	/* Extents of one segment are mostly neighbours: one hold each run. */
+	for (size_t i = 0; i < co->nextents && rc == 0; i++) {
+		uint32_t id = co->extents[i].segment;
+
+		if (r->nheld > 0 && r->held[r->nheld - 1] == id)
+			continue;
+		rc = seg_hold(r->st->sf, id);
+		if (rc == 0)
+			r->held[r->nheld++] = id;
+	}
+	return rc;
+}
+
 void kvt_reader_close(struct kvt_reader *r)
 {
 	if (!r)
 		return;
+	for (size_t i = 0; i < r->nheld; i++)
+		seg_unhold(r->st->sf, r->held[i]);
+	free(r->held);
 	cat_object_free(r->co);
 	pthread_rwlock_destroy(&r->lock);
 	free(r);

@@ -64,6 +64,21 @@
  * the dead reclaimer left in its target (reclaim_recover), so the rest of
  * the victim goes there, and freeing the victim gives the reserve back.
  *
+ * Open readers. A version replaced while a reader has it open (a KV block
+ * read while another worker rewrites the name) is dead space, so its
+ * segments are empty and were the first victims: a FUSE reader of a 64 MiB
+ * file rewritten ten times failed with EIO a few MiB in while the
+ * versions written after it, as dead, were still there to take. A reader
+ * that holds its segments (kvt_reader_hold, segment.h) has reclaim pass
+ * each such victim over once per call (reclaim_segment makes it the most
+ * recent, as for a victim it cannot take now), so that the others go
+ * first, and a batch past the target leaves it. A held segment is empty
+ * all the same, and the empty go before the live (whose plain cache is
+ * lost), so once no other empty segment is left a call that needs more
+ * takes it: the reader then gets -ESTALE (EIO at the mount, "was evicted
+ * while open"), never another version's bytes, and a hold never costs a
+ * writer room nor a cached object its place.
+ *
  * A reclaimer holds the victim's append lock from the moment it marks it
  * RECLAIMING; if it dies, recovery finds the lock free and puts the segment
  * back to SEALED. A segment left OPEN by a dead process is sealed at the end
@@ -405,7 +420,7 @@ struct emptied {
  * nfree: the free segments the caller counted. */
 static int reclaim_segment(struct kvt_store *st, uint64_t nfree, int empty_only,
 			   const struct session_set *tried, struct session_set *need,
-			   int demote, int *g4_down, struct emptied *done)
+			   int demote, int *g4_down, struct emptied *done, uint8_t *passed)
 {
 	struct store_thread *t = store_thread(st);
 	struct victim_list list = { 0 };
@@ -417,6 +432,13 @@ static int reclaim_segment(struct kvt_store *st, uint64_t nfree, int empty_only,
 	rc = cat_segment_pick_victim(t->cat, empty_only, &id);
 	if (rc < 0)
 		return rc;
+	/* An open reader's: the most recent, once per call, and never one
+	 * past the target (empty_only) ("Open readers"). */
+	if (passed && (empty_only || !passed[id]) && seg_hold_probe(st->lock_fd, id) < 0) {
+		passed[id] = 1;
+		cat_touch_segment(t->cat, id, util_now_ns());
+		return -EALREADY;
+	}
 	if (store_append_trylock(st, id) < 0)
 		return -EAGAIN;
 	rc = reclaim_set_state(t->cat, id, SEG_SEALED, SEG_RECLAIMING);
@@ -527,6 +549,8 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 	struct emptied done = { .n = 0 };
 	uint64_t counts[4], target, swept = 0;
 	int rc = 0, r, tries = 0, empty_only = 0, g4_down = 0;
+	/* Victims passed over for their readers (NULL: no memory, none are). */
+	uint8_t *passed = calloc(st->nsegs, 1);
 
 	t->in_reclaim = 1;
 	/* Free segments to reach: below the low watermark, the reserve
@@ -582,10 +606,14 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 		 * room left in part-full segments (reclaim_room).
 		 */
 		rc = reclaim_segment(st, counts[SEG_FREE], empty_only, &tried, &todo, demote,
-				     &g4_down, &done);
+				     &g4_down, &done, passed);
 		if (empty_only && rc < 0) {
 			rc = 0;		/* none left, or in another's hands: the target is met */
 			break;
+		}
+		if (rc == -EALREADY) {
+			swept--;	/* each is passed over once: the loop ends */
+			continue;
 		}
 		if (rc == -EINPROGRESS && !demote) {
 			/*
@@ -655,6 +683,7 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 	/* Its room is anyone's again, and no live process holds it open. */
 	store_reloc_seal(st);
 	t->in_reclaim = 0;
+	free(passed);
 	session_set_release(&todo);
 	session_set_release(&tried);
 	if (rc == -ENOENT) {

@@ -55,7 +55,7 @@ struct seg_files {
 	int stale;
 	char **maps;		/* whole segments mapped read-only; NULL: not yet */
 	pthread_mutex_t pin_lock;	/* orders pins[i] 0 <-> 1 with the lock */
-	uint32_t *pins;		/* this process's pins per segment */
+	uint32_t *pins;		/* this process's pins per segment, then its holds */
 	int pin_fd;		/* its own open file description: see seg_pin() */
 };
 
@@ -286,7 +286,7 @@ int seg_files_open(const char *dir, uint32_t nsegs, uint64_t size, int direct, u
 	sf->fds = malloc(nsegs * sizeof(*sf->fds));
 	sf->cfds = malloc(nsegs * sizeof(*sf->cfds));
 	sf->maps = calloc(nsegs, sizeof(*sf->maps));
-	sf->pins = calloc(nsegs, sizeof(*sf->pins));
+	sf->pins = calloc(2 * (size_t)nsegs, sizeof(*sf->pins));
 	if (!sf->dir || !sf->fds || !sf->cfds || !sf->maps || !sf->pins) {
 		rc = -ENOMEM;
 		goto fail;
@@ -429,16 +429,15 @@ static int seg_lock(int fd, short type, off_t byte);
  * shared lock per pinned segment, on pin_fd: a descriptor of its own, so
  * that this process's claimer (on the store's lock_fd) sees them too.
  */
-int seg_pin(struct seg_files *sf, uint32_t id)
+static int seg_pin_byte(struct seg_files *sf, uint32_t *count, int64_t byte, const char *what,
+			uint32_t id)
 {
 	struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET,
-			    .l_start = (off_t)(SEG_PIN_BASE + id), .l_len = 1 };
+			    .l_start = (off_t)byte, .l_len = 1 };
 	int rc = 0;
 
-	if (id >= sf->nsegs)
-		return -EINVAL;
 	pthread_mutex_lock(&sf->pin_lock);
-	if (sf->pins[id] == 0) {
+	if (*count == 0) {
 		while (fcntl(sf->pin_fd, F_OFD_SETLKW, &fl) < 0) {
 			if (errno != EINTR) {
 				rc = -errno;
@@ -447,31 +446,64 @@ int seg_pin(struct seg_files *sf, uint32_t id)
 		}
 	}
 	if (rc == 0)
-		sf->pins[id]++;
+		(*count)++;
 	pthread_mutex_unlock(&sf->pin_lock);
 	if (rc < 0)
-		log_err(rc, "cannot pin segment %u", id);
+		log_err(rc, "cannot %s segment %u", what, id);
 	return rc;
+}
+
+static void seg_unpin_byte(struct seg_files *sf, uint32_t *count, int64_t byte)
+{
+	pthread_mutex_lock(&sf->pin_lock);
+	if (*count > 0 && --*count == 0)
+		seg_lock(sf->pin_fd, F_UNLCK, (off_t)byte);
+	pthread_mutex_unlock(&sf->pin_lock);
+}
+
+static int seg_probe_byte(int lock_fd, int64_t byte)
+{
+	int rc = seg_lock(lock_fd, F_WRLCK, (off_t)byte);
+
+	if (rc == 0)
+		seg_lock(lock_fd, F_UNLCK, (off_t)byte);
+	return rc;
+}
+
+int seg_pin(struct seg_files *sf, uint32_t id)
+{
+	if (id >= sf->nsegs)
+		return -EINVAL;
+	return seg_pin_byte(sf, &sf->pins[id], SEG_PIN_BASE + id, "pin", id);
 }
 
 void seg_unpin(struct seg_files *sf, uint32_t id)
 {
-	if (id >= sf->nsegs)
-		return;
-	pthread_mutex_lock(&sf->pin_lock);
-	if (sf->pins[id] > 0 && --sf->pins[id] == 0)
-		seg_lock(sf->pin_fd, F_UNLCK, (off_t)(SEG_PIN_BASE + id));
-	pthread_mutex_unlock(&sf->pin_lock);
+	if (id < sf->nsegs)
+		seg_unpin_byte(sf, &sf->pins[id], SEG_PIN_BASE + id);
 }
 
 int seg_pin_probe(int lock_fd, uint32_t id)
 {
-	off_t byte = (off_t)(SEG_PIN_BASE + id);
-	int rc = seg_lock(lock_fd, F_WRLCK, byte);
+	return seg_probe_byte(lock_fd, SEG_PIN_BASE + id);
+}
 
-	if (rc == 0)
-		seg_lock(lock_fd, F_UNLCK, byte);
-	return rc;
+int seg_hold(struct seg_files *sf, uint32_t id)
+{
+	if (id >= sf->nsegs)
+		return -EINVAL;
+	return seg_pin_byte(sf, &sf->pins[sf->nsegs + id], SEG_HOLD_BASE + id, "hold", id);
+}
+
+void seg_unhold(struct seg_files *sf, uint32_t id)
+{
+	if (id < sf->nsegs)
+		seg_unpin_byte(sf, &sf->pins[sf->nsegs + id], SEG_HOLD_BASE + id);
+}
+
+int seg_hold_probe(int lock_fd, uint32_t id)
+{
+	return seg_probe_byte(lock_fd, SEG_HOLD_BASE + id);
 }
 
 uint32_t seg_count(const struct seg_files *sf)

@@ -62,6 +62,7 @@
 #define SEG_MAGIC 0x4b565445u		/* "KVTE" */
 #define SEG_PIN_BASE ((int64_t)1 << 32)	/* map-file byte of segment 0's pin */
 #define SEG_USERS_BYTE ((int64_t)1 << 33)	/* read-locked by every process with the store open */
+#define SEG_HOLD_BASE ((int64_t)3 << 32)	/* map-file byte of segment 0's hold */
 #define SEG_CHUNK (64 * 1024)		/* payload bytes per chunk checksum */
 #define SEG_CHUNKS_MAX ((SEG_PAYLOAD_MAX + SEG_CHUNK - 1) / SEG_CHUNK + 1)
 
@@ -202,6 +203,19 @@ int seg_pin(struct seg_files *sf, uint32_t id);
 void seg_unpin(struct seg_files *sf, uint32_t id);
 /* 0 if no process pins id, -EAGAIN if one does (lock_fd: seg_lock_fd_open). */
 int seg_pin_probe(int lock_fd, uint32_t id);
+
+/*
+ * A hold (a shared lock on byte SEG_HOLD_BASE + i, counted per process as
+ * pins are) asks reclaim to take other segments first: an open reader of a
+ * version holds the segments of its extents, so that a version replaced
+ * while it is read stays readable as long as reclaim finds other victims
+ * (reclaim.c, "Open readers"). Unlike a pin it never keeps a freed segment
+ * from being claimed: a reader left open for hours costs no space.
+ */
+int seg_hold(struct seg_files *sf, uint32_t id);
+void seg_unhold(struct seg_files *sf, uint32_t id);
+/* 0 if no process holds id, -EAGAIN if one does. */
+int seg_hold_probe(int lock_fd, uint32_t id);
 
 /* A descriptor for append locks: locks of one descriptor do not exclude
  * each other, so each store opens its own. */

@@ -25,6 +25,11 @@
 #  4. tests/fuse/deleterace.py: a reader of one file while S3 PUTs and
 #     DELETEs its key, for as long: each open reads one version whole or
 #     fails ENOENT, never ESTALE.
+#  5. tests/fuse/rewrite.py, on a store of 256M: a reader of a 16 MiB file
+#     while the name is rewritten 16 times (O_TRUNC, temp + rename) reads
+#     the version it opened whole; reclaim, which must free segments
+#     meanwhile, takes the versions written after it first (it failed with
+#     EIO: a replaced version's segments were the first victims).
 #
 # Then fsck is clean. Skips (77) where this machine cannot mount.
 set -eu
@@ -85,6 +90,22 @@ else
 fi
 
 step "unmount; fsck"
+fuse_umount "$M"
+kvt_expect 0 "$K" fsck
+
+step "a reader of a 16 MiB file rewritten 16 times in a 256M store reads it whole"
+cat >"$KVTIER_CONF" <<EOF
+[store]
+dir = $T/small
+capacity = 256M
+segment_size = 16M
+EOF
+kvt_expect 0 "$K" init
+kvt_expect 0 "$K" mb rewrite
+fuse_mount "$KVTIER_CONF" "$M"
+python3 "$top_srcdir/tests/fuse/rewrite.py" "$M/rewrite/r" 16 16 ||
+	fail "rewrite.py (above): $(grep 'evicted while open' "$T/fuse.log" | head -3)"
+! grep "evicted while open" "$T/fuse.log" || fail "a reader was evicted (above)"
 fuse_umount "$M"
 kvt_expect 0 "$K" fsck
 echo "ok"
