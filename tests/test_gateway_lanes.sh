@@ -14,7 +14,10 @@
 #   object;
 # - at its open-file limit, idle clients past what the store leaves wait in
 #   the backlog, and GETs of cold objects are still served;
-# - clients that trickle their request heads are closed after --timeout.
+# - clients that trickle their request heads are closed after --timeout;
+# - a slow GET of a large object while PUTs replace its key (and reclaim
+#   frees the old version's segments) sends the old object whole or ends
+#   the connection early, never bytes of a newer version.
 set -eu
 
 # shellcheck source=tests/lib.sh
@@ -278,6 +281,40 @@ for i, s in enumerate(tricklers):
 EOP
 grep -q "client 127.0.0.1: no complete request head in 3 s: closed" "$GW_LOG" ||
 	fail "no word of the slow heads cut: $(tail -n 5 "$GW_LOG")"
+gw_stop "$GW_PID"
+
+step "a slow GET of 32 MiB while 10 PUTs replace the key: the old object whole, or cut"
+# The PUTs (320 MiB in a 256M store) make reclaim free the old version's
+# segments while the GET sends it: the GET must send it whole (a mapped
+# body pins its segments until sent) or end the connection early, never
+# with bytes of a newer version. KV readers read blocks that other workers
+# rewrite under the same content-addressed name.
+gw_start getput 256M 16M
+s3 -f -X PUT "$GW_ENDPOINT/getput" -o /dev/null
+for v in 0 1 2 3 4 5 6 7 8 9 10; do
+	python3 -c "import sys; sys.stdout.buffer.write(b'%02d' % $v * 16777216)" >"$T/gp$v"
+done
+s3 -f -X PUT -T "$T/gp0" "$GW_ENDPOINT/getput/k" -o /dev/null
+rm -f "$T/gp.got"
+s3 --limit-rate 8M -o "$T/gp.got" "$GW_ENDPOINT/getput/k" 2>"$T/gp.err" &
+gp_get=$!
+poll 300 test -s "$T/gp.got" || fail "the slow GET sent nothing in 30 s: $(cat "$T/gp.err")"
+for v in 1 2 3 4 5 6 7 8 9 10; do
+	s3 -f -X PUT -T "$T/gp$v" "$GW_ENDPOINT/getput/k" -o /dev/null
+done
+gp_rc=0
+wait "$gp_get" || gp_rc=$?
+gp_n=$(stat -c %s "$T/gp.got")
+if [ "$gp_rc" -eq 0 ]; then
+	cmp -s "$T/gp.got" "$T/gp0" || fail "the GET ended well with other bytes than the old object's"
+else
+	cmp -s -n "$gp_n" "$T/gp.got" "$T/gp0" ||
+		fail "the GET, cut after $gp_n bytes (curl $gp_rc), sent other bytes than the old object's"
+	echo "    the GET was cut after $gp_n bytes: $(cat "$T/gp.err")"
+fi
+s3 -f -o "$T/gp.now" "$GW_ENDPOINT/getput/k" && cmp -s "$T/gp.now" "$T/gp10" ||
+	fail "a GET after the PUTs is not the last one"
+rm -f "$T"/gp*
 gw_stop "$GW_PID"
 
 step "at its open-file limit, idle clients past it wait; cold GETs are served"
