@@ -138,6 +138,19 @@ static const char *const migrations[] = {
 	 * word and swept the copies of a session another store had imported
 	 * from it: the version makes it refuse this store instead. */
 	"INSERT OR REPLACE INTO settings(name, value) VALUES('g4_manifest_owner', 1);",
+	/* 10: g4_dead rows from before migration 5 name no G4 copy (g4_key),
+	 * and a kvtier of schema 4 wrote one, with the old key, for a cold
+	 * object renamed through the mount that kept its g4_vid and its only
+	 * copy under that old key: migration 5 could not tell which object,
+	 * recall looked for the new name, and the sweep deleted the copy.
+	 * unproven marks every row from before this one that names no copy:
+	 * before the sweep deletes such a copy, a demotion puts over it, or
+	 * after a recall found an object's own name empty, the copy is claimed
+	 * by any cold object with no recorded name whose bytes it holds and
+	 * whose own name does not (migrate.c, g4_claim_unproven). */
+	"ALTER TABLE g4_dead ADD COLUMN unproven INTEGER NOT NULL DEFAULT 0;"
+	"UPDATE g4_dead SET unproven = 1 WHERE g4_key IS NULL;"
+	"CREATE INDEX g4_dead_unproven ON g4_dead(bucket, key) WHERE unproven = 1;",
 };
 
 /* The columns cat_object_from_row() reads, in its order; extents follow. */
@@ -3351,10 +3364,12 @@ int cat_g4_uploads(struct cat *c, int (*fn)(void *arg, const char *url, const ch
 
 int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_id,
 					 const char *bucket, const char *key,
-					 const char *session, const char *g4_key),
+					 const char *session, const char *g4_key,
+					 int unproven),
 		void *arg)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "SELECT d.id, d.bucket, b.name, d.key, d.session, d.g4_key"
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT d.id, d.bucket, b.name, d.key, d.session, d.g4_key,"
+				      " d.unproven"
 				      " FROM g4_dead d JOIN buckets b ON b.id = d.bucket"
 				      " ORDER BY d.bucket, d.session, d.id");
 	int rc;
@@ -3366,7 +3381,8 @@ int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_i
 			   (const char *)sqlite3_column_text(s, 2),
 			   (const char *)sqlite3_column_text(s, 3),
 			   (const char *)sqlite3_column_text(s, 4),
-			   (const char *)sqlite3_column_text(s, 5));
+			   (const char *)sqlite3_column_text(s, 5),
+			   sqlite3_column_int(s, 6));
 
 		if (r != 0) {
 			sqlite3_finalize(s);
@@ -3430,4 +3446,88 @@ int cat_g4_name(struct cat *c, int64_t id, uint64_t vid, char **g4_key)
 	}
 	sqlite3_finalize(s);
 	return rc;
+}
+
+int cat_g4_dead_unproven(struct cat *c, int64_t bucket_id, const char *key)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT 1 FROM g4_dead WHERE bucket = ?1 AND key = ?2"
+				      " AND unproven = 1 LIMIT 1");
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, key, -1, SQLITE_TRANSIENT);
+	rc = sqlite3_step(s);
+	sqlite3_finalize(s);
+	if (rc == SQLITE_ROW)
+		return 1;
+	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "g4 dead unproven");
+}
+
+int cat_g4_dead_proven(struct cat *c, int64_t bucket_id, const char *key)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE g4_dead SET unproven = 0 WHERE bucket = ?1"
+				      " AND key = ?2 AND unproven = 1");
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, key, -1, SQLITE_TRANSIENT);
+	return cat_g4_run(c, s, "g4 dead proven", NULL);
+}
+
+int cat_g4_cold_unnamed(struct cat *c, int64_t bucket_id, const char *not_key, uint64_t size,
+			const char *g4_etag, struct cat_g4_obj **out, size_t *nout)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT " G4_OBJ_COLS " FROM objects o"
+				      " WHERE o.bucket = ?1 AND o.tier = 2 AND o.g4_key IS NULL"
+				      " AND o.g4_vid = o.vid AND o.key <> ?2 AND o.size = ?3"
+				      " AND (?4 IS NULL OR o.g4_etag = ?4"
+				      " OR coalesce(o.g4_etag, '') = '') ORDER BY o.key");
+	struct cat_g4_obj *v = NULL;
+	size_t n = 0, cap = 0;
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, not_key, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(s, 3, (int64_t)size);
+	sqlite3_bind_text(s, 4, g4_etag, -1, SQLITE_TRANSIENT);	/* NULL binds NULL */
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		if (UTIL_GROW(v, n, cap) < 0) {
+			rc = SQLITE_NOMEM;
+			break;
+		}
+		if (cat_g4_obj_from_row(s, &v[n]) < 0) {
+			rc = SQLITE_NOMEM;
+			break;
+		}
+		n++;
+	}
+	sqlite3_finalize(s);
+	rc = cat_errno(c, rc, "g4 cold unnamed");
+	if (rc < 0) {
+		cat_g4_objs_free(v, n);
+		return rc;
+	}
+	*out = v;
+	*nout = n;
+	return 0;
+}
+
+int cat_g4_name_found(struct cat *c, int64_t id, uint64_t vid, const char *g4_key)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET g4_key = ?3 WHERE id = ?1 AND vid = ?2"
+				      " AND tier = 2 AND g4_vid = vid AND g4_key IS NULL");
+	int changes = 0, rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, id);
+	sqlite3_bind_int64(s, 2, (int64_t)vid);
+	sqlite3_bind_text(s, 3, g4_key, -1, SQLITE_TRANSIENT);
+	rc = cat_g4_run(c, s, "g4 name found", &changes);
+	return rc < 0 ? rc : changes == 1 ? 0 : -ENOENT;
 }

@@ -388,12 +388,28 @@ int cat_g4_uploads(struct cat *c, int (*fn)(void *arg, const char *url, const ch
 		   void *arg);
 /* Keys whose G4 copy no longer stands for an object (deleted, overwritten,
  * renamed, moved out of the session), by bucket and session; fn must not
- * write to the catalog. cat_g4_dead_done() forgets one. */
+ * write to the catalog. cat_g4_dead_done() forgets one. unproven: a row
+ * from before catalog migration 10 with no g4_key, whose copy may still be
+ * a cold object's (migrate.c, g4_claim_unproven). */
 int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_id,
 					 const char *bucket, const char *key,
-					 const char *session, const char *g4_key),
+					 const char *session, const char *g4_key,
+					 int unproven),
 		void *arg);
 int cat_g4_dead_done(struct cat *c, int64_t id);
+/* 1 if an unproven g4_dead row names "BUCKET/KEY" of the bucket, 0 if
+ * none, or -errno. One probe of a partial index, empty once swept. */
+int cat_g4_dead_unproven(struct cat *c, int64_t bucket_id, const char *key);
+/* Those rows checked: no longer unproven. */
+int cat_g4_dead_proven(struct cat *c, int64_t bucket_id, const char *key);
+/* The bucket's COLD objects whose copy G4 holds under no recorded name
+ * (g4_key NULL), other than not_key, of that size and, unless g4_etag is
+ * NULL, with that ETag or none recorded; by key. */
+int cat_g4_cold_unnamed(struct cat *c, int64_t bucket_id, const char *not_key, uint64_t size,
+			const char *g4_etag, struct cat_g4_obj **out, size_t *n);
+/* G4 holds the COLD object id at version vid under g4_key, where it had no
+ * recorded name; -ENOENT if it changed or has one. */
+int cat_g4_name_found(struct cat *c, int64_t id, uint64_t vid, const char *g4_key);
 /* 1 if an object of the bucket other than except_id (0: none) names the G4
  * copy `name`: as its g4_key, or, with none, as its key `key` (the name
  * without "BUCKET/", NULL if it is no such name) and G4 holds a version of

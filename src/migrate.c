@@ -435,6 +435,9 @@ static int crc_sink(void *arg, const void *buf, size_t len)
  * one it is making: the copy is recorded dead before the put
  * (cat_g4_put_pending()) and claimed with the record.
  */
+static int g4_claim_unproven(struct cat *c, struct cold *cold, int64_t bucket_id,
+			     const char *bucket, const char *key);
+
 struct g4_pending {
 	int64_t id;		/* its g4_dead row, 0: none yet */
 	int versioned;		/* 1: the row names g4_version_key(), 0: "BUCKET/KEY" */
@@ -468,6 +471,14 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 		rc = -ENOENT;
 		goto out;
 	}
+	/* A row a kvtier of schema 4 left may name the only copy of a cold
+	 * object renamed away from this name (catalog migration 10): claimed
+	 * first, so that the check below sees it. */
+	rc = cat_g4_dead_unproven(c, go->co->bucket_id, o->key);
+	if (rc == 1)
+		rc = g4_claim_unproven(c, cold, go->co->bucket_id, bucket, o->key);
+	if (rc < 0)
+		goto out;
 	/* Its own name holds the copy of a cold object renamed away from it
 	 * (catalog migration 5): putting there would overwrite that object's
 	 * only copy. */
@@ -1250,6 +1261,91 @@ out:
 	return rc;
 }
 
+/*
+ * A g4_dead row a kvtier of schema 4 left (catalog migration 10, unproven)
+ * names "BUCKET/KEY" with no g4_key, and may be the only copy of a cold
+ * object renamed away from KEY through the mount: that kvtier kept the
+ * object's g4_vid and dropped its old name, so recall looked for the new
+ * one and the sweep deleted this copy. The copy is claimed, as g4_key, by
+ * every cold object with no recorded name whose bytes it holds (size and
+ * the ETag the upload recorded, else size and CRC32C of a read of it) and
+ * whose own name does not hold them (g4_copy_holds()); once named, no sweep
+ * deletes it and recall reads it. One HEAD and a scan of the bucket's
+ * objects; a read of the copy only where no ETag compares; then the rows
+ * are proven, so this runs once per row. Caller holds the key lock of
+ * (bucket, key), as the sweep and demote_upload_once() take it. Objects
+ * claimed, or -errno (then the copy must stay, and the rows unproven).
+ */
+static int g4_claim_unproven(struct cat *c, struct cold *cold, int64_t bucket_id,
+			     const char *bucket, const char *key)
+{
+	char *gkey = g4_object_key(bucket, key);
+	char etag[KVT_ETAG_MAX] = "";
+	struct crc_sink cs = { .ctl = NULL };
+	struct cat_g4_obj *v = NULL;
+	uint64_t size = 0, got = 0;
+	size_t n = 0;
+	int have_crc = 0, claimed = 0, rc;
+
+	if (!gkey)
+		return -ENOMEM;
+	rc = cold_head_etag(cold, gkey, &size, etag);
+	if (rc == -ENOENT) {
+		rc = 0;		/* nothing there to keep */
+		goto out;
+	}
+	if (rc == 0)
+		rc = cat_g4_cold_unnamed(c, bucket_id, key, size, etag[0] ? etag : NULL, &v, &n);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		const struct kvt_object *o = v[i].co->obj;
+		char *own;
+		int r;
+
+		/* Both ETags there: the query compared them. */
+		if (!etag[0] || !v[i].g4_etag[0]) {
+			if (!have_crc) {
+				rc = cold_get(cold, gkey, crc_sink, &cs, &got);
+				if (rc < 0)
+					break;
+				have_crc = 1;
+			}
+			if (cs.size != o->size || cs.crc != o->crc32c)
+				continue;
+		}
+		own = g4_object_key(bucket, o->key);
+		r = own ? g4_copy_holds(cold, own, &v[i], NULL) : -ENOMEM;
+		free(own);
+		if (r < 0) {
+			rc = r;
+			break;
+		}
+		if (r == 1)
+			continue;	/* the same bytes, its own copy */
+		r = cat_g4_name_found(c, v[i].co->id, v[i].co->vid, gkey);
+		if (r == -ENOENT)
+			continue;	/* changed meanwhile */
+		if (r < 0) {
+			rc = r;
+			break;
+		}
+		log_info("'%s/%s' is in g4 under its name before a rename that a kvtier of"
+			 " schema 4 did not record, '%s': recorded", bucket, o->key, gkey);
+		claimed++;
+	}
+	if (rc == -ENOENT)
+		rc = 0;		/* gone between the HEAD and the read */
+out:
+	/* Checked: each row costs its HEAD once, whichever path comes first. */
+	if (rc == 0)
+		rc = cat_g4_dead_proven(c, bucket_id, key);
+	if (rc < 0)
+		log_err(rc, "cannot tell whether g4's '%s' is a renamed object's only copy;"
+			" it stays", gkey);
+	cat_g4_objs_free(v, n);
+	free(gkey);
+	return rc < 0 ? rc : claimed;
+}
+
 static void demote_step_one(void *arg, size_t i)
 {
 	struct demote_step *d = arg;
@@ -1530,6 +1626,7 @@ struct dead_ref {
 	int64_t id, bucket_id;
 	char *bucket, *key, *session;
 	char *g4_key;		/* NULL: "BUCKET/KEY" */
+	int unproven;		/* 1: g4_claim_unproven() first; -1: it failed, keep the copy */
 };
 
 struct dead_list {
@@ -1538,14 +1635,14 @@ struct dead_list {
 };
 
 static int dead_collect(void *arg, int64_t id, int64_t bucket_id, const char *bucket,
-			const char *key, const char *session, const char *g4_key)
+			const char *key, const char *session, const char *g4_key, int unproven)
 {
 	struct dead_list *l = arg;
 
 	if (UTIL_GROW(l->v, l->n, l->cap) < 0)
 		return -ENOMEM;
 	l->v[l->n] = (struct dead_ref){ id, bucket_id, strdup(bucket), strdup(key), strdup(session),
-					g4_key ? strdup(g4_key) : NULL };
+					g4_key ? strdup(g4_key) : NULL, unproven && !g4_key };
 	if (!l->v[l->n].bucket || !l->v[l->n].key || !l->v[l->n].session ||
 	    (g4_key && !l->v[l->n].g4_key)) {
 		free(l->v[l->n].bucket);
@@ -1612,6 +1709,28 @@ static int sweep_manifest(struct cat *c, struct cold *cold, const struct dead_re
 	return rc;
 }
 
+/* The unproven entries of a session, claimed before its manifest is
+ * written (so that it names the claimed copies) and before any copy is
+ * deleted; one whose claim failed is marked to stay for the next run. */
+static int sweep_unproven(struct kvt_store *st, struct cat *c, struct cold *cold,
+			  struct dead_ref *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		int klock, rc;
+
+		if (v[i].unproven <= 0)
+			continue;
+		klock = g4_lock(st, "key", v[i].bucket, v[i].key, 1);
+		if (klock < 0)
+			return klock;
+		rc = g4_claim_unproven(c, cold, v[i].bucket_id, v[i].bucket, v[i].key);
+		g4_unlock(klock);
+		if (rc < 0)
+			v[i].unproven = -1;
+	}
+	return 0;
+}
+
 /* One dead entry's copy, deleted unless an object names it; then forgotten. */
 static int sweep_copy(struct kvt_store *st, struct cat *c, struct cold *cold,
 		      const struct dead_ref *d)
@@ -1669,14 +1788,18 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold)
 			rc = lock;
 			break;
 		}
-		r = sweep_manifest(c, cold, first, self, &owner);
+		/* Copies a kvtier of schema 4 left first: the manifest then
+		 * names those its objects claim, and none is deleted. */
+		r = sweep_unproven(st, c, cold, &l.v[i], j - i);
+		if (r == 0)
+			r = sweep_manifest(c, cold, first, self, &owner);
 		if (r == 0 && owner && owner != self)
 			log_info("session '%s' of bucket '%s' belongs to store %016" PRIx64
 				 " now: its g4 copies are left to it", first->session,
 				 first->bucket, owner);
 		for (; r == 0 && i < j; i++) {
 			int gone = owner && owner != self ? cat_g4_dead_done(c, l.v[i].id) :
-				   sweep_copy(st, c, cold, &l.v[i]);
+				   l.v[i].unproven < 0 ? -EAGAIN : sweep_copy(st, c, cold, &l.v[i]);
 
 			failed += gone < 0;
 		}
@@ -2014,21 +2137,23 @@ static int recall_take(void *arg, const void *buf, size_t len)
  */
 static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
 			const char *bucket, const char *key, const struct cat_object *co,
-			struct g4_ctl *ctl)
+			struct g4_ctl *ctl, int *astray)
 {
 	struct recall_sink rs = { .st = st, .ctl = ctl };
 	char *gkey = NULL, *g4_key = NULL;
 	uint64_t got = 0;
 	int rc;
 
+	*astray = 0;
 	/* A cold object renamed keeps its copy under the old name. */
 	rc = cat_g4_name(c, co->id, co->vid, &g4_key);
 	if (rc < 0)
 		return rc == -ENOENT ? 0 : rc;	/* changed meanwhile: the caller looks again */
 	gkey = g4_name(bucket, key, g4_key);
-	free(g4_key);
-	if (!gkey)
+	if (!gkey) {
+		free(g4_key);
 		return -ENOMEM;
+	}
 	rc = store_io_get(st, &rs.io);
 	if (rc < 0)
 		goto out;
@@ -2067,13 +2192,16 @@ static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
 		/* A copy missing, or longer than the object: for the caller an
 		 * I/O error, not a missing object (the mount turned -ENOENT
 		 * into ESTALE, the gateway -EFBIG into EntityTooLarge). */
-		if (rc == -ENOENT || rc == -EFBIG)
+		if (rc == -ENOENT || rc == -EFBIG) {
+			*astray = !g4_key;
 			rc = -EIO;
+		}
 		goto out;
 	}
 	if (rs.size != co->obj->size || rs.crc != co->obj->crc32c) {
 		log_err(0, "g4 copy of '%s/%s' is %" PRIu64 " bytes with crc32c %08x, not %" PRIu64
 			" with %08x", bucket, key, rs.size, rs.crc, co->obj->size, co->obj->crc32c);
+		*astray = !g4_key;
 		rc = -EIO;
 		goto out;
 	}
@@ -2093,7 +2221,59 @@ out:
 		store_io_put(st, rs.io);
 	}
 	free(gkey);
+	free(g4_key);
 	return rc;
+}
+
+/*
+ * A cold object whose own name in G4 held no copy of it, or another's
+ * bytes, may have been renamed through the mount of a kvtier of schema 4,
+ * which kept its copy under the old name and recorded only that name's
+ * g4_dead row (catalog migration 10): the bucket's unproven rows are
+ * claimed (g4_claim_unproven()), each under its key lock, until one names
+ * co's copy. 1 if co has a name now, 0 if none was found, or -errno. Only
+ * after a failed recall, and only for rows of co's session no path has
+ * checked yet since the upgrade: a HEAD for each, once.
+ */
+static int recall_unproven(struct kvt_store *st, struct cat *c, struct cold *cold,
+			   const char *bucket, const struct cat_object *co)
+{
+	struct dead_list l = { 0 };
+	char *g4_key = NULL;
+	int rc = cat_g4_dead(c, dead_collect, &l), found = 0;
+
+	for (size_t i = 0; rc == 0 && !found && i < l.n; i++) {
+		int klock;
+
+		/* A rename keeps the session; the sweep looks further. */
+		if (l.v[i].bucket_id != co->bucket_id || l.v[i].unproven <= 0 ||
+		    strcmp(l.v[i].session, co->obj->session) != 0 ||
+		    strcmp(l.v[i].key, co->obj->key) == 0)
+			continue;
+		klock = g4_lock(st, "key", bucket, l.v[i].key, 1);
+		if (klock < 0) {
+			rc = klock;
+			break;
+		}
+		rc = g4_claim_unproven(c, cold, co->bucket_id, bucket, l.v[i].key);
+		g4_unlock(klock);
+		if (rc > 0) {
+			rc = cat_g4_name(c, co->id, co->vid, &g4_key);
+			found = rc == 0 && g4_key;
+			free(g4_key);
+			g4_key = NULL;
+		}
+		if (rc > 0 || rc == -ENOENT)
+			rc = 0;
+	}
+	for (size_t k = 0; k < l.n; k++) {
+		free(l.v[k].bucket);
+		free(l.v[k].key);
+		free(l.v[k].session);
+		free(l.v[k].g4_key);
+	}
+	free(l.v);
+	return rc < 0 ? rc : found;
 }
 
 /*
@@ -2108,7 +2288,7 @@ static int recall_object_ctl(struct kvt_store *st, const char *bucket, const cha
 	struct cat *c = store_cat(st);
 	struct cat_object *co = NULL;
 	struct cold *cold;
-	int lock = -1, rc;
+	int lock = -1, rc, astray = 0;
 	int64_t asked_ns = util_mono_ns();
 
 	if (!c)
@@ -2146,9 +2326,17 @@ static int recall_object_ctl(struct kvt_store *st, const char *bucket, const cha
 		goto out;
 	}
 	for (unsigned attempt = 0;; attempt++) {
-		rc = recall_fetch(st, c, cold, bucket, key, co, ctl);
+		rc = recall_fetch(st, c, cold, bucket, key, co, ctl, &astray);
 		if (!g4_backoff(ctl, attempt, rc, key))
 			break;
+	}
+	if (rc < 0 && astray && recall_unproven(st, c, cold, bucket, co) == 1) {
+		log_info("'%s/%s' is recalled from its g4 name before a rename", bucket, key);
+		for (unsigned attempt = 0;; attempt++) {
+			rc = recall_fetch(st, c, cold, bucket, key, co, ctl, &astray);
+			if (!g4_backoff(ctl, attempt, rc, key))
+				break;
+		}
 	}
 	if (g4_transient(rc)) {
 		__atomic_store_n(&st->g4_fail_rc, rc, __ATOMIC_RELAXED);

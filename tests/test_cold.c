@@ -22,6 +22,7 @@
 
 #include "store.h"
 #include "testlib.h"
+#include "util.h"
 
 #define CAP (64u << 20)
 #define SEG (4u << 20)
@@ -894,7 +895,7 @@ static void test_handover_back(void **state)
 }
 
 static int dead_count(void *arg, int64_t id, int64_t bucket_id, const char *bucket,
-		      const char *key, const char *session, const char *g4_key)
+		      const char *key, const char *session, const char *g4_key, int unproven)
 {
 	(void)id;
 	(void)bucket_id;
@@ -902,6 +903,7 @@ static int dead_count(void *arg, int64_t id, int64_t bucket_id, const char *buck
 	(void)key;
 	(void)session;
 	(void)g4_key;
+	(void)unproven;
 	++*(size_t *)arg;
 	return 0;
 }
@@ -2500,6 +2502,137 @@ static void test_rename_cold(void **state)
 	two_nodes_close(&a, &b, sa, sb);
 }
 
+/*
+ * What a kvtier of schema 4 left, by SQL on today's catalog: the columns,
+ * index, triggers and settings of migrations 5 and on undone (each step
+ * that finds nothing to undo is passed over), that version's triggers
+ * back, and user_version 4. Its rename of a cold object kept g4_vid and
+ * recorded only the old key in g4_dead (no g4_key column yet).
+ */
+static void catalog_to_schema4(const char *dir)
+{
+	static const char *const steps[] = {
+		"DROP INDEX IF EXISTS g4_dead_unproven",
+		"ALTER TABLE g4_dead DROP COLUMN unproven",
+		"DROP INDEX IF EXISTS objects_g4_key",
+		"DROP TRIGGER IF EXISTS objects_g4_deleted",
+		"DROP TRIGGER IF EXISTS objects_g4_moved",
+		"ALTER TABLE objects DROP COLUMN g4_key",
+		"ALTER TABLE g4_dead DROP COLUMN g4_key",
+		"ALTER TABLE extents DROP COLUMN crcs",
+		"DELETE FROM settings WHERE name IN ('extent_payload_max', 'g4_manifest_owner')",
+		"CREATE TRIGGER objects_g4_deleted AFTER DELETE ON objects WHEN OLD.g4_vid <> 0 BEGIN"
+		"  INSERT INTO g4_dead(bucket, key, session) VALUES(OLD.bucket, OLD.key, OLD.session);"
+		" END",
+		"CREATE TRIGGER objects_g4_moved AFTER UPDATE OF key, session ON objects"
+		" WHEN OLD.g4_vid <> 0 AND (OLD.key <> NEW.key OR OLD.session <> NEW.session) BEGIN"
+		"  INSERT INTO g4_dead(bucket, key, session) VALUES(OLD.bucket, OLD.key, OLD.session);"
+		"  UPDATE objects SET g4_vid = 0, g4_etag = NULL"
+		"   WHERE id = NEW.id AND OLD.key <> NEW.key AND NEW.tier <> 2;"
+		" END",
+		"PRAGMA user_version = 4",
+	};
+	char path[600];
+	sqlite3 *db = NULL;
+	int64_t v = -1;
+	sqlite3_stmt *s = NULL;
+
+	snprintf(path, sizeof(path), "%s/catalog.db", dir);
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	for (size_t i = 0; i < ARRAY_SIZE(steps); i++)
+		sqlite3_exec(db, steps[i], NULL, NULL, NULL);
+	assert_int_equal(sqlite3_prepare_v2(db, "SELECT (SELECT count(*) FROM pragma_table_info('objects')"
+					    " WHERE name = 'g4_key') + (SELECT user_version FROM"
+					    " pragma_user_version)", -1, &s, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+	v = sqlite3_column_int64(s, 0);
+	sqlite3_finalize(s);
+	assert_int_equal(v, 4);
+	sqlite3_close(db);
+}
+
+/* SQL on the catalog at dir; it must succeed. */
+static void catalog_exec(const char *dir, const char *sql)
+{
+	char path[600];
+	sqlite3 *db = NULL;
+
+	snprintf(path, sizeof(path), "%s/catalog.db", dir);
+	assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+}
+
+/*
+ * Cold objects renamed through the mount of a kvtier of schema 4 kept
+ * their only G4 copy under the old name, known only from that name's
+ * g4_dead row. After the upgrade (catalog migrations 5 and on) recall
+ * looked for the new name (EIO) and the first sweep deleted the old one.
+ * Now each is found where G4 holds it: by a read (a2), by a demotion of a
+ * new object at the old name, which must not put over it (b2), by the
+ * sweep, which must not delete it (c2); an object deleted there still has
+ * its copy swept (d), and every read is byte-exact, on this store and on
+ * a second one that imports the session from the manifest.
+ */
+static void test_rename_cold_schema4(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	char path[600];
+
+	(void)state;
+	two_nodes(&a, &b, &sa, &sb);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	/* a and b of one size: the bytes tell them apart, not the size. */
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 300000, 1), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/b", 300000, 2), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/c", 5000, 3), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/d", 7000, 4), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.objects, 4);
+	kvt_store_close(sa);
+
+	/* The schema-4 kvtier: the mount renames three, deletes one. */
+	catalog_to_schema4(a.cfg.store.dir);
+	catalog_exec(a.cfg.store.dir,
+		     "UPDATE objects SET key = key || '2' WHERE key IN ('s1/a', 's1/b', 's1/c');"
+		     "DELETE FROM objects WHERE key = 's1/d';");
+
+	/* Today's kvtier opens it: the read finds a2 under its old name. */
+	sa = test_store_open(&a);
+	assert_int_equal(tier_of(sa, "kvs", "s1/a2"), KVT_TIER_COLD);
+	assert_int_equal(test_check(sa, "kvs", "s1/a2", 300000, 1), 0);
+	/* A new object at b's old name, demoted before any sweep. */
+	assert_int_equal(test_put(sa, "kvs", "s1/b", 300000, 12), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(tier_of(sa, "kvs", "s1/b"), KVT_TIER_COLD);
+	/* The sweep: d's copy goes, c2's stays. */
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	snprintf(path, sizeof(path), "%s/shared-g4/kvs/s1/d%%", a.dir);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(test_check(sa, "kvs", "s1/c2", 5000, 3), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/b2", 300000, 2), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/b", 300000, 12), 0);
+	/* All cold again, swept again: still there, here and on b. */
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(rep.objects, 4);
+	assert_int_equal(test_check(sa, "kvs", "s1/a2", 300000, 1), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/c2", 5000, 3), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/a2", 300000, 1), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/b2", 300000, 2), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/b", 300000, 12), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/c2", 5000, 3), 0);
+	test_fsck_clean(sa);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
 /* A copy gone from G4 (or not the object's): the read is an I/O error. */
 static void test_recall_copy_missing(void **state)
 {
@@ -2910,6 +3043,7 @@ int main(void)
 		cmocka_unit_test(test_keys_stay_inside),
 		cmocka_unit_test(test_deleted_stay_deleted),
 		cmocka_unit_test(test_rename_cold),
+		cmocka_unit_test(test_rename_cold_schema4),
 		cmocka_unit_test(test_rename_during_upload),
 		cmocka_unit_test(test_handover_during_demotion),
 		cmocka_unit_test(test_handover_at_manifest_write),
