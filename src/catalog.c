@@ -79,7 +79,8 @@ static const char *const migrations[] = {
 	 * The triggers fill it in the transaction that deletes or moves. A
 	 * renamed object's G4 copy is under its old name: it must be uploaded
 	 * again before it may go cold, unless it is cold already: then its
-	 * copy stays under the old name, which migration 5 records. */
+	 * copy stays under the old name, which migration 5 records (this
+	 * version did not: see migration 10). */
 	"CREATE TABLE g4_uploads(upload_id TEXT PRIMARY KEY, url TEXT NOT NULL,"
 	"  key TEXT NOT NULL, started INTEGER NOT NULL, pid INTEGER NOT NULL) WITHOUT ROWID;"
 	"CREATE TABLE g4_dead(id INTEGER PRIMARY KEY, bucket INTEGER NOT NULL,"

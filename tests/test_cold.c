@@ -2633,6 +2633,50 @@ static void test_rename_cold_schema4(void **state)
 	two_nodes_close(&a, &b, sa, sb);
 }
 
+/*
+ * The same against a partner whose HEAD gives an ETag (S3's MD5; the fault
+ * tier's etag_heads): the copy is matched by it. A HEAD that fails leaves
+ * the copy where it is for the next run, whose sweep then finds its object.
+ */
+static void test_rename_cold_schema4_etag(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct cold_fault_plan plan = { .etag_heads = 1 };
+	char path[600];
+	unsigned gets;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", 100000, 1), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/b", 100000, 2), 0);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	kvt_store_close(st);
+	catalog_to_schema4(env.cfg.store.dir);
+	catalog_exec(env.cfg.store.dir, "UPDATE objects SET key = 's1/a2' WHERE key = 's1/a'");
+
+	st = open_faulty(&env, &plan);
+	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", env.cfg.store.dir);
+	plan.fail_heads = 1;
+	kvt_g4_cleanup(st, NULL);
+	assert_int_equal(access(path, F_OK), 0);
+	assert_int_equal(plan.fail_heads, 0);
+	gets = plan.gets;
+	assert_int_equal(kvt_g4_cleanup(st, NULL), 0);
+	assert_int_equal(plan.gets, gets + 1);	/* the manifest's owner: the ETag matched */
+	assert_int_equal(access(path, F_OK), 0);
+	assert_int_equal(tier_of(st, "kvs", "s1/a2"), KVT_TIER_COLD);
+	assert_int_equal(test_check(st, "kvs", "s1/a2", 100000, 1), 0);
+	assert_int_equal(test_check(st, "kvs", "s1/b", 100000, 2), 0);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 /* A copy gone from G4 (or not the object's): the read is an I/O error. */
 static void test_recall_copy_missing(void **state)
 {
@@ -3044,6 +3088,7 @@ int main(void)
 		cmocka_unit_test(test_deleted_stay_deleted),
 		cmocka_unit_test(test_rename_cold),
 		cmocka_unit_test(test_rename_cold_schema4),
+		cmocka_unit_test(test_rename_cold_schema4_etag),
 		cmocka_unit_test(test_rename_during_upload),
 		cmocka_unit_test(test_handover_during_demotion),
 		cmocka_unit_test(test_handover_at_manifest_write),
