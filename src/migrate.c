@@ -1425,6 +1425,28 @@ static int demote_foreign(struct cat *c, const struct session_ref *s, uint64_t o
 	return 0;
 }
 
+/*
+ * A session demote_session() refused whole (a manifest of a newer format,
+ * -EPROTO; a partner that did not answer about it; a catalog error) before
+ * any of its objects was counted: each object it leaves hot counts as a
+ * failure, and a session whose objects cannot be counted as one. Logged,
+ * and not counted, a nightly run that demoted nothing of it exited 0.
+ */
+static void demote_refused(struct cat *c, const struct session_ref *s,
+			   struct kvt_g4_report *rep)
+{
+	struct cat_g4_obj *v = NULL;
+	size_t n = 0, left = 0;
+	int rc = c ? cat_g4_session_objects(c, s->bucket_id, s->session,
+					    1u << KVT_TIER_HOT | 1u << KVT_TIER_DEMOTING,
+					    &v, &n) : -ENOMEM;
+
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		left += !(v[i].co->obj->tier == KVT_TIER_HOT && v[i].co->obj->pinned);
+	cat_g4_objs_free(v, n);
+	rep->failures += rc < 0 || !left ? 1 : left;
+}
+
 static int demote_session(struct kvt_store *st, struct cold *cold, const struct session_ref *s,
 			  const struct kvt_g4_opts *o, struct kvt_g4_report *rep,
 			  struct g4_ctl *ctl)
@@ -1433,7 +1455,7 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	struct cat_g4_obj *v = NULL;
 	size_t n = 0, moved = 0, demoting = 0;
 	int count = 0, lock = -1, rc;
-	uint64_t self, owner = 0;
+	uint64_t self, owner = 0, failed0 = rep->failures;
 
 	if (!c)
 		return -ENOMEM;
@@ -1441,13 +1463,15 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 		return demote_dry(c, s, o, rep);
 	rc = cat_store_id(c, &self);
 	if (rc < 0)
-		return rc;
+		goto out;
 	/* Two demotions of one session (the migrator and reclaim under
 	 * pressure, in two processes) would each write the manifest from what
 	 * they saw: the last could omit what the first marked cold. */
 	lock = g4_lock(st, "demote", s->bucket, s->session, 1);
-	if (lock < 0)
-		return lock;
+	if (lock < 0) {
+		rc = lock;
+		goto out;
+	}
 	/* A session another store imported since is that store's: a demotion
 	 * here (of what this node recalled before it moved on) rewrote its
 	 * manifest from this catalog, dropping what the owner added and naming
@@ -1518,6 +1542,8 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 out:
 	cat_g4_objs_free(v, n);
 	g4_unlock(lock);
+	if (rc < 0 && rc != -ENOMEM && rep->failures == failed0)
+		demote_refused(c, s, rep);
 	return rc;
 }
 

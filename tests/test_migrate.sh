@@ -261,11 +261,22 @@ kvt_expect 1 "$M" -c "$B" --import models/s7
 kvt_grep err "the manifest '.kvtier/manifests/models/s7.json' in g4 is of format 2, which a newer kvtier wrote; this one reads format 1"
 kvt_expect 1 "$K" -c "$B" head models s7/a
 kvt_expect 0 "$K" put models s7/b "$T/in.newer"
-# The run goes on to other sessions (a session's error is no failure of it).
-kvt_run "$M" --session models/s7
+# A run that cannot demote a session fails, counting what stays hot: it
+# logged the refusal, said "0 failures" and exited 0, and a nightly cron
+# job never told anyone. Other sessions of the run still go.
+echo other >"$T/in.other"
+kvt_expect 0 "$K" put models s8/a "$T/in.other"
+kvt_expect 1 "$M" --idle 0s
 kvt_grep err "is of format 2, which a newer kvtier wrote; this one reads format 1: session 's7' of bucket 'models' is left alone"
+kvt_grep err "cannot demote session 's7' of bucket 'models'"
+kvt_grep err "^kvtier-migrate: demote: [0-9]+ sessions, [0-9]+ objects, .*, 1 failures$"
 cmp -s "$MF" "$T/mf.newer" || fail "the newer manifest was written over: $(cat "$MF")"
 tier_is models s7/b hot
+tier_is models s8/a cold
+kvt_expect 1 "$M" --session models/s7 --json
+kvt_grep out "\"action\":\"demote\",.*\"objects\":0,.*\"failures\":1,"
+# Put back in this format for the steps that follow.
+sed -i 's/"kvtier_manifest": 2,/"kvtier_manifest": 1,/' "$MF"
 
 step "a key without '/' is plain cache to reclaim, but a session of its own here"
 # docs/operations.md said it had no session; head, stat and the migrator
