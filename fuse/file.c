@@ -1288,6 +1288,23 @@ static int fh_publish_stage(struct kvfs *kv, struct fh *h, const char *bucket, c
 	return rc;
 }
 
+/* Writes the unchanged base out as a new version of bucket/key: a close
+ * needs no staging file, nothing the open did not already hold. */
+static int fh_publish_base(struct kvfs *kv, struct fh *h, const char *bucket, const char *key,
+			   const struct kvt_put_opts *opts)
+{
+	struct kvt_writer *w = NULL;
+	int rc = kvt_writer_open(kv->st, bucket, key, opts, &w);
+
+	if (rc == 0)
+		rc = fh_base_copy(kv, h, w, -1);
+	if (rc == 0)
+		rc = kvt_writer_commit(w, NULL);
+	else
+		kvt_writer_abort(w);
+	return rc;
+}
+
 /*
  * Publishes the handle's content under the node's current name, atomically.
  * A file removed meanwhile (unlink, rename over it) publishes nothing.
@@ -1357,11 +1374,19 @@ static int fh_publish_named(struct kvfs *kv, struct fh *h)
 	switch (h->state) {
 	case FH_BASE:
 		if (h->r || h->base_lazy) {
-			/* Unchanged bytes under new metadata: rare (truncate to the same
-			 * size after create); write them out like a staged file. */
-			rc = fh_stage(kv, h);
-			if (rc == 0)
-				rc = fh_publish_stage(kv, h, bucket, key, &opts);
+			/* Unchanged bytes under new metadata (ftruncate to the
+			 * file's own size): written out straight from the base.
+			 * Through a staging file, the close of a file whose every
+			 * call had succeeded failed with ENFILE when the mount's
+			 * staging room was full (kvfs_staging_limit). */
+			rc = fh_publish_base(kv, h, bucket, key, &opts);
+			if (rc == 0) {
+				/* Further reads start from what was published, as
+				 * after a stream's: the version opened may be
+				 * reclaimed, and the new one's ETag need not be its. */
+				fh_drop_base(h);
+				h->base_lazy = 1;
+			}
 		} else {
 			rc = kvfs_put_empty(kv, bucket, key, &opts);
 		}

@@ -46,6 +46,13 @@ python3 "$top_srcdir/tests/fuse/staging.py" "$M/bkt" 400 48 || fail "staging.py 
 ! grep -q "Too many open files$" "$T/fuse.log" ||
 	fail "the daemon ran out of descriptors: $(grep -m 3 "Too many open files$" "$T/fuse.log")"
 
+step "with the staging room full, a close after metadata-only changes succeeds"
+# open(O_RDWR) of an existing file, ftruncate to its own size, fchmod,
+# futimens, close: the close wrote the unchanged bytes out through a staging
+# file, and failed with ENFILE once the room was full, after every call
+# before it had succeeded.
+python3 "$top_srcdir/tests/fuse/metaclose.py" "$M/bkt" 48 || fail "metaclose.py (above)"
+
 step "unmount; fsck"
 fuse_umount "$M"
 kvt_expect 0 "$K" fsck
