@@ -156,7 +156,7 @@ int main(int argc, char **argv)
 	struct kvt_config cfg;
 	struct kvt_store *st = NULL;
 	struct kvt_g4_opts go = { 0 };
-	struct kvt_g4_report rep = { 0 };
+	struct kvt_g4_report rep = { 0 }, swept = { 0 };
 	struct progress prog = { 0 };
 	int ch, json = 0, quiet = 0, want_progress = 0, mode = 0, status = 2, lock_fd = -1, rc;
 	double t0, secs;
@@ -266,7 +266,7 @@ int main(int argc, char **argv)
 
 	t0 = mono_s();
 	/* Opens G4 first: a url, endpoint or key file that fails is configuration. */
-	rc = kvt_g4_cleanup(st, &go);
+	rc = kvt_g4_cleanup(st, &go, &swept);
 	if (rc == -EHOSTUNREACH || rc == -EAGAIN) {
 		/* A partner that is down or busy is not configuration (it said
 		 * "cannot open g4", exit 2): the next run tries again. */
@@ -317,6 +317,8 @@ int main(int argc, char **argv)
 		status = 1;
 		goto out;
 	}
+	/* What the sweep left in G4 (logged) is this run's failure too. */
+	rep.failures += swept.failures;
 	status = rep.failures ? 1 : 0;
 	if (json) {
 		printf("{\"action\":\"%s\",\"dry_run\":%s,\"sessions\":%" PRIu64 ",\"objects\":%" PRIu64

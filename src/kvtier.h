@@ -651,8 +651,10 @@ int kvt_object_recall(struct kvt_store *st, const char *bucket, const char *key)
 /* Removes what interrupted uploads of this host left in G4, and the copies
  * of what was deleted here; opts->retries (NULL: none) more tries of the
  * listing of multipart uploads that the partner failed with 500, 503 or no
- * answer. */
-int kvt_g4_cleanup(struct kvt_store *st, const struct kvt_g4_opts *opts);
+ * answer. What it could not remove (left for the next run) is counted in
+ * rep->failures, if rep is not NULL; it does not fail the call. */
+int kvt_g4_cleanup(struct kvt_store *st, const struct kvt_g4_opts *opts,
+		   struct kvt_g4_report *rep);
 
 /* ---- checking (fsck.c) ------------------------------------------------ */
 

@@ -1608,7 +1608,8 @@ static int upload_collect(void *arg, const char *url, const char *key, const cha
  * alive is left alone. Uploads of another G4 url (the configuration
  * changed) are left recorded and logged.
  */
-static int g4_abort_stale(struct kvt_store *st, struct cat *c, struct cold *cold)
+static int g4_abort_stale(struct kvt_store *st, struct cat *c, struct cold *cold,
+			  uint64_t *failed)
 {
 	struct upload_list l = { 0 };
 	int rc = cat_g4_uploads(c, upload_collect, &l);
@@ -1634,8 +1635,10 @@ static int g4_abort_stale(struct kvt_store *st, struct cat *c, struct cold *cold
 		else if (r == -EOPNOTSUPP)
 			log_err(0, "g4 '%s' cannot abort the multipart upload '%s' of '%s'; its"
 				" parts stay until the partner expires them", cold->url, u->id, u->key);
-		else
-			continue;	/* logged; the next run tries again */
+		else {
+			(*failed)++;	/* logged; the next run tries again */
+			continue;
+		}
 		rc = cat_g4_upload_end(c, u->id);
 	}
 	for (size_t i = 0; i < l.n; i++) {
@@ -1791,12 +1794,13 @@ static int sweep_copy(struct kvt_store *st, struct cat *c, struct cold *cold,
 	return rc < 0 ? rc : cat_g4_dead_done(c, d->id);
 }
 
-static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold)
+/* What it could not drop counts in *failed; -EIO if anything. */
+static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold, uint64_t *failed)
 {
 	struct dead_list l = { 0 };
 	size_t i = 0;
-	uint64_t self = 0;
-	int rc = cat_store_id(c, &self), failed = 0;
+	uint64_t self = 0, failed0 = *failed;
+	int rc = cat_store_id(c, &self);
 
 	if (rc == 0)
 		rc = cat_g4_dead(c, dead_collect, &l);
@@ -1827,9 +1831,9 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold)
 			int gone = owner && owner != self ? cat_g4_dead_done(c, l.v[i].id) :
 				   l.v[i].unproven < 0 ? -EAGAIN : sweep_copy(st, c, cold, &l.v[i]);
 
-			failed += gone < 0;
+			*failed += gone < 0;
 		}
-		failed += r < 0;
+		*failed += r < 0;
 		i = j;
 		g4_unlock(lock);
 	}
@@ -1840,28 +1844,36 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold)
 		free(l.v[k].g4_key);
 	}
 	free(l.v);
-	if (rc == 0 && failed)
+	if (rc == 0 && *failed > failed0)
 		rc = -EIO;
 	return rc;
 }
 
-int kvt_g4_cleanup(struct kvt_store *st, const struct kvt_g4_opts *o)
+int kvt_g4_cleanup(struct kvt_store *st, const struct kvt_g4_opts *o,
+		   struct kvt_g4_report *rep)
 {
 	struct cat *c = store_cat(st);
 	struct cold *cold;
 	struct g4_ctl ctl;
+	uint64_t failed = 0;
 	int rc = store_cold(st, &cold), r;
 
+	if (rep)
+		memset(rep, 0, sizeof(*rep));
 	if (rc < 0)
 		return rc;
 	if (!c)
 		return -ENOMEM;
-	rc = g4_abort_stale(st, c, cold);
+	rc = g4_abort_stale(st, c, cold, &failed);
 	/* What the sweep cannot delete (a partner that refuses a DELETE, a
 	 * copy it cannot reach now) stays for the next run; it must not keep
 	 * this run from demoting and recalling: returned, it made every run
-	 * exit 2, "cannot open g4", for as long as one copy stayed. */
-	r = g4_sweep(st, c, cold);
+	 * exit 2, "cannot open g4", for as long as one copy stayed. Counted
+	 * as failures, though: only logged, a run whose sweep left a deleted
+	 * key's copy in G4 said "0 failures" and exited 0. */
+	r = g4_sweep(st, c, cold, &failed);
+	if (rep)
+		rep->failures = failed;
 	if (r < 0 && r != -ENOMEM)
 		log_err(r, "cannot drop from g4 all that was deleted here; the next run goes on");
 	else if (r < 0)

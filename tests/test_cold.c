@@ -382,17 +382,17 @@ static void test_cleanup_retried(void **state)
 	st = open_faulty(&env, &plan);
 	plan.fail_cleanups = 2;
 	plan.err = -EAGAIN;
-	assert_int_equal(kvt_g4_cleanup(st, &o), 0);
+	assert_int_equal(kvt_g4_cleanup(st, &o, NULL), 0);
 	assert_int_equal(plan.fail_cleanups, 0);
 	plan.fail_cleanups = 1;
 	plan.err = -ECONNRESET;
-	assert_int_equal(kvt_g4_cleanup(st, &o), 0);
+	assert_int_equal(kvt_g4_cleanup(st, &o, NULL), 0);
 	/* More than the retries, or none asked for: the run ends, as before. */
 	plan.fail_cleanups = 3;
-	assert_int_equal(kvt_g4_cleanup(st, &o), -ECONNRESET);
+	assert_int_equal(kvt_g4_cleanup(st, &o, NULL), -ECONNRESET);
 	plan.fail_cleanups = 1;
 	plan.err = -EAGAIN;
-	assert_int_equal(kvt_g4_cleanup(st, NULL), -EAGAIN);
+	assert_int_equal(kvt_g4_cleanup(st, NULL, NULL), -EAGAIN);
 	kvt_store_close(st);
 	test_env_release(&env);
 }
@@ -599,13 +599,13 @@ static void test_redemote_damaged_renamed_copy(void **state)
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(kvt_object_rename(st, "kvs", "s1/a", "s1/b", 0), 0);
 	/* The rename's dead row, done: the cold object still names the copy. */
-	assert_int_equal(kvt_g4_cleanup(st, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(st, NULL, NULL), 0);
 	assert_int_equal(test_check(st, "kvs", "s1/b", 100000, 7), 0);	/* recalled */
 	damage_g4_copy(&env, "kvs/s1/a");
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
 	assert_int_equal(tier_of(st, "kvs", "s1/b"), KVT_TIER_COLD);
-	assert_int_equal(kvt_g4_cleanup(st, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(st, NULL, NULL), 0);
 	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", env.cfg.store.dir);
 	assert_int_equal(stat(path, &sb), -1);
 	assert_int_equal(errno, ENOENT);
@@ -752,13 +752,13 @@ static void test_handover_kept(void **state)
 
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/a"), 0);
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/b"), 0);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
 
 	/* B carries on: a new block, demoted again; A's sweep still leaves it. */
 	assert_int_equal(test_put(sb, "kvs", "s1/c", 3000, 3), 0);
 	assert_int_equal(kvt_g4_demote(sb, &o, &rep), 0);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/b", 5000, 2), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/c", 3000, 3), 0);
 
@@ -802,7 +802,7 @@ static void test_handover_recalled_left(void **state)
 	redemoted = rep.objects;
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/a"), 0);
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/b"), 0);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/b", 5000, 2), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/c", 3000, 3), 0);
@@ -878,7 +878,7 @@ static void test_handover_back(void **state)
 	assert_int_equal(test_put(sb, "kvs", "s1/c", 6000, 13), 0);
 	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/b"), 0);
 	assert_int_equal(kvt_g4_demote(sb, &o, &rep), 0);
-	assert_int_equal(kvt_g4_cleanup(sb, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
 
 	assert_int_equal(kvt_g4_import_session(sa, "kvs", "s1", NULL, &rep), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 71000, 11), 0);
@@ -886,8 +886,8 @@ static void test_handover_back(void **state)
 	assert_int_equal(kvt_object_head(sa, "kvs", "s1/b", &obj), -ENOENT);
 	/* The manifest A wrote serves a third node as B's did. */
 	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/a"), 0);
-	assert_int_equal(kvt_g4_cleanup(sb, NULL), 0);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 71000, 11), 0);
 	test_fsck_clean(sa);
 	test_fsck_clean(sb);
@@ -997,7 +997,7 @@ static void test_handover_partial_import(void **state)
 	assert_int_equal(cat_g4_dead(store_cat(sb), dead_count, &dead), 0);
 	assert_int_equal(dead, 0);
 	assert_true(manifest_names(cold, sa));
-	assert_int_equal(kvt_g4_cleanup(sb, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 71000, 11), 0);
 	test_fsck_clean(sb);
 	two_nodes_close(&a, &b, sa, sb);
@@ -2056,7 +2056,7 @@ static void test_g4_none(void **state)
 	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
 	assert_int_equal(test_put(st, "kvs", "s1/a", 4096, 1), 0);
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), -ENODEV);
-	assert_int_equal(kvt_g4_cleanup(st, NULL), -ENODEV);
+	assert_int_equal(kvt_g4_cleanup(st, NULL, NULL), -ENODEV);
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
 	/* Twice the hot tier: the oldest go, sessions and plain cache alike. */
 	for (int i = 0; i < 64; i++) {
@@ -2212,7 +2212,7 @@ static void test_deleted_stay_deleted(void **state)
 				      &len), 0);
 	assert_non_null(strstr(text, "\"s1/deleted\""));
 	free(text);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	assert_int_equal(cold_get_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", 1 << 20, &text,
 				      &len), 0);
 	assert_null(strstr(text, "\"s1/deleted\""));
@@ -2228,7 +2228,7 @@ static void test_deleted_stay_deleted(void **state)
 	assert_int_equal(cold_head(cold, "kvs/s1/overwritten", NULL), -ENOENT);
 	assert_int_equal(cold_head(cold, "kvs/s1/kept", NULL), 0);
 	/* A second sweep has nothing left to do. */
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 
 	/* The other node imports only what stands. */
 	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
@@ -2252,9 +2252,9 @@ static void test_deleted_stay_deleted(void **state)
 
 	/* Overwritten, swept, then deleted: its copy goes (a helper's case). */
 	assert_int_equal(test_put(sa, "kvs", "s1/overwritten", 6000, 23), 0);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/overwritten"), 0);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	assert_int_equal(cold_head(cold, "kvs/s1/overwritten", NULL), -ENOENT);
 	two_nodes_close(&a, &b, sa, sb);
 }
@@ -2324,7 +2324,7 @@ static void test_killed_after_put(void **state)
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_DEMOTING);
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
-	assert_int_equal(kvt_g4_cleanup(st, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(st, NULL, NULL), 0);
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
 	assert_int_equal(tier_of(st, "kvs", "s1/b"), KVT_TIER_COLD);
 	assert_true(file_exists(path));
@@ -2340,7 +2340,7 @@ static void test_killed_after_put(void **state)
 	assert_true(file_exists(path));
 	st = test_store_open(&env);
 	assert_int_equal(kvt_object_delete(st, "kvs", "s1/c"), 0);
-	assert_int_equal(kvt_g4_cleanup(st, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(st, NULL, NULL), 0);
 	assert_false(file_exists(path));
 	assert_int_equal(test_check(st, "kvs", "s1/a", 70000, 1), 0);
 	assert_int_equal(test_check(st, "kvs", "s1/b", 80000, 2), 0);
@@ -2461,11 +2461,11 @@ static void test_rename_cold(void **state)
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/b"), 0);
 	/* A new object at the old name, and the sweep, before any recall. */
 	assert_int_equal(test_put(sa, "kvs", "s1/a", 40000, 11), 0);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
 	assert_int_equal(tier_of(sa, "kvs", "s1/a"), KVT_TIER_COLD);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 
 	/* Every object reads back byte-exact, recalled from where G4 has it. */
 	assert_int_equal(test_check(sa, "kvs", "s1/a2", 300000, 1), 0);
@@ -2475,7 +2475,7 @@ static void test_rename_cold(void **state)
 	assert_int_equal(test_check(sa, "kvs", "s1/other", 5000, 4), 0);
 	/* Cold again, swept again, and read again: still there. */
 	all_cold(sa, cold2, 5);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a2", 300000, 1), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 40000, 11), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/dir2/c", 100000, 3), 0);
@@ -2495,7 +2495,7 @@ static void test_rename_cold(void **state)
 	assert_int_equal(kvt_object_rename(sa, "kvs", "s1/a2", "s1/a3", 0), 0);
 	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	assert_int_equal(tier_of(sa, "kvs", "s1/a3"), KVT_TIER_COLD);
 	assert_int_equal(test_check(sa, "kvs", "s1/a3", 300000, 1), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/a", 40000, 11), 0);
@@ -2784,7 +2784,7 @@ static void test_handover_during_demotion(void **state)
 
 	plan.stall_ms = 0;
 	assert_int_equal(kvt_object_delete(d.st, "kvs", "s1/a"), 0);
-	assert_int_equal(kvt_g4_cleanup(d.st, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(d.st, NULL, NULL), 0);
 	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
 	assert_int_equal(test_check(d.st, "kvs", "s1/b", 5000, 2), 0);
 	kvt_store_close(d.st);
@@ -2989,14 +2989,14 @@ static void test_rename_during_upload(void **state)
 	assert_int_equal(access(path, F_OK), 0);
 	snprintf(path2, sizeof(path2), "%s/g4/kvs/s1/dir/c%%", env.cfg.store.dir);
 	assert_int_equal(access(path2, F_OK), 0);
-	assert_int_equal(kvt_g4_cleanup(d.st, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(d.st, NULL, NULL), 0);
 	assert_int_equal(access(path, F_OK), -1);
 	assert_int_equal(access(path2, F_OK), -1);
 	all_cold(d.st, cold, 2);
 	assert_int_equal(kvt_g4_demote(d.st, &o9, &rep), 0);
 	assert_int_equal(rep.failures, 0);
 	assert_int_equal(tier_of(d.st, "kvs", "s1/d"), KVT_TIER_COLD);
-	assert_int_equal(kvt_g4_cleanup(d.st, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(d.st, NULL, NULL), 0);
 	assert_int_equal(test_check(d.st, "kvs", "s1/b", 300000, 1), 0);
 	assert_int_equal(test_check(d.st, "kvs", "s1/dir2/c", 200000, 2), 0);
 	assert_int_equal(test_check(d.st, "kvs", "s1/d", 100000, 3), 0);
