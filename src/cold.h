@@ -181,6 +181,7 @@ struct cold_fault_plan {
 	unsigned unverified_puts;	/* the next N puts answer info->verified = 0 */
 	unsigned fail_heads;	/* the next N heads fail with err */
 	unsigned fail_cleanups;	/* the next N cleanups (its listing) fail with err */
+	unsigned fail_aborts;	/* the next N aborts of a multipart upload fail with err */
 	unsigned stall_ms;	/* every put and get waits this long first */
 	unsigned hold;		/* 1: ... and every put then until it is 0 again (30 s at most) */
 	unsigned etag_heads;	/* 1: heads answer an ETag of the bytes held (as S3's MD5) */

@@ -273,7 +273,11 @@ static int cfa_cleanup(struct cold *c)
 
 static int cfa_abort_upload(struct cold *c, const char *pkey, const char *upload_id)
 {
-	return cold_abort_upload(((struct cold_fault *)c)->inner, pkey, upload_id);
+	struct cold_fault *f = (struct cold_fault *)c;
+
+	if (cfa_take(&f->plan->fail_aborts))
+		return cfa_err(f->plan);
+	return cold_abort_upload(f->inner, pkey, upload_id);
 }
 
 static void cfa_free(struct cold *c)

@@ -397,6 +397,39 @@ static void test_cleanup_retried(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * A multipart upload an interrupted run left that the partner will not
+ * abort now stays recorded for the next run, and counts as a failure of
+ * this one: only logged, the run said "0 failures" and exited 0.
+ */
+static void test_cleanup_abort_failed(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct kvt_g4_report rep;
+	struct test_env env;
+	struct kvt_store *st;
+	struct cold *cold;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(store_cold(st, &cold), 0);
+	assert_int_equal(cat_g4_upload_begin(store_cat(st), cold->url, "b/k", "up1", 1), 0);
+	plan.fail_aborts = 1;
+	plan.err = -EIO;
+	assert_int_equal(kvt_g4_cleanup(st, NULL, &rep), 0);
+	assert_int_equal(plan.fail_aborts, 0);
+	assert_int_equal(rep.failures, 1);
+	/* The next run, the partner answering, forgets it (a file:// G4 has
+	 * none to abort: EOPNOTSUPP, said and not retried). */
+	assert_int_equal(kvt_g4_cleanup(st, NULL, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(kvt_g4_cleanup(st, NULL, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 /* Failed, short and damaged transfers: nothing lost, a later run finishes. */
 static void test_faults(void **state)
 {
@@ -3062,6 +3095,7 @@ int main(void)
 		cmocka_unit_test(test_demote_rules),
 		cmocka_unit_test(test_faults),
 		cmocka_unit_test(test_cleanup_retried),
+		cmocka_unit_test(test_cleanup_abort_failed),
 		cmocka_unit_test(test_import),
 		cmocka_unit_test(test_handover_kept),
 		cmocka_unit_test(test_handover_recalled_left),
