@@ -2643,7 +2643,7 @@ static void test_rename_cold_schema4(void **state)
 	assert_int_equal(rep.failures, 0);
 	assert_int_equal(tier_of(sa, "kvs", "s1/b"), KVT_TIER_COLD);
 	/* The sweep: d's copy goes, c2's stays. */
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	snprintf(path, sizeof(path), "%s/shared-g4/kvs/s1/d%%", a.dir);
 	assert_int_equal(access(path, F_OK), -1);
 	assert_int_equal(test_check(sa, "kvs", "s1/c2", 5000, 3), 0);
@@ -2652,7 +2652,7 @@ static void test_rename_cold_schema4(void **state)
 	/* All cold again, swept again: still there, here and on b. */
 	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
 	assert_int_equal(rep.failures, 0);
 	assert_int_equal(rep.objects, 4);
@@ -2696,11 +2696,11 @@ static void test_rename_cold_schema4_etag(void **state)
 	st = open_faulty(&env, &plan);
 	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", env.cfg.store.dir);
 	plan.fail_heads = 1;
-	kvt_g4_cleanup(st, NULL);
+	kvt_g4_cleanup(st, NULL, NULL);
 	assert_int_equal(access(path, F_OK), 0);
 	assert_int_equal(plan.fail_heads, 0);
 	gets = plan.gets;
-	assert_int_equal(kvt_g4_cleanup(st, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(st, NULL, NULL), 0);
 	assert_int_equal(plan.gets, gets + 1);	/* the manifest's owner: the ETag matched */
 	assert_int_equal(access(path, F_OK), 0);
 	assert_int_equal(tier_of(st, "kvs", "s1/a2"), KVT_TIER_COLD);
@@ -2896,7 +2896,7 @@ static void test_handover_at_manifest_write(void **state)
 
 	/* This store's sweep leaves the importer's copies alone. */
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/a"), 0);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", a.cfg.store.dir);
 	assert_true(file_exists(path));
 	assert_int_equal(test_check(h.st, "kvs", "s1/a", 70000, 1), 0);
