@@ -94,14 +94,19 @@ kvt_grep out "^\{\"action\":\"demote\",\"dry_run\":true,\"sessions\":4,\"objects
 tier_is models s1/blk4096 hot
 
 step "a second run while one holds the lock exits 75"
-flock "$KVT_DIR/migrate.lock" sleep 3 &
+# The lock is held from before the first run until after the second: held
+# for a fixed 3 s from 0.5 s before, the runs of a loaded sanitizer build
+# could start after it was gone. Bounded, and it lets go once $T goes.
+timeout 120 flock "$KVT_DIR/migrate.lock" sh -c \
+	'touch "$1"; while [ -e "$1" ]; do sleep 0.05; done' sh "$T/lock.held" &
 locker=$!
-sleep 0.5
+wait_for_file "$T/lock.held" "flock did not take migrate.lock"
 kvt_expect 75 "$M" --idle 0s
 kvt_grep err "another run holds '.*migrate.lock'"
 kvt_expect 75 "$M" --idle 0s -q
 [ ! -s "$KVT_TMP/err" ] || fail "a quiet run locked out printed: $(cat "$KVT_TMP/err")"
-wait "$locker"
+rm "$T/lock.held"
+wait "$locker" || fail "the lock holder failed"
 
 step "demote everything idle: cold, in G4 with manifests"
 kvt_expect 0 "$M" --idle 0s
