@@ -247,13 +247,15 @@ kvt_grep out "^header errors: +1$"
 step "init grows a store only when no other process has it open"
 # A put that waits for its stdin keeps the store open meanwhile.
 mkfifo "$T/held"
-"$K" put damage held - <"$T/held" &
+"$K" put damage held - <"$T/held" 2>"$T/held.err" &
 held=$!
 exec 7>"$T/held"
-for _ in $(seq 1 100); do
-	ls -l "/proc/$held/fd" 2>/dev/null | grep -q 'segments\.map$' && break
-	sleep 0.05
-done
+# Until the put has the store open, however long a loaded sanitizer build
+# takes: after 5 s the test went on regardless, and init grew the store.
+holds_store() {
+	ls -l "/proc/$held/fd" 2>/dev/null | grep -q 'segments\.map$'
+}
+wait_until "$held" "$T/held.err" 60 "the put holding the store open" holds_store
 sed 's/^capacity = 64M$/capacity = 96M/' "$KVTIER_CONF" >"$T/grown.conf"
 kvt_expect 1 "$K" -c "$T/grown.conf" init
 kvt_grep err "cannot grow the store in '.*': another kvtier process has it open"
