@@ -242,12 +242,14 @@ cmp "$T/in.mp" "$T/back" || fail "the multipart object came back different"
 step "kill -9 during a multipart upload; the next run finishes it"
 head -c 20971521 /dev/urandom >"$T/in.mp2"
 kvt_expect 0 "$K" put models mp2/big "$T/in.mp2"
-"$M" --session models/mp2 --limit-rate 4M -q 2>/dev/null &
+"$M" --session models/mp2 --limit-rate 4M -q 2>"$T/mpkill.err" &
 pid=$!
-for i in $(seq 100); do
-	[ "$(sqlite3 "$KVT_DIR/catalog.db" 'SELECT count(*) FROM g4_uploads' 2>/dev/null)" = 1 ] && break
-	sleep 0.05
-done
+# Waited for as long as it takes, not 5 s and on regardless: a loaded
+# sanitizer build can take longer to open the store and start the upload.
+uploads_in() {
+	[ "$(sqlite3 "$1" 'SELECT count(*) FROM g4_uploads' 2>/dev/null)" = 1 ]
+}
+wait_until "$pid" "$T/mpkill.err" 60 "the migrator's multipart upload" uploads_in "$KVT_DIR/catalog.db"
 sleep 1
 kill -9 "$pid"
 wait "$pid" 2>/dev/null || true
@@ -358,12 +360,9 @@ PY
 }
 head -c 26214401 /dev/urandom >"$T/in.gw2"
 kvt_expect 0 "$K" -c "$G" put models gw2/big "$T/in.gw2"
-"$M" -c "$G" --session models/gw2 --limit-rate 4M -q 2>/dev/null &
+"$M" -c "$G" --session models/gw2 --limit-rate 4M -q 2>"$T/gwkill.err" &
 pid=$!
-for i in $(seq 100); do
-	[ "$(sqlite3 "$T/datag/catalog.db" 'SELECT count(*) FROM g4_uploads' 2>/dev/null)" = 1 ] && break
-	sleep 0.05
-done
+wait_until "$pid" "$T/gwkill.err" 60 "the migrator's multipart upload" uploads_in "$T/datag/catalog.db"
 sleep 1.5
 kill -9 "$pid"
 wait "$pid" 2>/dev/null || true
