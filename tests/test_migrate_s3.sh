@@ -127,7 +127,7 @@ while True:
     held.append(s.accept()[0])
 ' >"$T/stall.port" &
 stall=$!
-trap 'kill "$stall" 2>/dev/null; gw_cleanup; s3rver_stop' EXIT
+trap 'kill "$stall" 2>/dev/null || :; gw_cleanup; s3rver_stop' EXIT
 poll 50 test -s "$T/stall.port" || fail "the silent partner did not start"
 sed "s|^endpoint = .*|endpoint = http://127.0.0.1:$(cat "$T/stall.port")|" "$KVTIER_CONF" \
 	>"$T/stall.conf"
