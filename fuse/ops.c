@@ -556,22 +556,23 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	fuse_reply_err(req, EPERM);	/* an object has exactly one key */
 }
 
-/* Key of parent's directory (for kvfs_dir_keep), or NULL. */
-static char *dir_key_of(struct kvfs *kv, struct node *parent)
+/* parent lost an entry: it stays a directory if that was its last
+ * (kvfs_dir_keep). */
+static void dir_keep_parent(struct kvfs *kv, struct node *parent)
 {
 	char *bucket = NULL, *key = NULL;
 
-	if (node_path(kv, parent, &bucket, &key) < 0)
-		return NULL;
+	if (node_path(kv, parent, &bucket, &key) == 0)
+		kvfs_dir_keep(kv, bucket, key);
 	free(bucket);
-	return key;
+	free(key);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct kvfs *kv = req_kv(req);
 	struct node *p = node_get(kv, parent), *c = NULL;
-	char *bucket = NULL, *key = NULL, *dkey = NULL;
+	char *bucket = NULL, *key = NULL;
 	struct kvfs_stat s;
 	int rc, pending = 0;
 
@@ -601,9 +602,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 		goto out;
 	node_unhash(kv, p, name);
 	kvfs_dir_touch(kv, p);
-	dkey = dir_key_of(kv, p);
-	if (dkey)
-		kvfs_dir_keep(kv, bucket, dkey);
+	dir_keep_parent(kv, p);
 out:
 	pthread_rwlock_unlock(&kv->names);
 	reply_err(req, rc);
@@ -611,14 +610,13 @@ out:
 	node_put(kv, p);
 	free(bucket);
 	free(key);
-	free(dkey);
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct kvfs *kv = req_kv(req);
 	struct node *p = node_get(kv, parent), *c = NULL;
-	char *bucket = NULL, *key = NULL, *okey = NULL, *dkey = NULL;
+	char *bucket = NULL, *key = NULL, *okey = NULL;
 	struct kvfs_stat s;
 	int rc;
 
@@ -663,9 +661,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 		goto out;
 	node_unhash(kv, p, name);
 	kvfs_dir_touch(kv, p);
-	dkey = dir_key_of(kv, p);
-	if (dkey)
-		kvfs_dir_keep(kv, bucket, dkey);
+	dir_keep_parent(kv, p);
 out:
 	pthread_rwlock_unlock(&kv->names);
 	reply_err(req, rc);
@@ -674,7 +670,6 @@ out:
 	free(bucket);
 	free(key);
 	free(okey);
-	free(dkey);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
@@ -683,7 +678,6 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	struct kvfs *kv = req_kv(req);
 	struct node *p = node_get(kv, parent), *np = node_get(kv, newparent), *c = NULL;
 	char *fb = NULL, *fk = NULL, *tb = NULL, *tk = NULL, *fdir = NULL, *tdir = NULL;
-	char *dkey = NULL;
 	struct kvfs_stat src, dst;
 	int rc, pending = 0, writing = 0, dst_exists, locked = 0;
 
@@ -790,9 +784,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 	node_move(kv, p, name, np, newname);
 	kvfs_dir_touch(kv, p);
 	kvfs_dir_touch(kv, np);
-	dkey = dir_key_of(kv, p);
-	if (dkey)
-		kvfs_dir_keep(kv, fb, dkey);
+	dir_keep_parent(kv, p);
 out:
 	if (locked)
 		pthread_rwlock_unlock(&kv->names);
@@ -806,7 +798,6 @@ out:
 	free(tk);
 	free(fdir);
 	free(tdir);
-	free(dkey);
 }
 
 /* ---- files ------------------------------------------------------------------ */
