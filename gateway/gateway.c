@@ -187,6 +187,92 @@ static void gw_mhd_log(void *cls, const char *fmt, va_list ap)
 	log_warn(0, "libmicrohttpd: %s", msg);
 }
 
+/*
+ * -d: detaches, keeping a pipe to the parent, which exits with the status
+ * the child writes once it serves or has failed (gw_notify). So whoever ran
+ * `kvtier-gateway -d` learns at once, with the reason on its stderr, that
+ * the address is taken or the store cannot open: daemon(3) returned 0 in
+ * the parent before any of that was tried. No store may be open yet: the
+ * engine's byte-range locks and threads would not survive the fork. The
+ * directory stays: relative paths (the credentials and the access log,
+ * which SIGHUP opens again) name what they named in the foreground.
+ */
+static int gw_detach(int *notify_fd)
+{
+	int p[2], status = 1;
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		log_err(-errno, "cannot detach: pipe");
+		return -1;
+	}
+	pid = fork();
+	if (pid < 0) {
+		log_err(-errno, "cannot detach: fork");
+		close(p[0]);
+		close(p[1]);
+		return -1;
+	}
+	if (pid > 0) {
+		unsigned char b;
+
+		close(p[1]);
+		if (read(p[0], &b, 1) == 1)
+			status = b;
+		_exit(status);
+	}
+	close(p[0]);
+	setsid();
+	*notify_fd = p[1];
+	return 0;
+}
+
+/* Tells a waiting parent (gw_detach) the status to exit with; once. */
+static void gw_notify(int *fd, int status)
+{
+	unsigned char b = (unsigned char)status;
+
+	if (*fd < 0)
+		return;
+	if (write(*fd, &b, 1) < 0)
+		b = 0;
+	close(*fd);
+	*fd = -1;
+}
+
+/*
+ * A detached gateway's standard streams, once it serves: /dev/null, and its
+ * log lines go to syslog. Until then they were the caller's, for the reason
+ * a start failed.
+ */
+static int gw_redirect_stdio(void)
+{
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	if (null < 0)
+		return -errno;
+	dup2(null, STDIN_FILENO);
+	dup2(null, STDOUT_FILENO);
+	dup2(null, STDERR_FILENO);
+	close(null);
+	kvt_log_to_syslog();
+	return 0;
+}
+
+static void gw_log_serving(struct gw_server *srv, bool tls)
+{
+	const struct gw_options *o = &srv->opt;
+	const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
+
+	log_info("serving S3 on %s (port %u)%s, %u threads, store '%s'", o->listen,
+		 di ? di->port : 0, tls ? " over TLS" : "", o->threads, srv->cfg.store.dir);
+	if (srv->metrics_mhd) {
+		di = MHD_get_daemon_info(srv->metrics_mhd, MHD_DAEMON_INFO_BIND_PORT);
+		log_info("serving /metrics and /health on %s (port %u)", o->metrics_listen,
+			 di ? di->port : 0);
+	}
+}
+
 static void gw_creds_free(struct auth_creds *c)
 {
 	if (!c)
@@ -326,7 +412,7 @@ int main(int argc, char **argv)
 	char err[512];
 	sigset_t sigs;
 	unsigned flags;
-	int c, sig, rc, status = 1;
+	int c, sig, rc, status = 1, notify_fd = -1;
 	bool daemonize = false, uploads_init = false;
 	uint64_t sweep_every;
 	time_t next_sweep;
@@ -529,19 +615,9 @@ int main(int argc, char **argv)
 		}
 	}
 
-	/*
-	 * Detach before the store is opened: the engine's byte-range locks
-	 * belong to the process that took them, and a fork would lose them.
-	 * In the same directory: relative paths (the credentials and the
-	 * access log, which SIGHUP opens again) name what they named in the
-	 * foreground, not files under /.
-	 */
-	if (daemonize && daemon(1, 0) < 0) {
-		log_err(-errno, "cannot detach");
+	/* Before the store is opened: see gw_detach. */
+	if (daemonize && gw_detach(&notify_fd) < 0)
 		goto out;
-	}
-	if (daemonize)
-		kvt_log_to_syslog();	/* stderr is /dev/null now */
 	/*
 	 * Blocked before any thread starts, so every thread inherits the mask: a
 	 * SIGTERM that reached a thread with it unblocked would kill the process
@@ -668,17 +744,14 @@ int main(int argc, char **argv)
 				o->listen);
 		goto out;
 	}
-	{
-		const union MHD_DaemonInfo *di = MHD_get_daemon_info(srv.mhd, MHD_DAEMON_INFO_BIND_PORT);
-
-		log_info("serving S3 on %s (port %u)%s, %u threads, store '%s'", o->listen,
-			 di ? di->port : 0, tls_cert ? " over TLS" : "", o->threads, srv.cfg.store.dir);
-		if (srv.metrics_mhd) {
-			di = MHD_get_daemon_info(srv.metrics_mhd, MHD_DAEMON_INFO_BIND_PORT);
-			log_info("serving /metrics and /health on %s (port %u)", o->metrics_listen,
-				 di ? di->port : 0);
-		}
-	}
+	gw_log_serving(&srv, tls_cert != NULL);
+	/*
+	 * Detached: the caller's stderr had the lines above (with port 0, it
+	 * learns the port there); syslog has them too, and whatever follows.
+	 */
+	if (notify_fd >= 0 && gw_redirect_stdio() == 0)
+		gw_log_serving(&srv, tls_cert != NULL);
+	gw_notify(&notify_fd, 0);
 	/*
 	 * The main thread waits for signals and, between them, sweeps away
 	 * multipart uploads older than upload_max_age (with their parts): an
@@ -732,6 +805,7 @@ int main(int argc, char **argv)
 	}
 	status = 0;
 out:
+	gw_notify(&notify_fd, status ? status : 1);
 	/* libmicrohttpd must not stop with a connection suspended: drain the lanes first. */
 	gw_work_stop(srv.work);
 	if (srv.mhd)

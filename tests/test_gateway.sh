@@ -91,6 +91,12 @@ kvt_expect 1 timeout 30 "$GATEWAY" -c "$T/g2.conf" --credentials "$GW_CREDS" --l
 	--threads 1
 kvt_grep err "^kvtier-gateway: error: cannot listen on '127.0.0.1:$gport': Address already in use$"
 [ "$(wc -l <"$KVT_TMP/err")" -eq 1 ] || fail "more than the one error line: $(cat "$KVT_TMP/err")"
+step "-d on a port another listener holds exits non-zero at once, naming the address"
+# daemon(3) came before the bind: the caller got 0 and the child exited
+# silently (to syslog). The parent now waits for the child to serve or fail.
+kvt_expect 1 timeout 30 "$GATEWAY" -c "$T/g2.conf" --credentials "$GW_CREDS" --listen "127.0.0.1:$gport" \
+	--access-log off -d
+kvt_grep err "^kvtier-gateway: error: cannot listen on '127.0.0.1:$gport': Address already in use$"
 gw_stop "$g_pid"
 
 step "SIGHUP rereads the credentials (a bad file keeps the old users) and reopens the log"
