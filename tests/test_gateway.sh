@@ -91,6 +91,7 @@ kvt_expect 1 timeout 30 "$GATEWAY" -c "$T/g2.conf" --credentials "$GW_CREDS" --l
 	--threads 1
 kvt_grep err "^kvtier-gateway: error: cannot listen on '127.0.0.1:$gport': Address already in use$"
 [ "$(wc -l <"$KVT_TMP/err")" -eq 1 ] || fail "more than the one error line: $(cat "$KVT_TMP/err")"
+
 step "-d on a port another listener holds exits non-zero at once, naming the address"
 # daemon(3) came before the bind: the caller got 0 and the child exited
 # silently (to syslog). The parent now waits for the child to serve or fail.
@@ -136,12 +137,21 @@ if command -v curl >/dev/null 2>&1; then
 	mkdir "$R"
 	(umask 077 && printf 'AKIDREL relsecret\n' >"$R/creds")
 	gw_config "$R/kvtier.conf" "$R/data" 8M 1M
-	rport=$(shuf -i 20000-40000 -n 1)
-	(cd "$R" && "$GATEWAY" -c kvtier.conf -d --listen "127.0.0.1:$rport" --credentials creds \
-		--access-log access.log) || fail "kvtier-gateway -d did not start"
+	# Port 0: -d returns once it serves, having said on stderr which port
+	# the kernel gave (a port picked at random could be in use).
+	(cd "$R" && "$GATEWAY" -c kvtier.conf -d --listen 127.0.0.1:0 --credentials creds \
+		--access-log access.log 2>"$R/start.err") ||
+		fail "kvtier-gateway -d did not start: $(cat "$R/start.err")"
+	rport=$(gateway_port "$R/start.err")
+	[ -n "$rport" ] || fail "kvtier-gateway -d did not say its port: $(cat "$R/start.err")"
 	GW_ENDPOINT=http://127.0.0.1:$rport
-	poll 300 curl -sf -o /dev/null "$GW_ENDPOINT/health" || fail "kvtier-gateway -d does not answer"
-	rel_pid=$(pgrep -f -- "--listen 127.0.0.1:$rport ")
+	curl -sf -o /dev/null "$GW_ENDPOINT/health" || fail "kvtier-gateway -d does not answer"
+	# Not our child: the gateway whose directory is $R (other runs may
+	# have gateways of their own here).
+	rel_pid=
+	for p in $(pgrep -x kvtier-gateway); do
+		[ "$(readlink "/proc/$p/cwd" 2>/dev/null)" != "$R" ] || rel_pid=$p
+	done
 	[ -n "$rel_pid" ] || fail "cannot find kvtier-gateway -d"
 	gw_pids="$gw_pids $rel_pid"	# not a child: stopped at exit all the same
 	[ "$(hup_status AKIDREL:relsecret)" = 200 ] || fail "the -d gateway's user cannot sign in"
