@@ -276,23 +276,67 @@ static void parts_sweep(struct kvfs *kv)
 	kvt_list_free(l);
 }
 
-int kvfs_parts_init(struct kvfs *kv)
+/*
+ * The staging directory, this daemon's owner id and the lock on it, then
+ * the sweep of dead mounts' parts; under staging_lock. Logs nothing: the
+ * caller says what failed. On failure nothing is kept, to try again.
+ */
+static int staging_open(struct kvfs *kv, const char **what)
 {
 	unsigned char id[8];
 	char lock[64];
 	int rc;
 
-	if (mkdir(kv->staging, 0700) < 0 && errno != EEXIST) {
-		rc = -errno;
-		log_err(rc, "cannot make the staging directory '%s'", kv->staging);
-		return rc;
-	}
+	*what = "make the staging directory";
+	if (mkdir(kv->staging, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	*what = "open the staging directory";
 	kv->staging_fd = open(kv->staging, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (kv->staging_fd < 0) {
+	if (kv->staging_fd < 0)
+		return -errno;
+	*what = "draw a mount id in";
+	if (getrandom(id, sizeof(id), 0) != (ssize_t)sizeof(id)) {
 		rc = -errno;
-		log_err(rc, "cannot open the staging directory '%s'", kv->staging);
-		return rc;
+		goto fail;
 	}
+	for (size_t i = 0; i < sizeof(id); i++)
+		snprintf(kv->owner + 2 * i, 3, "%02x", id[i]);
+	snprintf(lock, sizeof(lock), "%s.lock", kv->owner);
+	*what = "make or lock the mount's lock file in";
+	kv->owner_fd = openat(kv->staging_fd, lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (kv->owner_fd < 0 || flock(kv->owner_fd, LOCK_EX | LOCK_NB) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	parts_sweep(kv);
+	atomic_store_explicit(&kv->staging_ready, 1, memory_order_release);
+	return 0;
+fail:
+	if (kv->owner_fd >= 0) {
+		unlinkat(kv->staging_fd, lock, 0);
+		close(kv->owner_fd);
+		kv->owner_fd = -1;
+	}
+	close(kv->staging_fd);
+	kv->staging_fd = -1;
+	return rc;
+}
+
+/*
+ * A disk with no room left (ENOSPC, EDQUOT) defers the staging directory to
+ * the first write that needs it: the mount comes up to be read, and writes
+ * fail with ENOSPC as they would anyway. Any other failure stops the start.
+ */
+static int staging_deferrable(int rc)
+{
+	return rc == -ENOSPC || rc == -EDQUOT;
+}
+
+int kvfs_parts_init(struct kvfs *kv)
+{
+	const char *what = "";
+	int rc;
+
 	rc = kvt_bucket_create_internal(kv->st, KVFS_PARTS_BUCKET);
 	if (rc == -ENOSPC || rc == -EROFS) {	/* the first part makes it, once it can */
 		log_warn(rc, "cannot create the internal bucket '%s' yet", KVFS_PARTS_BUCKET);
@@ -300,22 +344,44 @@ int kvfs_parts_init(struct kvfs *kv)
 		log_err(rc, "cannot create the internal bucket '%s'", KVFS_PARTS_BUCKET);
 		return rc;
 	}
-	if (getrandom(id, sizeof(id), 0) != (ssize_t)sizeof(id)) {
-		rc = -errno;
-		log_err(rc, "cannot draw a mount id");
-		return rc;
+	pthread_mutex_lock(&kv->staging_lock);
+	rc = staging_open(kv, &what);
+	pthread_mutex_unlock(&kv->staging_lock);
+	if (rc < 0 && staging_deferrable(rc)) {
+		log_warn(rc, "cannot %s '%s' yet: mounted to be read, and files are written "
+			 "once it can be made", what, kv->staging);
+		atomic_store(&kv->staging_said, 1);
+		return 0;
 	}
-	for (size_t i = 0; i < sizeof(id); i++)
-		snprintf(kv->owner + 2 * i, 3, "%02x", id[i]);
-	snprintf(lock, sizeof(lock), "%s.lock", kv->owner);
-	kv->owner_fd = openat(kv->staging_fd, lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (kv->owner_fd < 0 || flock(kv->owner_fd, LOCK_EX | LOCK_NB) < 0) {
-		rc = -errno;
-		log_err(rc, "cannot lock '%s/%s'", kv->staging, lock);
-		return rc;
+	if (rc < 0)
+		log_err(rc, "cannot %s '%s'", what, kv->staging);
+	return rc;
+}
+
+/*
+ * Called by every write that streams a part or stages a file: after the
+ * start made the directory, one atomic load.
+ */
+int kvfs_staging_ready(struct kvfs *kv)
+{
+	const char *what = "";
+	int rc = 0;
+
+	if (atomic_load_explicit(&kv->staging_ready, memory_order_acquire))
+		return 0;
+	pthread_mutex_lock(&kv->staging_lock);
+	if (!atomic_load_explicit(&kv->staging_ready, memory_order_relaxed))
+		rc = staging_open(kv, &what);
+	pthread_mutex_unlock(&kv->staging_lock);
+	if (rc == 0) {
+		if (atomic_exchange(&kv->staging_said, 0))
+			log_info("made the staging directory '%s': files are written again",
+				 kv->staging);
+		return 0;
 	}
-	parts_sweep(kv);
-	return 0;
+	if (!atomic_exchange(&kv->staging_said, 1))
+		log_err(rc, "cannot %s '%s': files cannot be written", what, kv->staging);
+	return staging_deferrable(rc) ? -ENOSPC : rc;
 }
 
 void kvfs_parts_release(struct kvfs *kv)
@@ -398,6 +464,11 @@ static int fh_stage_open(struct kvfs *kv)
 				"room for %llu, and writes out of order to more fail (raise "
 				"ulimit -n or LimitNOFILE=)", (unsigned long long)kv->staged_max);
 		return -ENFILE;
+	}
+	fd = kvfs_staging_ready(kv);
+	if (fd < 0) {
+		atomic_fetch_sub(&kv->staged, 1);
+		return fd;
 	}
 	fd = staging_file(kv);
 	if (fd < 0) {
@@ -1038,6 +1109,9 @@ static int fh_stream_begin(struct kvfs *kv, struct fh *h)
 	if (h->node->ppin > 0)
 		opts.flags = KVT_PUT_PIN;
 	pthread_mutex_unlock(&kv->lock);
+	rc = kvfs_staging_ready(kv);	/* the owner id and its lock */
+	if (rc < 0)
+		return rc;
 	snprintf(h->part, sizeof(h->part), "%s/%llu", kv->owner,
 		 (unsigned long long)atomic_fetch_add(&kv->part_seq, 1));
 	rc = kvt_writer_open(kv->st, KVFS_PARTS_BUCKET, h->part, &opts, &h->w);

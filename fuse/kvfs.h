@@ -139,6 +139,14 @@ struct kvfs {
 	struct kvt_store *st;
 	struct fuse_session *se;
 	char *staging;			/* directory of staging temp files */
+	/*
+	 * The staging directory, the owner id and its lock: made at start, or,
+	 * on a disk too full to make them then, by the first write that needs
+	 * them (kvfs_staging_ready). Set once, before staging_ready.
+	 */
+	pthread_mutex_t staging_lock;
+	atomic_int staging_ready;
+	atomic_int staging_said;	/* a deferral was logged since the last success */
 	int staging_fd;
 	int owner_fd;			/* holds the lock on our parts owner id */
 	char owner[17];			/* hex id of this daemon's parts */
@@ -394,6 +402,9 @@ void fh_release_orphans(struct kvfs *kv);
  */
 int kvfs_truncate_node(struct kvfs *kv, struct node *n, uint64_t size);
 int kvfs_parts_init(struct kvfs *kv);
+/* 0 once the staging directory and the owner lock are there, made now if
+ * the disk had no room for them at start; else -ENOSPC (or what failed). */
+int kvfs_staging_ready(struct kvfs *kv);
 void kvfs_parts_release(struct kvfs *kv);
 void kvfs_staging_limit(struct kvfs *kv, unsigned threads);
 

@@ -286,6 +286,7 @@ int main(int argc, char **argv)
 	memset(&fo, 0, sizeof(fo));
 	kv.staging_fd = kv.owner_fd = -1;
 	pthread_mutex_init(&kv.spare_lock, NULL);
+	pthread_mutex_init(&kv.staging_lock, NULL);
 	kvt_config_init(&kv.cfg);
 	kvt_log_set_ident("kvtier-fuse");
 	if (fuse_opt_parse(&args, &o, cli_spec, cli_proc) < 0) {

@@ -9,7 +9,9 @@
 #     way and the store opens as before;
 #   - once another file has taken all the room: the CLI still reads every
 #     object byte-exact and fsck passes; kvtier-gateway and kvtier-fuse start
-#     (keeping io_uring) and read every object byte-exact too;
+#     (keeping io_uring; the mount on a store never mounted before, which
+#     makes its staging directory at the first write with room) and read
+#     every object byte-exact too;
 #   - writes fail at once with a clear error (the CLI: exit 1 and "is full";
 #     the gateway: 503 SlowDown; the mount: ENOSPC at close), nothing half
 #     written shows up, and nothing stored before is lost;
@@ -175,16 +177,11 @@ check_all()
 	kvt_grep out "^status: +clean"
 }
 
-step "the mount has run on the store before its disk filled"
-# Its staging directory is made then. The filler below leaves under 64 KiB,
-# and whether that held the block of a directory made only on the full disk
-# was chance: one more catalog page (migration 10) left none, and kvtier-fuse
-# could not start. A store never mounted before its disk fills still cannot.
-fd_mount
-fd_umount
-
 step "another file takes all the room left"
 dd if=/dev/zero of="$DISK/filler" bs=64k 2>/dev/null || :
+# And the last blocks: a directory's block (the mount's staging directory)
+# must not fit by chance.
+dd if=/dev/zero of="$DISK/filler" bs=1k oflag=append conv=notrunc 2>/dev/null || :
 avail=$(df -k --output=avail "$DISK" | tail -1 | tr -d ' ')
 [ "$avail" -lt 64 ] || fail "the disk still has $avail KiB free"
 
@@ -197,6 +194,10 @@ free=$(sed -n 's/.*"disk_free_bytes":\([0-9]*\).*/\1/p' "$T/out")
 [ -n "$free" ] && [ "$free" -lt 65536 ] || fail "stat --json: disk_free_bytes '$free' on a full disk"
 
 step "a full disk: kvtier-gateway and kvtier-fuse start, and read every object"
+# The store was never mounted: kvtier-fuse could not make its staging
+# directory and did not start ("No space left on device"). It now makes it
+# at the first write that needs it.
+[ ! -e "$DISK/store/fuse-staging" ] || fail "the store was mounted before: it has a staging directory"
 gw_start full 40M 8M
 gw=1
 if grep -q "unavailable" "$GW_LOG" && ! grep -q " $DISK tmpfs" /proc/mounts; then
@@ -258,6 +259,16 @@ if [ "$fuse" = 1 ]; then
 	done
 	grep -q "No space left on device" "$T/cp.err" || fail "cp on a full disk: $(cat "$T/cp.err")"
 	kvt_expect 1 "$K" head bkt "fuse-full$j"
+	grep -q "cannot make the staging directory '.*' yet: mounted to be read" "$T/fuse.log" ||
+		fail "kvtier-fuse did not say it started without its staging directory: $(cat "$T/fuse.log")"
+	# Past 2 MiB a file streams into a part, which needs the staging
+	# directory (its owner lock): ENOSPC, saying why.
+	head -c $((3 << 20)) /dev/urandom >"$T/big3"
+	if cp "$T/big3" "$M/bkt/fuse-big" 2>"$T/cp.err"; then
+		fail "a 3 MiB copy into the mount on a full disk succeeded"
+	fi
+	grep -q "No space left on device" "$T/cp.err" || fail "3 MiB cp on a full disk: $(cat "$T/cp.err")"
+	kvt_expect 1 "$K" head bkt fuse-big
 fi
 check_all "after failed writes"
 
@@ -298,6 +309,11 @@ else
 fi
 if [ "$fuse" = 1 ]; then
 	cp "$T/small" "$M/bkt/after/fuse" || fail "cp into the mount once the disk had room"
+	cp "$T/big3" "$M/bkt/after/fuse-big" || fail "3 MiB cp into the mount once the disk had room"
+	cmp -s "$T/big3" "$M/bkt/after/fuse-big" || fail "after/fuse-big differs"
+	[ -d "$DISK/store/fuse-staging" ] || fail "the first write with room made no staging directory"
+	grep -q "made the staging directory '.*': files are written again" "$T/fuse.log" ||
+		fail "kvtier-fuse did not say it made its staging directory: $(cat "$T/fuse.log")"
 	kvt_expect 0 "$K" get bkt after/fuse "$T/back"
 	cmp -s "$T/small" "$T/back" || fail "after/fuse differs"
 fi
