@@ -56,6 +56,10 @@ gw_start()
 	shift 3
 	gw_config "$KVT_TMP/$gw_name.conf" "$KVT_TMP/$gw_name" "$gw_cap" "$gw_seg"
 	GW_LOG=$KVT_TMP/$gw_name.err
+	# Emptied here, not only by the redirection below, which the background
+	# child makes: a NAME started before left its "serving" line, and a
+	# gateway_serves that came first read the old gateway's port.
+	: >"$GW_LOG"
 	"$GATEWAY" -c "$KVT_TMP/$gw_name.conf" --listen 127.0.0.1:0 --credentials "$GW_CREDS" \
 		--access-log "$KVT_TMP/$gw_name.access" -v "$@" 2>"$GW_LOG" &
 	GW_PID=$!
