@@ -1174,6 +1174,13 @@ printf '[store]\ndir = %s\n' "$T/never" >"$T/never.conf"
 kvt_expect 2 "$FUSE" -c "$T/never.conf" "$M" -o no_such_option
 kvt_grep err "unknown option"
 [ ! -e "$T/never" ] || fail "a refused command line created a store"
+# A failure after it detached (the store cannot be made): the parent waits
+# for it, and exits 1 with the reason, not 0 with nothing mounted.
+: >"$T/a-file"
+printf '[store]\ndir = %s\ncapacity = 8M\nsegment_size = 1M\n' "$T/a-file/store" >"$T/nodir.conf"
+kvt_expect 1 timeout 60 "$FUSE" -c "$T/nodir.conf" "$M"
+kvt_grep err "cannot open the store in '$T/a-file/store': Not a directory"
+! grep -q " $M fuse" /proc/mounts || fail "a daemon that failed left a mount"
 kvt_expect 0 "$FUSE" --help
 kvt_grep out "^usage: kvtier-fuse"
 
