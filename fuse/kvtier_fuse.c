@@ -105,51 +105,6 @@ static void usage(FILE *f)
 }
 
 /*
- * Detaches, keeping a pipe to the parent: it exits with the status the child
- * writes once the mount is ready or has failed. No store may be open yet:
- * its threads would not survive the fork.
- */
-static int detach(int *notify_fd)
-{
-	int p[2], status = 1;
-	pid_t pid;
-
-	if (pipe(p) < 0) {
-		perror("kvtier-fuse: pipe");
-		return -1;
-	}
-	pid = fork();
-	if (pid < 0) {
-		perror("kvtier-fuse: fork");
-		return -1;
-	}
-	if (pid > 0) {
-		unsigned char b;
-
-		close(p[1]);
-		if (read(p[0], &b, 1) == 1)
-			status = b;
-		_exit(status);
-	}
-	close(p[0]);
-	setsid();
-	*notify_fd = p[1];
-	return 0;
-}
-
-static void notify(int *fd, int status)
-{
-	unsigned char b = (unsigned char)status;
-
-	if (*fd < 0)
-		return;
-	if (write(*fd, &b, 1) < 0)
-		b = 0;
-	close(*fd);
-	*fd = -1;
-}
-
-/*
  * A detached daemon's standard streams: /dev/null, and for stderr the log
  * if one was given; else its log lines go to syslog (the journal under
  * systemd), not nowhere: a checksum failure or a damaged catalog must be
@@ -354,7 +309,7 @@ int main(int argc, char **argv)
 		status = 2;	/* libfuse said which option it did not know */
 		goto out;
 	}
-	if (!fo.foreground && detach(&notify_fd) < 0)
+	if (!fo.foreground && util_detach(&notify_fd) < 0)
 		goto out;
 	rc = kvt_store_open(&kv.cfg, KVT_OPEN_CREATE, &kv.st);
 	if (rc < 0) {
@@ -390,7 +345,7 @@ int main(int argc, char **argv)
 	log_info("mounted '%s' on '%s'", kv.cfg.store.dir, fo.mountpoint);
 	kvfs_staging_limit(&kv, fo.singlethread ? 1 : fo.max_threads && fo.max_threads != UINT_MAX ?
 				fo.max_threads : KVFS_LOOP_THREADS);
-	notify(&notify_fd, 0);
+	util_detach_done(&notify_fd, 0);
 
 	if (fo.singlethread) {
 		rc = fuse_session_loop(kv.se);
@@ -413,7 +368,7 @@ int main(int argc, char **argv)
 	status = rc < 0 ? 1 : 0;
 	log_info("unmounting '%s'", fo.mountpoint);
 out:
-	notify(&notify_fd, status ? status : 1);
+	util_detach_done(&notify_fd, status ? status : 1);
 	if (kv.st)
 		fh_release_orphans(&kv);
 	kvfs_notify_stop(&kv);

@@ -188,59 +188,6 @@ static void gw_mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 /*
- * -d: detaches, keeping a pipe to the parent, which exits with the status
- * the child writes once it serves or has failed (gw_notify). So whoever ran
- * `kvtier-gateway -d` learns at once, with the reason on its stderr, that
- * the address is taken or the store cannot open: daemon(3) returned 0 in
- * the parent before any of that was tried. No store may be open yet: the
- * engine's byte-range locks and threads would not survive the fork. The
- * directory stays: relative paths (the credentials and the access log,
- * which SIGHUP opens again) name what they named in the foreground.
- */
-static int gw_detach(int *notify_fd)
-{
-	int p[2], status = 1;
-	pid_t pid;
-
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		log_err(-errno, "cannot detach: pipe");
-		return -1;
-	}
-	pid = fork();
-	if (pid < 0) {
-		log_err(-errno, "cannot detach: fork");
-		close(p[0]);
-		close(p[1]);
-		return -1;
-	}
-	if (pid > 0) {
-		unsigned char b;
-
-		close(p[1]);
-		if (read(p[0], &b, 1) == 1)
-			status = b;
-		_exit(status);
-	}
-	close(p[0]);
-	setsid();
-	*notify_fd = p[1];
-	return 0;
-}
-
-/* Tells a waiting parent (gw_detach) the status to exit with; once. */
-static void gw_notify(int *fd, int status)
-{
-	unsigned char b = (unsigned char)status;
-
-	if (*fd < 0)
-		return;
-	if (write(*fd, &b, 1) < 0)
-		b = 0;
-	close(*fd);
-	*fd = -1;
-}
-
-/*
  * A detached gateway's standard streams, once it serves: /dev/null, and its
  * log lines go to syslog. Until then they were the caller's, for the reason
  * a start failed.
@@ -615,8 +562,10 @@ int main(int argc, char **argv)
 		}
 	}
 
-	/* Before the store is opened: see gw_detach. */
-	if (daemonize && gw_detach(&notify_fd) < 0)
+	/* Before the store is opened: see util_detach. The directory stays:
+	 * relative paths (the credentials and the access log, which SIGHUP
+	 * opens again) name what they named in the foreground. */
+	if (daemonize && util_detach(&notify_fd) < 0)
 		goto out;
 	/*
 	 * Blocked before any thread starts, so every thread inherits the mask: a
@@ -751,7 +700,7 @@ int main(int argc, char **argv)
 	 */
 	if (notify_fd >= 0 && gw_redirect_stdio() == 0)
 		gw_log_serving(&srv, tls_cert != NULL);
-	gw_notify(&notify_fd, 0);
+	util_detach_done(&notify_fd, 0);
 	/*
 	 * The main thread waits for signals and, between them, sweeps away
 	 * multipart uploads older than upload_max_age (with their parts): an
@@ -805,7 +754,7 @@ int main(int argc, char **argv)
 	}
 	status = 0;
 out:
-	gw_notify(&notify_fd, status ? status : 1);
+	util_detach_done(&notify_fd, status ? status : 1);
 	/* libmicrohttpd must not stop with a connection suspended: drain the lanes first. */
 	gw_work_stop(srv.work);
 	if (srv.mhd)

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "kvtier.h"
+#include "log.h"
 #include "util.h"
 
 uint32_t kvt_crc32c(uint32_t crc, const void *buf, size_t len)
@@ -360,4 +361,48 @@ int util_thread_start(pthread_t *tid, const pthread_attr_t *attr, void *(*fn)(vo
 	rc = pthread_create(tid, attr, fn, arg);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	return -rc;
+}
+
+int util_detach(int *notify_fd)
+{
+	int p[2], rc, status = 1;
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		rc = -errno;
+		log_err(rc, "cannot detach: pipe");
+		return rc;
+	}
+	pid = fork();
+	if (pid < 0) {
+		rc = -errno;
+		log_err(rc, "cannot detach: fork");
+		close(p[0]);
+		close(p[1]);
+		return rc;
+	}
+	if (pid > 0) {
+		unsigned char b;
+
+		close(p[1]);
+		if (read(p[0], &b, 1) == 1)
+			status = b;
+		_exit(status);	/* the child died before it said: 1 */
+	}
+	close(p[0]);
+	setsid();
+	*notify_fd = p[1];
+	return 0;
+}
+
+void util_detach_done(int *notify_fd, int status)
+{
+	unsigned char b = (unsigned char)status;
+
+	if (*notify_fd < 0)
+		return;
+	if (write(*notify_fd, &b, 1) < 0)
+		b = 0;	/* the parent is gone: nobody to tell */
+	close(*notify_fd);
+	*notify_fd = -1;
 }

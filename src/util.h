@@ -95,4 +95,18 @@ void util_malloc_trim(void);
 int util_thread_start(pthread_t *tid, const pthread_attr_t *attr, void *(*fn)(void *),
 		      void *arg);
 
+/*
+ * A daemon's detach (kvtier-gateway -d, kvtier-fuse): forks, and the parent
+ * waits on a pipe and exits with the status the child hands it with
+ * util_detach_done() once it serves (0) or has failed; so whoever started
+ * it learns at once, with the reason on its stderr, that the address is
+ * taken or the store cannot open (daemon(3) returned 0 before any of that
+ * was tried). The child, in a session of its own, gets *notify_fd. No store
+ * may be open yet: the engine's byte-range locks and threads would not
+ * survive the fork. 0 in the child, -errno (logged) if it cannot fork.
+ */
+int util_detach(int *notify_fd);
+/* Hands the waiting parent its exit status; once (*notify_fd becomes -1). */
+void util_detach_done(int *notify_fd, int status);
+
 #endif /* KVT_UTIL_H */
