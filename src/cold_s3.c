@@ -80,6 +80,7 @@ struct cold_s3 {
 	unsigned nidle;
 	char *bufs[S3_BUFS_MAX];	/* idle buffers of part_size bytes */
 	unsigned nbufs;
+	int no_cond;		/* 1: a conditional put was answered 501: put_if asks no more */
 };
 
 /* One request and what came back. */
@@ -580,7 +581,10 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		rc = -EOPNOTSUPP;
 	else
 		rc = -EIO;
-	if (rc != -ENOENT && rc != -ECANCELED && !(rc == -EOPNOTSUPP && r->quiet_unsupported))
+	/* A conditional put's 501 is the partner saying it has none: the
+	 * caller writes plain, and says so once (migrate.c, manifest_write). */
+	if (rc != -ENOENT && rc != -ECANCELED &&
+	    !(rc == -EOPNOTSUPP && (r->quiet_unsupported || r->cond)))
 		log_err(0, "s3 %s of '%s' in bucket '%s' failed: HTTP %ld%s%s%s%s", what,
 			r->pkey ? r->pkey : "", s->bucket, r->status, code[0] ? " " : "", code,
 			msg[0] ? ": " : "", msg);
@@ -965,6 +969,12 @@ static int s3_put_any(struct cold *cold, const char *key, const char *match, uin
 
 	if (!k)
 		return -ENOMEM;
+	/* Refused once, every conditional put would be refused again: one
+	 * request (and one failed body upload) less per manifest write. */
+	if (match && __atomic_load_n(&s->no_cond, __ATOMIC_RELAXED)) {
+		free(k);
+		return -EOPNOTSUPP;
+	}
 	if (match)
 		snprintf(cond, sizeof(cond), match[0] ? "If-Match: %s" : "If-None-Match: *",
 			 match);
@@ -972,6 +982,8 @@ static int s3_put_any(struct cold *cold, const char *key, const char *match, uin
 		rc = s3_put_multipart(s, k, size, ctype, match ? cond : NULL, src, arg, info);
 	else
 		rc = s3_put_single(s, k, size, ctype, match ? cond : NULL, src, arg, info);
+	if (match && rc == -EOPNOTSUPP)
+		__atomic_store_n(&s->no_cond, 1, __ATOMIC_RELAXED);
 	free(k);
 	return rc;
 }
