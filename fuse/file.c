@@ -745,6 +745,9 @@ static int fh_base_ensure(struct kvfs *kv, struct fh *h)
 	if (rc == 0)
 		rc = kvt_reader_open(kv->st, bucket, key, &h->r);
 	if (rc == 0) {
+		/* Held as at open: unheld, a rewrite of the name beside the
+		 * handle after its fsync made its reads fail with EIO. */
+		kvt_reader_hold(h->r);
 		snprintf(h->rtag, sizeof(h->rtag), "%s", kvt_reader_object(h->r)->etag);
 		h->base_lazy = 0;
 	} else {

@@ -13,7 +13,11 @@ reads the rest and checks every byte against the version it opened:
 
   1. read with O_DIRECT, the name rewritten with O_TRUNC;
   2. read through the page cache, the name replaced by a temp file and
-     rename(2) (how LMCache and NIXL writers publish a block).
+     rename(2) (how LMCache and NIXL writers publish a block);
+  3. opened O_RDWR, given new metadata only and fsync'ed (which publishes
+     it): read from the version published, rewritten with O_TRUNC. That
+     version was opened at the first read after the fsync without a hold,
+     and failed as 1 and 2 did before their holds.
 
 A replaced version is dead space, so its segments were empty and reclaim
 took them first: the reader failed with EIO (the log: "was evicted while
@@ -56,10 +60,18 @@ def put(path, v, how):
         os.rename(target, path)
 
 
-def case(name, direct, how):
+def case(name, direct, how, fsynced=False):
     path = os.path.join(d, name)
     put(path, 1, "trunc")
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
+    if fsynced:
+        # New metadata only, published by the fsync: the handle reads on
+        # from the version it published, which it opens at its next read.
+        fd = os.open(path, os.O_RDWR)
+        os.ftruncate(fd, SIZE)
+        os.fchmod(fd, 0o600)
+        os.fsync(fd)
+    else:
+        fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
     buf = mmap.mmap(-1, MIB)    # aligned, for O_DIRECT
     got, off, err = bytearray(), 0, None
     while off < SIZE and err is None:
@@ -89,6 +101,7 @@ def case(name, direct, how):
 
 case("odirect-trunc", True, "trunc")
 case("cache-rename", False, "rename")
+case("rdwr-fsync-trunc", False, "trunc", fsynced=True)
 for b in bad:
     print(b)
 sys.exit(1 if bad else 0)
