@@ -652,7 +652,8 @@ int kvt_object_recall(struct kvt_store *st, const char *bucket, const char *key)
  * of what was deleted here; opts->retries (NULL: none) more tries of the
  * listing of multipart uploads that the partner failed with 500, 503 or no
  * answer. What it could not remove (left for the next run) is counted in
- * rep->failures, if rep is not NULL; it does not fail the call. */
+ * rep->failures, if rep is not NULL; it does not fail the call. With
+ * opts->dry_run it only opens G4, and removes nothing. */
 int kvt_g4_cleanup(struct kvt_store *st, const struct kvt_g4_opts *opts,
 		   struct kvt_g4_report *rep);
 

@@ -1864,6 +1864,10 @@ int kvt_g4_cleanup(struct kvt_store *st, const struct kvt_g4_opts *o,
 		return rc;
 	if (!c)
 		return -ENOMEM;
+	/* A dry run moves nothing, in G4 either: it deleted the copies and
+	 * manifests of deleted keys, and aborted uploads, like a real run. */
+	if (o && o->dry_run)
+		return 0;
 	rc = g4_abort_stale(st, c, cold, &failed);
 	/* What the sweep cannot delete (a partner that refuses a DELETE, a
 	 * copy it cannot reach now) stays for the next run; it must not keep

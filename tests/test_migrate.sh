@@ -254,6 +254,21 @@ kvt_run grep -q "cannot delete" "$KVT_TMP/err"
 [ "$rc" -ne 0 ] || fail "the sweep still fails once the copy can go: $(cat "$KVT_TMP/err")"
 [ ! -e "$G4/.kvtier/manifests/models/s5.json%" ] || fail "s5's manifest outlived its last object"
 
+step "--dry-run tidies nothing in G4: a deleted key's copy and manifest stay until a real run"
+# The sweep ran in dry runs too, and deleted what "moves nothing" promised
+# to leave.
+kvt_expect 0 "$K" put models s8/gone "$T/in.sweep"
+kvt_expect 0 "$M" --session models/s8
+[ -f "$G4/models/s8/gone%" ] || fail "s8/gone was not demoted"
+kvt_expect 0 "$K" rm models s8/gone
+kvt_expect 0 "$M" --idle 0s --dry-run
+kvt_grep err "^kvtier-migrate: demote \(dry run\): .*, 0 failures$"
+[ -f "$G4/models/s8/gone%" ] || fail "--dry-run deleted the G4 copy of s8/gone"
+[ -f "$G4/.kvtier/manifests/models/s8.json%" ] || fail "--dry-run deleted the manifest of s8"
+kvt_expect 0 "$M" --idle 0s
+[ ! -e "$G4/models/s8/gone%" ] || fail "the run after the dry run left the copy of s8/gone"
+[ ! -e "$G4/.kvtier/manifests/models/s8.json%" ] || fail "s8's manifest outlived its last object"
+
 step "a manifest of a newer format is refused, neither imported nor written over"
 # Nodes of one G4 are upgraded one at a time: one still on this kvtier meets
 # manifests a newer one wrote. Read as this format, they were imported as
