@@ -798,6 +798,7 @@ static int fh_base_reopen(struct kvfs *kv, struct fh *h, struct kvt_reader *old)
 	}
 	h->retired = more;
 	h->retired[h->nretired++] = old;
+	kvt_reader_unhold(old);	/* its version's segments are others' now */
 	h->r = r;
 	r = NULL;
 out:

@@ -434,6 +434,8 @@ const struct kvt_object *kvt_reader_object(const struct kvt_reader *r);
  * or -errno (the reader still reads, unheld).
  */
 int kvt_reader_hold(struct kvt_reader *r);
+/* Drops the holds (a reader the caller keeps open but no longer reads). */
+void kvt_reader_unhold(struct kvt_reader *r);
 /*
  * Reads up to len bytes at off; returns the count (0 at the end) or -errno.
  * Several threads may read (and map) through one reader at once.

@@ -132,14 +132,13 @@ const struct kvt_object *kvt_reader_object(const struct kvt_reader *r)
 	return r->co->obj;
 }
 
-int kvt_reader_hold(struct kvt_reader *r)
+/* Holds the segments of r's extents as they are now (kvt_reader_hold). */
+static int reader_hold(struct kvt_reader *r)
 {
 	const struct cat_object *co = r->co;
 	int rc = 0;
 
-	if (r->held)
-		return 0;
-	r->held = malloc(co->nextents * sizeof(*r->held) + 1);
+	r->held = malloc(MAX(co->nextents, 1) * sizeof(*r->held));
 	if (!r->held)
 		return -ENOMEM;
 	/* Extents of one segment are mostly neighbours: one hold each run. */
@@ -155,13 +154,38 @@ int kvt_reader_hold(struct kvt_reader *r)
 	return rc;
 }
 
+static void reader_unhold(struct kvt_reader *r)
+{
+	for (size_t i = 0; i < r->nheld; i++)
+		seg_unhold(r->st->sf, r->held[i]);
+	free(r->held);
+	r->held = NULL;
+	r->nheld = 0;
+}
+
+int kvt_reader_hold(struct kvt_reader *r)
+{
+	int rc = 0;
+
+	pthread_rwlock_wrlock(&r->lock);
+	if (!r->held)
+		rc = reader_hold(r);
+	pthread_rwlock_unlock(&r->lock);
+	return rc;
+}
+
+void kvt_reader_unhold(struct kvt_reader *r)
+{
+	pthread_rwlock_wrlock(&r->lock);
+	reader_unhold(r);
+	pthread_rwlock_unlock(&r->lock);
+}
+
 void kvt_reader_close(struct kvt_reader *r)
 {
 	if (!r)
 		return;
-	for (size_t i = 0; i < r->nheld; i++)
-		seg_unhold(r->st->sf, r->held[i]);
-	free(r->held);
+	reader_unhold(r);
 	cat_object_free(r->co);
 	pthread_rwlock_destroy(&r->lock);
 	free(r);
@@ -397,6 +421,12 @@ static int reader_refresh(struct kvt_reader *r)
 	r->co->nextents = co->nextents;
 	co->extents = NULL;
 	cat_object_free(co);
+	/* Held: the version's bytes are where the new list says now, and the
+	 * segments they left may hold anyone's. */
+	if (r->held) {
+		reader_unhold(r);
+		reader_hold(r);
+	}
 	return 0;
 }
 
