@@ -1663,6 +1663,17 @@ struct dead_list {
 	size_t n, cap;
 };
 
+static void dead_list_release(struct dead_list *l)
+{
+	for (size_t k = 0; k < l->n; k++) {
+		free(l->v[k].bucket);
+		free(l->v[k].key);
+		free(l->v[k].session);
+		free(l->v[k].g4_key);
+	}
+	free(l->v);
+}
+
 static int dead_collect(void *arg, int64_t id, int64_t bucket_id, const char *bucket,
 			const char *key, const char *session, const char *g4_key, int unproven)
 {
@@ -1837,13 +1848,7 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold, uint
 		i = j;
 		g4_unlock(lock);
 	}
-	for (size_t k = 0; k < l.n; k++) {
-		free(l.v[k].bucket);
-		free(l.v[k].key);
-		free(l.v[k].session);
-		free(l.v[k].g4_key);
-	}
-	free(l.v);
+	dead_list_release(&l);
 	if (rc == 0 && *failed > failed0)
 		rc = -EIO;
 	return rc;
@@ -2308,13 +2313,7 @@ static int recall_unproven(struct kvt_store *st, struct cat *c, struct cold *col
 		if (rc > 0 || rc == -ENOENT)
 			rc = 0;
 	}
-	for (size_t k = 0; k < l.n; k++) {
-		free(l.v[k].bucket);
-		free(l.v[k].key);
-		free(l.v[k].session);
-		free(l.v[k].g4_key);
-	}
-	free(l.v);
+	dead_list_release(&l);
 	return rc < 0 ? rc : found;
 }
 

@@ -76,8 +76,10 @@
  * all the same, and the empty go before the live (whose plain cache is
  * lost), so once no other empty segment is left a call that needs more
  * takes it: the reader then gets -ESTALE (EIO at the mount, "was evicted
- * while open"), never another version's bytes, and a hold never costs a
- * writer room nor a cached object its place.
+ * while open"), never another version's bytes; a hold never costs a
+ * writer room, nor sends a cached object before an empty segment. Among live
+ * segments a held one (a file open now) counts as the most recently used,
+ * as it is: another's cache goes before it.
  *
  * A reclaimer holds the victim's append lock from the moment it marks it
  * RECLAIMING; if it dies, recovery finds the lock free and puts the segment
