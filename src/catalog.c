@@ -2925,21 +2925,14 @@ int cat_g4_object(struct cat *c, int64_t id, uint64_t vid, struct cat_g4_obj **o
 	return 0;
 }
 
-int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session, unsigned tiers,
-			   struct cat_g4_obj **out, size_t *nout)
+/* The rows of s, a statement of G4_OBJ_COLS, in *out; finalizes s. */
+static int cat_g4_objs_collect(struct cat *c, sqlite3_stmt *s, const char *what,
+			       struct cat_g4_obj **out, size_t *nout)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "SELECT " G4_OBJ_COLS
-				      " FROM objects o WHERE o.bucket = ?1 AND o.session = ?2"
-				      " AND ((?3 >> o.tier) & 1) ORDER BY o.key");
 	struct cat_g4_obj *v = NULL;
 	size_t n = 0, cap = 0;
 	int rc;
 
-	if (!s)
-		return -EIO;
-	sqlite3_bind_int64(s, 1, bucket_id);
-	sqlite3_bind_text(s, 2, session, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_int64(s, 3, tiers);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
 		if (UTIL_GROW(v, n, cap) < 0) {
 			rc = SQLITE_NOMEM;
@@ -2952,7 +2945,7 @@ int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session
 		n++;
 	}
 	sqlite3_finalize(s);
-	rc = cat_errno(c, rc, "g4 session objects");
+	rc = cat_errno(c, rc, what);
 	if (rc < 0) {
 		cat_g4_objs_free(v, n);
 		return rc;
@@ -2960,6 +2953,21 @@ int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session
 	*out = v;
 	*nout = n;
 	return 0;
+}
+
+int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session, unsigned tiers,
+			   struct cat_g4_obj **out, size_t *nout)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT " G4_OBJ_COLS
+				      " FROM objects o WHERE o.bucket = ?1 AND o.session = ?2"
+				      " AND ((?3 >> o.tier) & 1) ORDER BY o.key");
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, session, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(s, 3, tiers);
+	return cat_g4_objs_collect(c, s, "g4 session objects", out, nout);
 }
 
 /* A g4_dead row for the copy of co under g4_key (NULL: "BUCKET/KEY"). */
@@ -3486,9 +3494,6 @@ int cat_g4_cold_unnamed(struct cat *c, int64_t bucket_id, const char *not_key, u
 				      " AND o.g4_vid = o.vid AND o.key <> ?2 AND o.size = ?3"
 				      " AND (?4 IS NULL OR o.g4_etag = ?4"
 				      " OR coalesce(o.g4_etag, '') = '') ORDER BY o.key");
-	struct cat_g4_obj *v = NULL;
-	size_t n = 0, cap = 0;
-	int rc;
 
 	if (!s)
 		return -EIO;
@@ -3496,26 +3501,7 @@ int cat_g4_cold_unnamed(struct cat *c, int64_t bucket_id, const char *not_key, u
 	sqlite3_bind_text(s, 2, not_key, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(s, 3, (int64_t)size);
 	sqlite3_bind_text(s, 4, g4_etag, -1, SQLITE_TRANSIENT);	/* NULL binds NULL */
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if (UTIL_GROW(v, n, cap) < 0) {
-			rc = SQLITE_NOMEM;
-			break;
-		}
-		if (cat_g4_obj_from_row(s, &v[n]) < 0) {
-			rc = SQLITE_NOMEM;
-			break;
-		}
-		n++;
-	}
-	sqlite3_finalize(s);
-	rc = cat_errno(c, rc, "g4 cold unnamed");
-	if (rc < 0) {
-		cat_g4_objs_free(v, n);
-		return rc;
-	}
-	*out = v;
-	*nout = n;
-	return 0;
+	return cat_g4_objs_collect(c, s, "g4 cold unnamed", out, nout);
 }
 
 int cat_g4_name_found(struct cat *c, int64_t id, uint64_t vid, const char *g4_key)
