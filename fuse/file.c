@@ -55,8 +55,10 @@
  * the node reads one version and i_size is that version's size
  * (fh_reader_mode):
  *
- *   - no writer is open here (nwriters, wwait), and the node's directory
- *     did not just give its name to a new inode for a writer (node_nocache);
+ *   - no writer is open here (nwriters, wwait; a reader waits a moment
+ *     for the RELEASE of writers already closed, nclosed), and the node's
+ *     directory did not just give its name to a new inode for a writer
+ *     (node_nocache);
  *   - other cached handles (ncache) are of the same version (etag), or
  *     there are none and the size last reported (ksize) is this version's;
  *   - while ncache > 0 every size reported for the node is theirs (csize,
@@ -168,6 +170,7 @@ struct fh {
 	uint64_t owners[FH_OWNERS_MAX];	/* lock owners (descriptor tables) that wrote */
 	unsigned nowners;	/* FH_OWNERS_MAX + 1: more than fit, any may publish */
 	int abandoned;		/* its writer was killed: nothing is published */
+	int closed;		/* its writer closed it: counted in nclosed */
 	int cached;		/* read-only, through the page cache: counted in ncache */
 	int reader;		/* read-only, counted in nreaders */
 	int sized;		/* created, O_TRUNC, or opened at the size the kernel
@@ -665,6 +668,10 @@ static void fh_touch(struct kvfs *kv, struct fh *h)
 	if (!h->dirty) {
 		h->dirty = 1;
 		n->ndirty++;
+	}
+	if (h->closed) {
+		h->closed = 0;	/* a copy of the descriptor writes on */
+		n->nclosed--;
 	}
 	n->wsize = h->size;
 	n->wmtime = kvfs_now_ns();
@@ -1606,6 +1613,20 @@ static void fh_writer_leave_locked(struct node *n)
 }
 
 /*
+ * Waits, until FH_CACHE_WAIT_MS after the last such close, while every
+ * writer open on n was closed by its writer:
+ * close(2) returns before the kernel's RELEASE of the handle comes, and a
+ * reader opened in between went to direct I/O, where mmap(MAP_SHARED) of
+ * the file just written failed ENODEV (versions.py, case 8).
+ */
+static void fh_closed_writers_wait_locked(struct kvfs *kv, struct node *n)
+{
+	while (n->nwriters > 0 && n->nclosed == n->nwriters &&
+	       pthread_cond_timedwait(&kv->cache_cond, &kv->lock, &n->wclosed_wait) != ETIMEDOUT)
+		;
+}
+
+/*
  * How a read-only handle of version o reads (see "One version per inode"):
  * through the page cache when that cannot show the bytes or size of
  * another version, else with direct I/O. Counts it in n->ncache, and in
@@ -1633,6 +1654,7 @@ static int fh_reader_mode(struct kvfs *kv, struct fh *h, const struct kvt_object
 	int cache, inval = 0;
 
 	pthread_mutex_lock(&kv->lock);
+	fh_closed_writers_wait_locked(kv, n);
 	if (n->nreaders > 0 && strcmp(n->rtag, o->etag) != 0) {
 		/* Another version is read here: the name goes to a new inode
 		 * (by_name: it has one already). */
@@ -1960,9 +1982,12 @@ void fh_release(struct kvfs *kv, struct fh *h)
 		int64_t ksize = n->nwriters == 1 && !n->wshared && h->sized &&
 				rc == 0 && !h->err ? (int64_t)h->size : -1;
 
+		if (h->closed)
+			n->nclosed--;
 		fh_writer_leave_locked(n);
 		if (n->nwriters == 0 && n->wwait == 0)
 			n->ksize = ksize;
+		pthread_cond_broadcast(&kv->cache_cond);	/* a reader may wait */
 	}
 	if (h->reader)
 		n->nreaders--;
@@ -2391,6 +2416,19 @@ out:
 	return rc;
 }
 
+/* Its writer closed h: readers that open now wait a moment for its
+ * RELEASE (a copy of the descriptor may keep it open for long). */
+static void fh_closed(struct kvfs *kv, struct fh *h)
+{
+	pthread_mutex_lock(&kv->lock);
+	if (!h->closed) {
+		h->closed = 1;
+		h->node->nclosed++;
+		util_deadline(&h->node->wclosed_wait, FH_CACHE_WAIT_MS);
+	}
+	pthread_mutex_unlock(&kv->lock);
+}
+
 int fh_flush(struct kvfs *kv, struct fh *h, uint64_t owner, pid_t pid)
 {
 	int rc = 0;
@@ -2412,6 +2450,7 @@ int fh_flush(struct kvfs *kv, struct fh *h, uint64_t owner, pid_t pid)
 			free(key);
 		}
 		h->abandoned = 1;
+		fh_closed(kv, h);
 		break;
 	case FH_CLOSER_WRITER:
 		/*
@@ -2424,6 +2463,7 @@ int fh_flush(struct kvfs *kv, struct fh *h, uint64_t owner, pid_t pid)
 		rc = fh_publish(kv, h);
 		if (rc < 0)
 			h->err = rc;
+		fh_closed(kv, h);
 		break;
 	}
 out:

@@ -95,6 +95,9 @@ struct node {
 	int pending;		/* created here and not yet published */
 	unsigned nopen;		/* handles open */
 	unsigned nwriters;	/* ... of them for writing */
+	unsigned nclosed;	/* ... of those, closed by their writer: their
+				 * RELEASE is on its way */
+	struct timespec wclosed_wait;	/* readers wait for it until then */
 	unsigned ndirty;	/* ... holding bytes not yet published */
 	uint64_t wsize;		/* size of the newest dirty content */
 	int64_t wmtime;		/* ... and when it last changed */
@@ -173,7 +176,7 @@ struct kvfs {
 	int notify_running, notify_stop;
 
 	pthread_mutex_t lock;		/* the node table */
-	pthread_cond_t cache_cond;	/* a node's ncache fell to 0 */
+	pthread_cond_t cache_cond;	/* a node's ncache fell to 0, or a writer left */
 	/*
 	 * Names in use against names changing. Whoever turns a node into its
 	 * key and then writes under that key (a publish, truncate or chmod by

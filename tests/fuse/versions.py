@@ -34,6 +34,10 @@ size per inode, so each case is one the daemon once got wrong
      cache took every other file of its directory off the page cache for
      2 s: a settled file there mapped MAP_SHARED failed ENODEV (LMCache
      keeps its whole cache in one directory).
+ 10. as 8., when the writer's RELEASE comes a moment after its close(2)
+     returned (a child forked with the descriptor exits 30 ms later; a
+     loaded daemon is as late): the reader opened in between went to
+     direct I/O and the map failed ENODEV (CI, 2026-11-30).
 
 Each reader first waits out the attribute timeout and stats the file, so
 that it opens through the page cache (the daemon knows the size the kernel
@@ -258,6 +262,33 @@ except OSError as e:
     bad.append("9. a shared mmap of a settled file beside a rewrite: %s" % e)
 expect("9. the reader of the rewritten file's old version", read_rest(r, first), old)
 os.close(r)
+
+# 10. a shared mmap of a file whose writer's RELEASE is late: three tries,
+# as a child that exits late under load may be later than the daemon's
+# wait for it (FH_CACHE_WAIT_MS, 100 ms after the close)
+os.mkdir(os.path.join(d, "10"))
+p = os.path.join(d, "10", "laterelease")
+fails = []
+for attempt in range(3):
+    b = data(b"late%d" % attempt, 70000 + attempt)
+    w = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    child = os.fork()
+    if child == 0:
+        time.sleep(0.03)
+        os._exit(0)
+    os.write(w, b)
+    os.close(w)
+    try:
+        with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            if m[:] != b:
+                fails.append("the map is not the version written")
+    except OSError as e:
+        fails.append(str(e))
+    os.waitpid(child, 0)
+    if len(fails) == attempt:
+        break
+else:
+    bad.append("10. a shared mmap of a file whose writer's release is late: %s" % fails)
 
 print("versions: %d reads were not their version whole" % len(bad))
 for b in bad:
