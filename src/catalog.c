@@ -152,6 +152,17 @@ static const char *const migrations[] = {
 	"ALTER TABLE g4_dead ADD COLUMN unproven INTEGER NOT NULL DEFAULT 0;"
 	"UPDATE g4_dead SET unproven = 1 WHERE g4_key IS NULL;"
 	"CREATE INDEX g4_dead_unproven ON g4_dead(bucket, key) WHERE unproven = 1;",
+	/* 11: g4_claim_unproven() asks, once for each unproven row, for the
+	 * bucket's cold objects with no recorded G4 name of the copy's size
+	 * and ETag (cat_g4_cold_unnamed): without an index that scanned the
+	 * bucket, 1.4 s a row at 500,000 cold objects, so the first sweep
+	 * after an upgrade took hours. recall_unproven() asks for a session's
+	 * unproven rows (cat_g4_dead_unproven_in), where it read every
+	 * g4_dead row of the store. No row is made unproven after migration
+	 * 10: that index only shrinks. */
+	"CREATE INDEX objects_g4_unnamed ON objects(bucket, size, coalesce(g4_etag, ''))"
+	" WHERE tier = 2 AND g4_key IS NULL;"
+	"CREATE INDEX g4_dead_unproven_session ON g4_dead(bucket, session) WHERE unproven = 1;",
 };
 
 /* The columns cat_object_from_row() reads, in its order; extents follow. */
@@ -2874,6 +2885,79 @@ void cat_g4_objs_free(struct cat_g4_obj *v, size_t n)
 
 #define G4_OBJ_COLS OBJ_COLS ", o.g4_vid, o.g4_attempts, o.g4_etag, o.g4_key"
 
+/*
+ * The statements whose plan cat_plan() shows. cat_g4_cold_unnamed()'s
+ * runs once per unproven g4_dead row: each is one search of the partial
+ * index of migration 11, by size and, where G4 gave an ETag, by it. Its
+ * order is "+o.key", after the search: with "o.key" SQLite took the key's
+ * index for the order and walked the whole bucket.
+ */
+#define SQL_G4_COLD_UNNAMED "SELECT " G4_OBJ_COLS " FROM objects o" \
+	" WHERE o.bucket = ?1 AND o.tier = 2 AND o.g4_key IS NULL" \
+	" AND o.g4_vid = o.vid AND o.key <> ?2 AND o.size = ?3"
+
+static const struct {
+	const char *name, *sql;
+} cat_plans[] = {
+	{ "g4 cold unnamed", SQL_G4_COLD_UNNAMED " ORDER BY +o.key" },
+	{ "g4 cold unnamed etag", SQL_G4_COLD_UNNAMED
+	  " AND coalesce(o.g4_etag, '') IN (?4, '') ORDER BY +o.key" },
+	{ "g4 dead unproven in", "SELECT d.id, d.bucket, b.name, d.key, d.session, d.g4_key,"
+	  " d.unproven FROM g4_dead d JOIN buckets b ON b.id = d.bucket"
+	  " WHERE d.bucket = ?1 AND d.session = ?2 AND d.unproven = 1 AND d.g4_key IS NULL"
+	  " AND d.key <> ?3 ORDER BY d.id" },
+};
+
+static const char *cat_plan_sql(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(cat_plans); i++)
+		if (!strcmp(cat_plans[i].name, name))
+			return cat_plans[i].sql;
+	return NULL;
+}
+
+int cat_plan(struct cat *c, const char *name, char **plan)
+{
+	const char *sql = cat_plan_sql(name);
+	char *eqp = sql ? sqlite3_mprintf("EXPLAIN QUERY PLAN %s", sql) : NULL;
+	sqlite3_stmt *s = NULL;
+	char *out = NULL;
+	size_t len = 0;
+	int rc;
+
+	*plan = NULL;
+	if (!sql)
+		return -ENOENT;
+	s = eqp ? cat_g4_prep(c, eqp) : NULL;
+	sqlite3_free(eqp);
+	if (!s)
+		return eqp ? -EIO : -ENOMEM;
+	/* Rows of (id, parent, notused, detail): the details, one a line. */
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		const char *d = (const char *)sqlite3_column_text(s, 3);
+		size_t dl = d ? strlen(d) : 0;
+		char *more = realloc(out, len + dl + 2);
+
+		if (!more) {
+			rc = SQLITE_NOMEM;
+			break;
+		}
+		out = more;
+		memcpy(out + len, d ? d : "", dl);
+		len += dl;
+		out[len++] = '\n';
+		out[len] = '\0';
+	}
+	sqlite3_finalize(s);
+	rc = cat_errno(c, rc, "query plan");
+	if (rc < 0) {
+		free(out);
+		return rc;
+	}
+	*plan = out ? out : strdup("");
+	return *plan ? 0 : -ENOMEM;
+}
+
 /* A row of G4_OBJ_COLS into *go; -ENOMEM leaves nothing to free. */
 static int cat_g4_obj_from_row(sqlite3_stmt *s, struct cat_g4_obj *go)
 {
@@ -3402,6 +3486,38 @@ int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_i
 	return cat_errno(c, rc, "g4 dead");
 }
 
+int cat_g4_dead_unproven_in(struct cat *c, int64_t bucket_id, const char *session,
+			    const char *not_key,
+			    int (*fn)(void *arg, int64_t id, int64_t bucket_id,
+				      const char *bucket, const char *key, const char *session,
+				      const char *g4_key, int unproven),
+			    void *arg)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, cat_plan_sql("g4 dead unproven in"));
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, session, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_text(s, 3, not_key, -1, SQLITE_TRANSIENT);
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		int r = fn(arg, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1),
+			   (const char *)sqlite3_column_text(s, 2),
+			   (const char *)sqlite3_column_text(s, 3),
+			   (const char *)sqlite3_column_text(s, 4),
+			   (const char *)sqlite3_column_text(s, 5),
+			   sqlite3_column_int(s, 6));
+
+		if (r != 0) {
+			sqlite3_finalize(s);
+			return r < 0 ? r : 0;
+		}
+	}
+	sqlite3_finalize(s);
+	return cat_errno(c, rc, "g4 dead unproven in");
+}
+
 int cat_g4_dead_done(struct cat *c, int64_t id)
 {
 	sqlite3_stmt *s = cat_g4_prep(c, "DELETE FROM g4_dead WHERE id = ?1");
@@ -3489,18 +3605,16 @@ int cat_g4_dead_proven(struct cat *c, int64_t bucket_id, const char *key)
 int cat_g4_cold_unnamed(struct cat *c, int64_t bucket_id, const char *not_key, uint64_t size,
 			const char *g4_etag, struct cat_g4_obj **out, size_t *nout)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "SELECT " G4_OBJ_COLS " FROM objects o"
-				      " WHERE o.bucket = ?1 AND o.tier = 2 AND o.g4_key IS NULL"
-				      " AND o.g4_vid = o.vid AND o.key <> ?2 AND o.size = ?3"
-				      " AND (?4 IS NULL OR o.g4_etag = ?4"
-				      " OR coalesce(o.g4_etag, '') = '') ORDER BY o.key");
+	sqlite3_stmt *s = cat_g4_prep(c, cat_plan_sql(g4_etag ? "g4 cold unnamed etag" :
+						      "g4 cold unnamed"));
 
 	if (!s)
 		return -EIO;
 	sqlite3_bind_int64(s, 1, bucket_id);
 	sqlite3_bind_text(s, 2, not_key, -1, SQLITE_TRANSIENT);
 	sqlite3_bind_int64(s, 3, (int64_t)size);
-	sqlite3_bind_text(s, 4, g4_etag, -1, SQLITE_TRANSIENT);	/* NULL binds NULL */
+	if (g4_etag)
+		sqlite3_bind_text(s, 4, g4_etag, -1, SQLITE_TRANSIENT);
 	return cat_g4_objs_collect(c, s, "g4 cold unnamed", out, nout);
 }
 

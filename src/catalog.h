@@ -397,6 +397,15 @@ int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_i
 					 int unproven),
 		void *arg);
 int cat_g4_dead_done(struct cat *c, int64_t id);
+/* The unproven rows of the bucket's session whose key is not not_key, as
+ * cat_g4_dead() gives them, by id: one search of a partial index
+ * (migration 11), where recall read every g4_dead row of the store. */
+int cat_g4_dead_unproven_in(struct cat *c, int64_t bucket_id, const char *session,
+			    const char *not_key,
+			    int (*fn)(void *arg, int64_t id, int64_t bucket_id,
+				      const char *bucket, const char *key, const char *session,
+				      const char *g4_key, int unproven),
+			    void *arg);
 /* 1 if an unproven g4_dead row names "BUCKET/KEY" of the bucket, 0 if
  * none, or -errno. One probe of a partial index, empty once swept. */
 int cat_g4_dead_unproven(struct cat *c, int64_t bucket_id, const char *key);
@@ -407,6 +416,12 @@ int cat_g4_dead_proven(struct cat *c, int64_t bucket_id, const char *key);
  * NULL, with that ETag or none recorded; by key. */
 int cat_g4_cold_unnamed(struct cat *c, int64_t bucket_id, const char *not_key, uint64_t size,
 			const char *g4_etag, struct cat_g4_obj **out, size_t *n);
+/* The plan SQLite chooses for the catalog's statement `name` ("g4 cold
+ * unnamed", "g4 cold unnamed etag", "g4 dead unproven in"): the detail of
+ * each EXPLAIN QUERY PLAN row, one a line, in *plan (caller frees);
+ * -ENOENT for another name. How a test, or an operator with a slow
+ * catalog, sees which index a query searches. */
+int cat_plan(struct cat *c, const char *name, char **plan);
 /* G4 holds the COLD object id at version vid under g4_key, where it had no
  * recorded name; -ENOENT if it changed or has one. */
 int cat_g4_name_found(struct cat *c, int64_t id, uint64_t vid, const char *g4_key);

@@ -2276,8 +2276,9 @@ out:
  * A cold object whose own name in G4 held no copy of it, or another's
  * bytes, may have been renamed through the mount of a kvtier of schema 4,
  * which kept its copy under the old name and recorded only that name's
- * g4_dead row (catalog migration 10): the bucket's unproven rows are
- * claimed (g4_claim_unproven()), each under its key lock, until one names
+ * g4_dead row (catalog migration 10): the session's unproven rows
+ * (cat_g4_dead_unproven_in(): a rename keeps the session) are claimed
+ * (g4_claim_unproven()), each under its key lock, until one names
  * co's copy. 1 if co has a name now, 0 if none was found, or -errno. Only
  * after a failed recall, and only for rows of co's session no path has
  * checked yet since the upgrade: a HEAD for each, once.
@@ -2287,16 +2288,13 @@ static int recall_unproven(struct kvt_store *st, struct cat *c, struct cold *col
 {
 	struct dead_list l = { 0 };
 	char *g4_key = NULL;
-	int rc = cat_g4_dead(c, dead_collect, &l), found = 0;
+	/* The sweep looks further. */
+	int rc = cat_g4_dead_unproven_in(c, co->bucket_id, co->obj->session, co->obj->key,
+					 dead_collect, &l), found = 0;
 
 	for (size_t i = 0; rc == 0 && !found && i < l.n; i++) {
 		int klock;
 
-		/* A rename keeps the session; the sweep looks further. */
-		if (l.v[i].bucket_id != co->bucket_id || l.v[i].unproven <= 0 ||
-		    strcmp(l.v[i].session, co->obj->session) != 0 ||
-		    strcmp(l.v[i].key, co->obj->key) == 0)
-			continue;
 		klock = g4_lock(st, "key", bucket, l.v[i].key, 1);
 		if (klock < 0) {
 			rc = klock;

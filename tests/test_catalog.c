@@ -1471,6 +1471,146 @@ static void test_object_walk(void **state)
 	assert_int_equal(w.n, 300);
 }
 
+/* ---- G4 upgrade queries (migrations 10 and 11) ------------------------------ */
+
+/*
+ * Whether each line of cat_plan(name) searches an index, the one named
+ * among them, and none scans a table: a scan grows with the store.
+ */
+static void plan_searches(struct cat *c, const char *name, const char *index)
+{
+	char *plan = NULL, want[128];
+
+	assert_int_equal(cat_plan(c, name, &plan), 0);
+	print_message("%s:\n%s", name, plan);
+	snprintf(want, sizeof(want), "USING INDEX %s (", index);
+	assert_non_null(strstr(plan, want));
+	assert_null(strstr(plan, "SCAN "));
+	free(plan);
+}
+
+static void plans_checked(struct cat *c)
+{
+	char *plan = NULL;
+
+	plan_searches(c, "g4 cold unnamed", "objects_g4_unnamed");
+	plan_searches(c, "g4 cold unnamed etag", "objects_g4_unnamed");
+	plan_searches(c, "g4 dead unproven in", "g4_dead_unproven_session");
+	assert_int_equal(cat_plan(c, "no such query", &plan), -ENOENT);
+	assert_null(plan);
+}
+
+/* Object `key` of bucket b made COLD by SQL: size, ETag, G4 name. */
+static void cold_row(const char *path, int64_t b, const char *key, uint64_t size,
+		     const char *g4_etag, const char *g4_key)
+{
+	char *sql = sqlite3_mprintf("UPDATE objects SET tier = 2, g4_vid = vid, size = %llu,"
+				    " g4_etag = %Q, g4_key = %Q WHERE bucket = %lld AND key = %Q",
+				    (unsigned long long)size, g4_etag, g4_key, (long long)b, key);
+
+	assert_non_null(sql);
+	assert_int_equal(raw_exec(path, sql), SQLITE_OK);
+	sqlite3_free(sql);
+}
+
+static int unproven_collect(void *arg, int64_t id, int64_t bucket_id, const char *bucket,
+			    const char *key, const char *session, const char *g4_key,
+			    int unproven)
+{
+	char *keys = arg;
+
+	(void)id;
+	(void)bucket_id;
+	(void)bucket;
+	(void)g4_key;
+	assert_string_equal(session, "s1");
+	assert_int_equal(unproven, 1);
+	strcat(keys, key);
+	strcat(keys, " ");
+	return 0;
+}
+
+/*
+ * g4_claim_unproven() asks, for each unproven g4_dead row, for the
+ * bucket's cold objects with no recorded G4 name of one size (and ETag);
+ * with no index for it that scanned the bucket, 1.4 s a row at 500,000
+ * cold objects. recall_unproven() read every g4_dead row of the store for
+ * the few of one session. Each is now one search of a partial index
+ * (migration 11), on a new catalog and on one a kvtier of schema 10 made;
+ * and they give the rows they gave.
+ */
+static void test_g4_upgrade_queries(void **state)
+{
+	struct fixture *f = *state;
+	int64_t b = bucket(f->c, "kvs"), other = bucket(f->c, "other"), v = -1, version = -1;
+	static const char *const keys[] = { "s1/a", "s1/b", "s1/c", "s1/d", "s1/e", "s1/f" };
+	struct cat_g4_obj *go = NULL;
+	size_t n = 0;
+	char got[256] = "", sql[400];
+
+	plans_checked(f->c);
+
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		put_empty(f->c, b, keys[i]);
+	put_empty(f->c, other, "s1/x");
+	cold_row(f->path, b, "s1/a", 100, "\"e1\"", NULL);
+	cold_row(f->path, b, "s1/b", 100, "", NULL);		/* the partner gave none */
+	cold_row(f->path, b, "s1/c", 100, "\"e2\"", NULL);	/* other bytes */
+	cold_row(f->path, b, "s1/d", 100, "\"e1\"", "kvs/s1/old");	/* has a name */
+	cold_row(f->path, b, "s1/e", 200, "\"e1\"", NULL);	/* another size */
+	cold_row(f->path, other, "s1/x", 100, "\"e1\"", NULL);	/* another bucket */
+	/* s1/f stays hot. */
+
+	/* By ETag: that one, and the one with none; by key, not s1/z's own. */
+	assert_int_equal(cat_g4_cold_unnamed(f->c, b, "s1/z", 100, "\"e1\"", &go, &n), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(go[0].co->obj->key, "s1/a");
+	assert_string_equal(go[1].co->obj->key, "s1/b");
+	assert_string_equal(go[1].g4_etag, "");
+	cat_g4_objs_free(go, n);
+	/* No ETag from G4: every one of the size; never not_key itself. */
+	assert_int_equal(cat_g4_cold_unnamed(f->c, b, "s1/a", 100, NULL, &go, &n), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(go[0].co->obj->key, "s1/b");
+	assert_string_equal(go[1].co->obj->key, "s1/c");
+	cat_g4_objs_free(go, n);
+
+	/* Unproven rows: of bucket b, session s1, not the key asked from. */
+	assert_int_equal(raw_exec(f->path,
+		"INSERT INTO g4_dead(bucket, key, session, g4_key, unproven) VALUES"
+		" (1, 's1/q', 's1', NULL, 1), (1, 's1/r', 's1', NULL, 0),"
+		" (1, 's1/t', 's2', NULL, 1), (2, 's1/u', 's1', NULL, 1),"
+		" (1, 's1/a', 's1', NULL, 1), (1, 's1/w', 's1', 'kvs/x', 1),"
+		" (1, 's1/p', 's1', NULL, 1)"), SQLITE_OK);
+	assert_int_equal(b, 1);
+	assert_int_equal(other, 2);
+	assert_int_equal(cat_g4_dead_unproven_in(f->c, b, "s1", "s1/a", unproven_collect, got), 0);
+	assert_string_equal(got, "s1/q s1/p ");
+
+	/* A catalog of schema 10 (before this index) is brought up to date. */
+	cat_close(f->c);
+	f->c = NULL;
+	assert_int_equal(raw_int(f->path, "PRAGMA user_version", &version), SQLITE_OK);
+	assert_true(version >= 11);
+	assert_int_equal(raw_exec(f->path, "DROP INDEX objects_g4_unnamed;"
+				  " DROP INDEX g4_dead_unproven_session; PRAGMA user_version = 10"),
+			 SQLITE_OK);
+	assert_int_equal(cat_open(f->path, 0, &f->c), 0);
+	assert_int_equal(raw_int(f->path, "PRAGMA user_version", &v), SQLITE_OK);
+	assert_int_equal(v, version);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND"
+		 " name IN ('objects_g4_unnamed', 'g4_dead_unproven_session')");
+	assert_int_equal(raw_int(f->path, sql, &v), SQLITE_OK);
+	assert_int_equal(v, 2);
+	plans_checked(f->c);
+	got[0] = '\0';
+	assert_int_equal(cat_g4_dead_unproven_in(f->c, b, "s1", "s1/a", unproven_collect, got), 0);
+	assert_string_equal(got, "s1/q s1/p ");
+	assert_int_equal(cat_g4_cold_unnamed(f->c, b, "s1/z", 100, "\"e1\"", &go, &n), 0);
+	assert_int_equal(n, 2);
+	cat_g4_objs_free(go, n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1495,6 +1635,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sessions_touch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stat, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_walk, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_g4_upgrade_queries, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_readonly, setup, teardown),
 	};
 

@@ -392,8 +392,11 @@ kvt_grep out "^status: +clean"
 
 step "an older kvtier's catalog on a read-only file system: refused saying why; upgraded once writable"
 # Schema 7 is what kvtier wrote before migration 8 (a settings row); 9 set
-# another (set again as it was), 10 added g4_dead.unproven and its index.
+# another (set again as it was), 10 added g4_dead.unproven and its index,
+# 11 two indexes.
 sqlite3 "$DISK/store/catalog.db" "DELETE FROM settings WHERE name = 'extent_payload_max';
+	DROP INDEX objects_g4_unnamed;
+	DROP INDEX g4_dead_unproven_session;
 	DROP INDEX g4_dead_unproven; ALTER TABLE g4_dead DROP COLUMN unproven;
 	PRAGMA user_version = 7" || fail "cannot make the catalog an older kvtier's"
 mount -o remount,ro "$DISK"
