@@ -2886,7 +2886,8 @@ void cat_g4_objs_free(struct cat_g4_obj *v, size_t n)
 #define G4_OBJ_COLS OBJ_COLS ", o.g4_vid, o.g4_attempts, o.g4_etag, o.g4_key"
 
 /*
- * The statements whose plan cat_plan() shows. cat_g4_cold_unnamed()'s
+ * The statements whose plan cat_plan() shows, those of the migrator whose
+ * cost grew with the store's size. cat_g4_cold_unnamed()'s
  * runs once per unproven g4_dead row: each is one search of the partial
  * index of migration 11, by size and, where G4 gave an ETag, by it. Its
  * order is "+o.key", after the search: with "o.key" SQLite took the key's
@@ -2902,6 +2903,10 @@ static const struct {
 	{ "g4 cold unnamed", SQL_G4_COLD_UNNAMED " ORDER BY +o.key" },
 	{ "g4 cold unnamed etag", SQL_G4_COLD_UNNAMED
 	  " AND coalesce(o.g4_etag, '') IN (?4, '') ORDER BY +o.key" },
+	/* Every demotion, sweep, import and recall of a session reads it;
+	 * ordered by "o.key", SQLite walked the bucket's every object. */
+	{ "g4 session objects", "SELECT " G4_OBJ_COLS " FROM objects o WHERE o.bucket = ?1"
+	  " AND o.session = ?2 AND ((?3 >> o.tier) & 1) ORDER BY +o.key" },
 	{ "g4 dead unproven in", "SELECT d.id, d.bucket, b.name, d.key, d.session, d.g4_key,"
 	  " d.unproven FROM g4_dead d JOIN buckets b ON b.id = d.bucket"
 	  " WHERE d.bucket = ?1 AND d.session = ?2 AND d.unproven = 1 AND d.g4_key IS NULL"
@@ -3042,9 +3047,7 @@ static int cat_g4_objs_collect(struct cat *c, sqlite3_stmt *s, const char *what,
 int cat_g4_session_objects(struct cat *c, int64_t bucket_id, const char *session, unsigned tiers,
 			   struct cat_g4_obj **out, size_t *nout)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "SELECT " G4_OBJ_COLS
-				      " FROM objects o WHERE o.bucket = ?1 AND o.session = ?2"
-				      " AND ((?3 >> o.tier) & 1) ORDER BY o.key");
+	sqlite3_stmt *s = cat_g4_prep(c, cat_plan_sql("g4 session objects"));
 
 	if (!s)
 		return -EIO;

@@ -417,7 +417,8 @@ int cat_g4_dead_proven(struct cat *c, int64_t bucket_id, const char *key);
 int cat_g4_cold_unnamed(struct cat *c, int64_t bucket_id, const char *not_key, uint64_t size,
 			const char *g4_etag, struct cat_g4_obj **out, size_t *n);
 /* The plan SQLite chooses for the catalog's statement `name` ("g4 cold
- * unnamed", "g4 cold unnamed etag", "g4 dead unproven in"): the detail of
+ * unnamed", "g4 cold unnamed etag", "g4 session objects", "g4 dead
+ * unproven in"): the detail of
  * each EXPLAIN QUERY PLAN row, one a line, in *plan (caller frees);
  * -ENOENT for another name. How a test, or an operator with a slow
  * catalog, sees which index a query searches. */
