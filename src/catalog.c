@@ -154,13 +154,17 @@ static const char *const migrations[] = {
 	"CREATE INDEX g4_dead_unproven ON g4_dead(bucket, key) WHERE unproven = 1;",
 	/* 11: g4_claim_unproven() asks, once for each unproven row, for the
 	 * bucket's cold objects with no recorded G4 name of the copy's size
-	 * and ETag (cat_g4_cold_unnamed): without an index that scanned the
-	 * bucket, 1.4 s a row at 500,000 cold objects, so the first sweep
-	 * after an upgrade took hours. recall_unproven() asks for a session's
-	 * unproven rows (cat_g4_dead_unproven_in), where it read every
-	 * g4_dead row of the store. No row is made unproven after migration
-	 * 10: that index only shrinks. */
+	 * and ETag, or, where G4 gives none (file://), CRC32C
+	 * (cat_g4_cold_unnamed): without an index that scanned the bucket,
+	 * 1.4 s a row at 500,000 cold objects, so the first sweep after an
+	 * upgrade took hours; and blocks of one size are the rule, so the
+	 * size alone does not narrow it. recall_unproven() asks for a
+	 * session's unproven rows (cat_g4_dead_unproven_in), where it read
+	 * every g4_dead row of the store. No row is made unproven after
+	 * migration 10: that index only shrinks. */
 	"CREATE INDEX objects_g4_unnamed ON objects(bucket, size, coalesce(g4_etag, ''))"
+	" WHERE tier = 2 AND g4_key IS NULL;"
+	"CREATE INDEX objects_g4_unnamed_crc ON objects(bucket, size, crc32c)"
 	" WHERE tier = 2 AND g4_key IS NULL;"
 	"CREATE INDEX g4_dead_unproven_session ON g4_dead(bucket, session) WHERE unproven = 1;",
 };
@@ -2888,10 +2892,10 @@ void cat_g4_objs_free(struct cat_g4_obj *v, size_t n)
 /*
  * The statements whose plan cat_plan() shows, those of the migrator whose
  * cost grew with the store's size. cat_g4_cold_unnamed()'s
- * runs once per unproven g4_dead row: each is one search of the partial
- * index of migration 11, by size and, where G4 gave an ETag, by it. Its
- * order is "+o.key", after the search: with "o.key" SQLite took the key's
- * index for the order and walked the whole bucket.
+ * runs once per unproven g4_dead row: each is one search of a partial
+ * index of migration 11, by size and the ETag G4 gave, or by size and the
+ * copy's CRC32C. Its order is "+o.key", after the search: with "o.key"
+ * SQLite took the key's index for the order and walked the whole bucket.
  */
 #define SQL_G4_COLD_UNNAMED "SELECT " G4_OBJ_COLS " FROM objects o" \
 	" WHERE o.bucket = ?1 AND o.tier = 2 AND o.g4_key IS NULL" \
@@ -2900,9 +2904,11 @@ void cat_g4_objs_free(struct cat_g4_obj *v, size_t n)
 static const struct {
 	const char *name, *sql;
 } cat_plans[] = {
-	{ "g4 cold unnamed", SQL_G4_COLD_UNNAMED " ORDER BY +o.key" },
+	{ "g4 cold unnamed sized", "SELECT 1 FROM objects o WHERE o.bucket = ?1 AND o.tier = 2"
+	  " AND o.g4_key IS NULL AND o.g4_vid = o.vid AND o.key <> ?2 AND o.size = ?3 LIMIT 1" },
 	{ "g4 cold unnamed etag", SQL_G4_COLD_UNNAMED
 	  " AND coalesce(o.g4_etag, '') IN (?4, '') ORDER BY +o.key" },
+	{ "g4 cold unnamed crc", SQL_G4_COLD_UNNAMED " AND o.crc32c = ?4 ORDER BY +o.key" },
 	/* Every demotion, sweep, import and recall of a session reads it;
 	 * ordered by "o.key", SQLite walked the bucket's every object. */
 	{ "g4 session objects", "SELECT " G4_OBJ_COLS " FROM objects o WHERE o.bucket = ?1"
@@ -3605,11 +3611,29 @@ int cat_g4_dead_proven(struct cat *c, int64_t bucket_id, const char *key)
 	return cat_g4_run(c, s, "g4 dead proven", NULL);
 }
 
+int cat_g4_cold_unnamed_sized(struct cat *c, int64_t bucket_id, const char *not_key,
+			      uint64_t size)
+{
+	sqlite3_stmt *s = cat_g4_prep(c, cat_plan_sql("g4 cold unnamed sized"));
+	int rc;
+
+	if (!s)
+		return -EIO;
+	sqlite3_bind_int64(s, 1, bucket_id);
+	sqlite3_bind_text(s, 2, not_key, -1, SQLITE_TRANSIENT);
+	sqlite3_bind_int64(s, 3, (int64_t)size);
+	rc = sqlite3_step(s);
+	sqlite3_finalize(s);
+	if (rc == SQLITE_ROW)
+		return 1;
+	return rc == SQLITE_DONE ? 0 : cat_errno(c, rc, "g4 cold unnamed sized");
+}
+
 int cat_g4_cold_unnamed(struct cat *c, int64_t bucket_id, const char *not_key, uint64_t size,
-			const char *g4_etag, struct cat_g4_obj **out, size_t *nout)
+			const char *g4_etag, uint32_t crc32c, struct cat_g4_obj **out, size_t *nout)
 {
 	sqlite3_stmt *s = cat_g4_prep(c, cat_plan_sql(g4_etag ? "g4 cold unnamed etag" :
-						      "g4 cold unnamed"));
+						      "g4 cold unnamed crc"));
 
 	if (!s)
 		return -EIO;
@@ -3618,6 +3642,8 @@ int cat_g4_cold_unnamed(struct cat *c, int64_t bucket_id, const char *not_key, u
 	sqlite3_bind_int64(s, 3, (int64_t)size);
 	if (g4_etag)
 		sqlite3_bind_text(s, 4, g4_etag, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_int64(s, 4, crc32c);
 	return cat_g4_objs_collect(c, s, "g4 cold unnamed", out, nout);
 }
 

@@ -412,13 +412,18 @@ int cat_g4_dead_unproven(struct cat *c, int64_t bucket_id, const char *key);
 /* Those rows checked: no longer unproven. */
 int cat_g4_dead_proven(struct cat *c, int64_t bucket_id, const char *key);
 /* The bucket's COLD objects whose copy G4 holds under no recorded name
- * (g4_key NULL), other than not_key, of that size and, unless g4_etag is
- * NULL, with that ETag or none recorded; by key. */
+ * (g4_key NULL), other than not_key, of that size and with ETag g4_etag
+ * or none recorded, or, with g4_etag NULL, with CRC32C crc32c; by key.
+ * One search of an index each (catalog migration 11). */
 int cat_g4_cold_unnamed(struct cat *c, int64_t bucket_id, const char *not_key, uint64_t size,
-			const char *g4_etag, struct cat_g4_obj **out, size_t *n);
+			const char *g4_etag, uint32_t crc32c, struct cat_g4_obj **out, size_t *n);
+/* 1 if there is such an object of that size at all, 0 if not, or -errno:
+ * whether a copy with no ETag is worth reading for its CRC32C. */
+int cat_g4_cold_unnamed_sized(struct cat *c, int64_t bucket_id, const char *not_key,
+			      uint64_t size);
 /* The plan SQLite chooses for the catalog's statement `name` ("g4 cold
- * unnamed", "g4 cold unnamed etag", "g4 session objects", "g4 dead
- * unproven in"): the detail of
+ * unnamed sized", "g4 cold unnamed etag", "g4 cold unnamed crc", "g4
+ * session objects", "g4 dead unproven in"): the detail of
  * each EXPLAIN QUERY PLAN row, one a line, in *plan (caller frees);
  * -ENOENT for another name. How a test, or an operator with a slow
  * catalog, sees which index a query searches. */

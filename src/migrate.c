@@ -1270,9 +1270,10 @@ out:
  * every cold object with no recorded name whose bytes it holds (size and
  * the ETag the upload recorded, else size and CRC32C of a read of it) and
  * whose own name does not hold them (g4_copy_holds()); once named, no sweep
- * deletes it and recall reads it. One HEAD and a scan of the bucket's
- * objects; a read of the copy only where no ETag compares; then the rows
- * are proven, so this runs once per row. Caller holds the key lock of
+ * deletes it and recall reads it. One HEAD and a search of an index by
+ * size and ETag, or, with no ETag, by size and the CRC32C of a read of the
+ * copy (only if an object of its size could take it); then the rows are
+ * proven, so this runs once per row. Caller holds the key lock of
  * (bucket, key), as the sweep and demote_upload_once() take it. Objects
  * claimed, or -errno (then the copy must stay, and the rows unproven).
  */
@@ -1294,8 +1295,21 @@ static int g4_claim_unproven(struct cat *c, struct cold *cold, int64_t bucket_id
 		rc = 0;		/* nothing there to keep */
 		goto out;
 	}
-	if (rc == 0)
-		rc = cat_g4_cold_unnamed(c, bucket_id, key, size, etag[0] ? etag : NULL, &v, &n);
+	if (rc == 0 && etag[0]) {
+		rc = cat_g4_cold_unnamed(c, bucket_id, key, size, etag, 0, &v, &n);
+	} else if (rc == 0) {
+		/* No ETag: the copy's CRC32C, read once, and only if an object
+		 * of its size could take it, finds those whose bytes it may be
+		 * (blocks of one size are the rule: by size, each row read
+		 * the bucket's every cold object). */
+		rc = cat_g4_cold_unnamed_sized(c, bucket_id, key, size);
+		if (rc == 1)
+			rc = cold_get(cold, gkey, crc_sink, &cs, &got);
+		if (rc == 0 && cs.size == size) {
+			have_crc = 1;
+			rc = cat_g4_cold_unnamed(c, bucket_id, key, size, NULL, cs.crc, &v, &n);
+		}
+	}
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		const struct kvt_object *o = v[i].co->obj;
 		char *own;

@@ -1474,17 +1474,23 @@ static void test_object_walk(void **state)
 /* ---- G4 upgrade queries (migrations 10 and 11) ------------------------------ */
 
 /*
- * Whether each line of cat_plan(name) searches an index, the one named
- * among them, and none scans a table: a scan grows with the store.
+ * Whether cat_plan(name) searches index (or one whose name starts so) by
+ * the columns `by` ("bucket=? AND size=?"), and no line scans a table: a
+ * scan grows with the store.
  */
-static void plan_searches(struct cat *c, const char *name, const char *index)
+static void plan_searches(struct cat *c, const char *name, const char *index, const char *by)
 {
-	char *plan = NULL, want[128];
+	char *plan = NULL, *at;
 
 	assert_int_equal(cat_plan(c, name, &plan), 0);
 	print_message("%s:\n%s", name, plan);
-	snprintf(want, sizeof(want), "USING INDEX %s (", index);
-	assert_non_null(strstr(plan, want));
+	at = strstr(plan, index);
+	assert_non_null(at);
+	assert_true(at >= plan + 12 && !strncmp(at - 12, "USING INDEX ", 12));
+	at = strchr(at, '(');
+	assert_non_null(at);
+	assert_int_equal(strncmp(at + 1, by, strlen(by)), 0);
+	assert_int_equal(at[1 + strlen(by)], ')');
 	assert_null(strstr(plan, "SCAN "));
 	free(plan);
 }
@@ -1493,20 +1499,25 @@ static void plans_checked(struct cat *c)
 {
 	char *plan = NULL;
 
-	plan_searches(c, "g4 cold unnamed", "objects_g4_unnamed");
-	plan_searches(c, "g4 cold unnamed etag", "objects_g4_unnamed");
-	plan_searches(c, "g4 dead unproven in", "g4_dead_unproven_session");
+	plan_searches(c, "g4 cold unnamed sized", "objects_g4_unnamed", "bucket=? AND size=?");
+	plan_searches(c, "g4 cold unnamed etag", "objects_g4_unnamed ",
+		      "bucket=? AND size=? AND <expr>=?");
+	plan_searches(c, "g4 cold unnamed crc", "objects_g4_unnamed_crc ",
+		      "bucket=? AND size=? AND crc32c=?");
+	plan_searches(c, "g4 dead unproven in", "g4_dead_unproven_session ",
+		      "bucket=? AND session=?");
 	assert_int_equal(cat_plan(c, "no such query", &plan), -ENOENT);
 	assert_null(plan);
 }
 
-/* Object `key` of bucket b made COLD by SQL: size, ETag, G4 name. */
+/* Object `key` of bucket b made COLD by SQL: size, CRC32C, ETag, G4 name. */
 static void cold_row(const char *path, int64_t b, const char *key, uint64_t size,
-		     const char *g4_etag, const char *g4_key)
+		     uint32_t crc, const char *g4_etag, const char *g4_key)
 {
 	char *sql = sqlite3_mprintf("UPDATE objects SET tier = 2, g4_vid = vid, size = %llu,"
-				    " g4_etag = %Q, g4_key = %Q WHERE bucket = %lld AND key = %Q",
-				    (unsigned long long)size, g4_etag, g4_key, (long long)b, key);
+				    " crc32c = %u, g4_etag = %Q, g4_key = %Q"
+				    " WHERE bucket = %lld AND key = %Q", (unsigned long long)size,
+				    crc, g4_etag, g4_key, (long long)b, key);
 
 	assert_non_null(sql);
 	assert_int_equal(raw_exec(path, sql), SQLITE_OK);
@@ -1532,7 +1543,8 @@ static int unproven_collect(void *arg, int64_t id, int64_t bucket_id, const char
 
 /*
  * g4_claim_unproven() asks, for each unproven g4_dead row, for the
- * bucket's cold objects with no recorded G4 name of one size (and ETag);
+ * bucket's cold objects with no recorded G4 name of one size and ETag, or
+ * CRC32C where G4 gives no ETag;
  * with no index for it that scanned the bucket, 1.4 s a row at 500,000
  * cold objects. recall_unproven() read every g4_dead row of the store for
  * the few of one session. Each is now one search of a partial index
@@ -1553,27 +1565,34 @@ static void test_g4_upgrade_queries(void **state)
 	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
 		put_empty(f->c, b, keys[i]);
 	put_empty(f->c, other, "s1/x");
-	cold_row(f->path, b, "s1/a", 100, "\"e1\"", NULL);
-	cold_row(f->path, b, "s1/b", 100, "", NULL);		/* the partner gave none */
-	cold_row(f->path, b, "s1/c", 100, "\"e2\"", NULL);	/* other bytes */
-	cold_row(f->path, b, "s1/d", 100, "\"e1\"", "kvs/s1/old");	/* has a name */
-	cold_row(f->path, b, "s1/e", 200, "\"e1\"", NULL);	/* another size */
-	cold_row(f->path, other, "s1/x", 100, "\"e1\"", NULL);	/* another bucket */
+	cold_row(f->path, b, "s1/a", 100, 7, "\"e1\"", NULL);
+	cold_row(f->path, b, "s1/b", 100, 7, "", NULL);		/* the partner gave none */
+	cold_row(f->path, b, "s1/c", 100, 8, "\"e2\"", NULL);	/* other bytes */
+	cold_row(f->path, b, "s1/d", 100, 7, "\"e1\"", "kvs/s1/old");	/* has a name */
+	cold_row(f->path, b, "s1/e", 200, 7, "\"e1\"", NULL);	/* another size */
+	cold_row(f->path, other, "s1/x", 100, 7, "\"e1\"", NULL);	/* another bucket */
 	/* s1/f stays hot. */
 
 	/* By ETag: that one, and the one with none; by key, not s1/z's own. */
-	assert_int_equal(cat_g4_cold_unnamed(f->c, b, "s1/z", 100, "\"e1\"", &go, &n), 0);
+	assert_int_equal(cat_g4_cold_unnamed(f->c, b, "s1/z", 100, "\"e1\"", 0, &go, &n), 0);
 	assert_int_equal(n, 2);
 	assert_string_equal(go[0].co->obj->key, "s1/a");
 	assert_string_equal(go[1].co->obj->key, "s1/b");
 	assert_string_equal(go[1].g4_etag, "");
 	cat_g4_objs_free(go, n);
-	/* No ETag from G4: every one of the size; never not_key itself. */
-	assert_int_equal(cat_g4_cold_unnamed(f->c, b, "s1/a", 100, NULL, &go, &n), 0);
-	assert_int_equal(n, 2);
+	/* No ETag from G4: by the copy's CRC32C; never not_key itself. */
+	assert_int_equal(cat_g4_cold_unnamed(f->c, b, "s1/a", 100, NULL, 7, &go, &n), 0);
+	assert_int_equal(n, 1);
 	assert_string_equal(go[0].co->obj->key, "s1/b");
-	assert_string_equal(go[1].co->obj->key, "s1/c");
 	cat_g4_objs_free(go, n);
+	assert_int_equal(cat_g4_cold_unnamed(f->c, b, "s1/z", 100, NULL, 8, &go, &n), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(go[0].co->obj->key, "s1/c");
+	cat_g4_objs_free(go, n);
+	/* Whether any of a size could take a copy: worth reading it. */
+	assert_int_equal(cat_g4_cold_unnamed_sized(f->c, b, "s1/z", 100), 1);
+	assert_int_equal(cat_g4_cold_unnamed_sized(f->c, b, "s1/e", 200), 0);
+	assert_int_equal(cat_g4_cold_unnamed_sized(f->c, b, "s1/z", 300), 0);
 
 	/* Unproven rows: of bucket b, session s1, not the key asked from. */
 	assert_int_equal(raw_exec(f->path,
@@ -1593,20 +1612,22 @@ static void test_g4_upgrade_queries(void **state)
 	assert_int_equal(raw_int(f->path, "PRAGMA user_version", &version), SQLITE_OK);
 	assert_true(version >= 11);
 	assert_int_equal(raw_exec(f->path, "DROP INDEX objects_g4_unnamed;"
+				  " DROP INDEX objects_g4_unnamed_crc;"
 				  " DROP INDEX g4_dead_unproven_session; PRAGMA user_version = 10"),
 			 SQLITE_OK);
 	assert_int_equal(cat_open(f->path, 0, &f->c), 0);
 	assert_int_equal(raw_int(f->path, "PRAGMA user_version", &v), SQLITE_OK);
 	assert_int_equal(v, version);
 	snprintf(sql, sizeof(sql), "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND"
-		 " name IN ('objects_g4_unnamed', 'g4_dead_unproven_session')");
+		 " name IN ('objects_g4_unnamed', 'objects_g4_unnamed_crc',"
+		 " 'g4_dead_unproven_session')");
 	assert_int_equal(raw_int(f->path, sql, &v), SQLITE_OK);
-	assert_int_equal(v, 2);
+	assert_int_equal(v, 3);
 	plans_checked(f->c);
 	got[0] = '\0';
 	assert_int_equal(cat_g4_dead_unproven_in(f->c, b, "s1", "s1/a", unproven_collect, got), 0);
 	assert_string_equal(got, "s1/q s1/p ");
-	assert_int_equal(cat_g4_cold_unnamed(f->c, b, "s1/z", 100, "\"e1\"", &go, &n), 0);
+	assert_int_equal(cat_g4_cold_unnamed(f->c, b, "s1/z", 100, "\"e1\"", 0, &go, &n), 0);
 	assert_int_equal(n, 2);
 	cat_g4_objs_free(go, n);
 }
@@ -1625,7 +1646,7 @@ static void test_g4_session_objects(void **state)
 	struct cat_g4_obj *go = NULL;
 	size_t n = 0;
 
-	plan_searches(f->c, "g4 session objects", "objects_g4");
+	plan_searches(f->c, "g4 session objects", "objects_g4 ", "bucket=? AND session=?");
 	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
 		put_empty(f->c, b, keys[i]);	/* session "s" */
 	assert_int_equal(raw_exec(f->path, "UPDATE objects SET session = 'x' WHERE key = 'x/a';"

@@ -2547,6 +2547,7 @@ static void catalog_to_schema4(const char *dir)
 	static const char *const steps[] = {
 		"DROP INDEX IF EXISTS g4_dead_unproven_session",
 		"DROP INDEX IF EXISTS objects_g4_unnamed",
+		"DROP INDEX IF EXISTS objects_g4_unnamed_crc",
 		"DROP INDEX IF EXISTS g4_dead_unproven",
 		"ALTER TABLE g4_dead DROP COLUMN unproven",
 		"DROP INDEX IF EXISTS objects_g4_key",

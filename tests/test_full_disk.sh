@@ -393,9 +393,9 @@ kvt_grep out "^status: +clean"
 step "an older kvtier's catalog on a read-only file system: refused saying why; upgraded once writable"
 # Schema 7 is what kvtier wrote before migration 8 (a settings row); 9 set
 # another (set again as it was), 10 added g4_dead.unproven and its index,
-# 11 two indexes.
+# 11 three indexes.
 sqlite3 "$DISK/store/catalog.db" "DELETE FROM settings WHERE name = 'extent_payload_max';
-	DROP INDEX objects_g4_unnamed;
+	DROP INDEX objects_g4_unnamed; DROP INDEX objects_g4_unnamed_crc;
 	DROP INDEX g4_dead_unproven_session;
 	DROP INDEX g4_dead_unproven; ALTER TABLE g4_dead DROP COLUMN unproven;
 	PRAGMA user_version = 7" || fail "cannot make the catalog an older kvtier's"
