@@ -87,7 +87,8 @@ struct cold_ops {
 	 * match that get_etag answered (S3 If-Match), or no object at all
 	 * when match is COLD_ABSENT (If-None-Match: *). -ECANCELED when key
 	 * holds something else, or nothing (S3: 412 PreconditionFailed, or
-	 * 404 for If-Match): nothing was written; read it again. -EAGAIN for
+	 * 404 NoSuchKey for If-Match): nothing was written; read it again
+	 * (S3's 404 NoSuchBucket is -EIO: no read will help). -EAGAIN for
 	 * S3's 409 ConditionalRequestConflict (a concurrent write to the
 	 * key): retry. NULL where the tier cannot (cold_put_if(): -EOPNOTSUPP).
 	 * A partner that ignores the headers writes anyway: the caller cannot

@@ -37,9 +37,12 @@
  * on the PUT, or on the completion of a multipart upload.
  *
  * Errors: 404 -> -ENOENT; 500, 503 and SlowDown -> -EAGAIN (retry later,
- * nothing lost); a conditional put's 412 (or 404) -> -ECANCELED, and its
- * 409 ConditionalRequestConflict -> -EAGAIN; no answer (refused, dropped, timed out, stalled) ->
- * -EHOSTUNREACH; anything else -> -EIO, logged with the partner's message.
+ * nothing lost); a conditional request's 412, or an If-Match's 404
+ * NoSuchKey (AWS: the key is absent), -> -ECANCELED, and its 409
+ * ConditionalRequestConflict -> -EAGAIN; its 404 NoSuchBucket -> -EIO,
+ * logged as a missing bucket (no manifest changed); no answer (refused,
+ * dropped, timed out, stalled) -> -EHOSTUNREACH; anything else -> -EIO,
+ * logged with the partner's message.
  */
 #include "config.h"
 
@@ -433,6 +436,12 @@ static int s3_on_seek(void *arg, curl_off_t offset, int origin)
 	return CURL_SEEKFUNC_CANTSEEK;
 }
 
+/* Whether a conditional request's header is If-Match (else If-None-Match). */
+static int s3_cond_is_match(const char *cond)
+{
+	return !strncmp(cond, "If-Match:", 9);
+}
+
 /* The partner's <Code> and <Message>, for a log line. */
 static void s3_error_text(const struct s3_req *r, char *code, size_t ccap, char *msg,
 			  size_t mcap)
@@ -568,9 +577,19 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		goto out;
 	}
 	s3_error_text(r, code, sizeof(code), msg, sizeof(msg));
-	if (r->cond && (r->status == 412 || r->status == 404))
+	if (r->cond && r->status == 404 && !strcmp(code, "NoSuchBucket")) {
+		/* Not the key: the bucket is gone, or misnamed, and every
+		 * request will fail so. Taken for a manifest that changed, it
+		 * was read again five times to no end, and logged as that. */
+		log_err(0, "s3 %s of '%s' failed: the bucket '%s' does not exist at the partner"
+			" (HTTP 404 NoSuchBucket; is [g4] url right?)", what, r->pkey, s->bucket);
+		rc = -EIO;
+		goto out;
+	}
+	if (r->cond && (r->status == 412 || (r->status == 404 && s3_cond_is_match(r->cond) &&
+					     (!code[0] || !strcmp(code, "NoSuchKey")))))
 		rc = -ECANCELED;	/* not as the caller read it: not an error here */
-	else if (r->status == 404)
+	else if (r->status == 404 && !r->cond)
 		rc = -ENOENT;
 	else if (r->status == 409 && !strcmp(code, "ConditionalRequestConflict"))
 		rc = -EAGAIN;
