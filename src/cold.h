@@ -102,6 +102,15 @@ struct cold_ops {
 	 * has none (file; S3 with SSE-KMS): then only a read proves them. */
 	int (*head)(struct cold *c, const char *key, uint64_t *size, char *etag);
 	int (*del)(struct cold *c, const char *key);
+	/* As del, but only while key holds what the caller read: the ETag
+	 * match that get_etag answered (S3 DELETE with If-Match). -ECANCELED
+	 * when key holds something else, or nothing: nothing was deleted;
+	 * read it again. -EAGAIN for S3's 409 ConditionalRequestConflict.
+	 * -EOPNOTSUPP where the tier, or the partner, cannot (S3: it answered
+	 * 501 or 400 to the header; asked no more in this process). A partner
+	 * that ignores the header deletes anyway: the caller cannot tell
+	 * (kvtier-migrate(8)). */
+	int (*del_if)(struct cold *c, const char *key, const char *match);
 	/* Drops what interrupted puts of this host left behind (stale
 	 * multipart uploads, temporary files); called under the migrate lock. */
 	int (*cleanup)(struct cold *c);
@@ -192,6 +201,10 @@ struct cold_fault_plan {
 	 * read and before its write (one process only: a pointer). */
 	void (*before_put)(void *arg, const char *key);
 	void *before_put_arg;
+	/* The same for each del or del_if: another writer lands after the
+	 * caller's last read and before its delete. */
+	void (*before_del)(void *arg, const char *key);
+	void *before_del_arg;
 	int err;		/* negative errno; -EIO if 0 */
 	unsigned puts, gets;	/* counted: operations that reached the injector */
 	unsigned stalled, max_stalled;	/* counted: operations stalling at once, now and at most */
@@ -249,6 +262,12 @@ static inline int cold_head_etag(struct cold *c, const char *key, uint64_t *size
 static inline int cold_del(struct cold *c, const char *key)
 {
 	return c->ops->del(c, key);
+}
+
+/* cold_ops.del_if, or -EOPNOTSUPP where the tier has none. */
+static inline int cold_del_if(struct cold *c, const char *key, const char *match)
+{
+	return c->ops->del_if ? c->ops->del_if(c, key, match) : -EOPNOTSUPP;
 }
 
 static inline int cold_cleanup(struct cold *c)

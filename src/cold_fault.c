@@ -9,8 +9,9 @@
  * also answer heads with an ETag that follows the bytes, as S3's MD5 does
  * and the file tier cannot (cold.h, cold_ops.head), or end the process
  * right after a put is stored (a kill -9 between a put and its record).
- * Conditional puts pass through to the wrapped tier with the same faults;
- * before_put lets a test land another writer just before a put.
+ * Conditional puts pass through to the wrapped tier with the same faults,
+ * conditional deletes as they are; before_put and before_del let a test
+ * land another writer just before a put or a delete.
  */
 #include "config.h"
 
@@ -259,7 +260,22 @@ static int cfa_head(struct cold *c, const char *key, uint64_t *size, char *etag)
 
 static int cfa_del(struct cold *c, const char *key)
 {
-	return cold_del(((struct cold_fault *)c)->inner, key);
+	struct cold_fault *f = (struct cold_fault *)c;
+
+	if (f->plan->before_del)
+		f->plan->before_del(f->plan->before_del_arg, key);
+	return cold_del(f->inner, key);
+}
+
+static int cfa_del_if(struct cold *c, const char *key, const char *match)
+{
+	struct cold_fault *f = (struct cold_fault *)c;
+
+	if (!f->inner->ops->del_if)
+		return -EOPNOTSUPP;
+	if (f->plan->before_del)
+		f->plan->before_del(f->plan->before_del_arg, key);
+	return cold_del_if(f->inner, key, match);
 }
 
 static int cfa_cleanup(struct cold *c)
@@ -301,6 +317,7 @@ static const struct cold_ops cold_fault_ops = {
 	.put_if = cfa_put_if,
 	.head = cfa_head,
 	.del = cfa_del,
+	.del_if = cfa_del_if,
 	.cleanup = cfa_cleanup,
 	.abort_upload = cfa_abort_upload,
 	.set_journal = cfa_set_journal,

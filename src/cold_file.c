@@ -16,8 +16,9 @@
  * place and fsyncs the directory: atomic and durable before the hot copy is
  * freed. A put killed half way leaves only its temporary file, which
  * cleanup() removes once its process is gone. A conditional put (put_if)
- * compares and renames under a lock file: see cf_put_if() for what that
- * guarantees between processes.
+ * compares and renames, a conditional delete (del_if) compares and
+ * unlinks, under a lock file: see cf_cond_lock() for what that guarantees
+ * between processes.
  */
 #include "config.h"
 
@@ -280,52 +281,64 @@ static int cf_null_sink(void *arg, const void *buf, size_t len)
 }
 
 /*
- * Compare and rename under an exclusive flock() of DIR/.kvtier/cond.lock:
- * the conditional puts of every process on this machine (and of machines
- * whose shared file system carries flock(), as NFSv4 and CephFS do) are
- * one at a time, each comparing the bytes there now with what its caller
- * read. Plain puts and deletes do not take the lock, so only keys that
- * every writer puts conditionally (manifests) are guarded. The comparison
- * reads the whole object: conditional puts are for small ones.
+ * Compare and rename (or unlink) under an exclusive flock() of
+ * DIR/.kvtier/cond.lock: the conditional puts and deletes of every process
+ * on this machine (and of machines whose shared file system carries
+ * flock(), as NFSv4 and CephFS do) are one at a time, each comparing the
+ * bytes there now with what its caller read. Plain puts and deletes do not
+ * take the lock, so only keys that every writer puts and deletes
+ * conditionally (manifests) are guarded. The comparison reads the whole
+ * object: conditional puts and deletes are for small ones.
+ *
+ * cf_cond_lock() answers the lock's descriptor, 0 when key holds match
+ * (COLD_ABSENT: nothing) or -ECANCELED in *rc; close() drops the lock.
  */
+static int cf_cond_lock(struct cold_file *cf, const char *key, const char *match, int *rc)
+{
+	char lpath[4096], now[KVT_ETAG_MAX] = "";
+	int lfd;
+
+	snprintf(lpath, sizeof(lpath), "%s/.kvtier/cond.lock", cf->dir);
+	*rc = cf_mkdirs_for(lpath);
+	if (*rc < 0)
+		return -1;
+	lfd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (lfd < 0) {
+		*rc = -errno;
+		log_err(*rc, "cannot open '%s'", lpath);
+		return -1;
+	}
+	while ((*rc = flock(lfd, LOCK_EX)) < 0 && errno == EINTR)
+		;
+	if (*rc < 0) {
+		*rc = -errno;
+		log_err(*rc, "cannot lock '%s'", lpath);
+		close(lfd);
+		return -1;
+	}
+	*rc = cf_get_etag(&cf->base, key, cf_null_sink, NULL, NULL, now);
+	if (*rc == -ENOENT) {
+		now[0] = '\0';
+		*rc = 0;
+	}
+	if (*rc == 0 && strcmp(now, match) != 0)
+		*rc = -ECANCELED;
+	return lfd;
+}
+
 static int cf_put_if(struct cold *c, const char *key, const char *match, uint64_t size,
 		     const char *content_type, cold_source_fn src, void *arg,
 		     struct cold_put_info *info)
 {
-	struct cold_file *cf = (struct cold_file *)c;
-	char lpath[4096], now[KVT_ETAG_MAX] = "";
-	int lfd, rc;
+	int rc, lfd = cf_cond_lock((struct cold_file *)c, key, match, &rc);
 
-	snprintf(lpath, sizeof(lpath), "%s/.kvtier/cond.lock", cf->dir);
-	rc = cf_mkdirs_for(lpath);
-	if (rc < 0)
-		return rc;
-	lfd = open(lpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (lfd < 0) {
-		rc = -errno;
-		log_err(rc, "cannot open '%s'", lpath);
-		return rc;
-	}
-	while ((rc = flock(lfd, LOCK_EX)) < 0 && errno == EINTR)
-		;
-	if (rc < 0) {
-		rc = -errno;
-		log_err(rc, "cannot lock '%s'", lpath);
-		goto out;
-	}
-	rc = cf_get_etag(c, key, cf_null_sink, NULL, NULL, now);
-	if (rc == -ENOENT) {
-		now[0] = '\0';
-		rc = 0;
-	}
-	if (rc == 0 && strcmp(now, match) != 0)
-		rc = -ECANCELED;
 	if (rc == 0)
 		rc = cf_put(c, key, size, content_type, src, arg, info);
-out:
-	close(lfd);	/* drops the lock */
+	if (lfd >= 0)
+		close(lfd);	/* drops the lock */
 	return rc;
 }
+
 
 /* No etag: put's is the CRC32C of what was written, and a file changed
  * since (bit rot, a hand edit, another node's put of the same size) keeps
@@ -358,6 +371,18 @@ static int cf_del(struct cold *c, const char *key)
 	if (unlink(path) < 0)
 		rc = -errno;
 	free(path);
+	return rc;
+}
+
+/* An absent key matches COLD_ABSENT, and there is nothing to delete. */
+static int cf_del_if(struct cold *c, const char *key, const char *match)
+{
+	int rc, lfd = cf_cond_lock((struct cold_file *)c, key, match, &rc);
+
+	if (rc == 0)
+		rc = match[0] ? cf_del(c, key) : -ENOENT;
+	if (lfd >= 0)
+		close(lfd);	/* drops the lock */
 	return rc;
 }
 
@@ -407,6 +432,7 @@ static const struct cold_ops cold_file_ops = {
 	.put_if = cf_put_if,
 	.head = cf_head,
 	.del = cf_del,
+	.del_if = cf_del_if,
 	.cleanup = cf_cleanup,
 	.free = cf_free,
 };

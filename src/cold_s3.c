@@ -34,7 +34,8 @@
  * are older than a day, which a lost catalog no longer knows.
  *
  * A conditional put (put_if) sends If-Match: ETAG, or If-None-Match: *,
- * on the PUT, or on the completion of a multipart upload.
+ * on the PUT, or on the completion of a multipart upload; a conditional
+ * delete (del_if) If-Match: ETAG on the DELETE.
  *
  * Errors: 404 -> -ENOENT; 500, 503 and SlowDown -> -EAGAIN (retry later,
  * nothing lost); a conditional request's 412, or an If-Match's 404
@@ -84,6 +85,7 @@ struct cold_s3 {
 	char *bufs[S3_BUFS_MAX];	/* idle buffers of part_size bytes */
 	unsigned nbufs;
 	int no_cond;		/* 1: a conditional put was answered 501: put_if asks no more */
+	int no_del_cond;	/* 1: the same for a conditional delete (501 or 400): del_if */
 };
 
 /* One request and what came back. */
@@ -598,6 +600,8 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		rc = -EAGAIN;
 	else if (r->status == 501 || r->status == 405 || !strcmp(code, "NotImplemented"))
 		rc = -EOPNOTSUPP;
+	else if (r->status == 400 && r->cond && !strcmp(r->method, "DELETE"))
+		rc = -EOPNOTSUPP;	/* a partner without conditional deletes (s3_del_if) */
 	else
 		rc = -EIO;
 	/* A conditional put's 501 is the partner saying it has none: the
@@ -1150,6 +1154,35 @@ static int s3_del(struct cold *cold, const char *key)
 	return rc;
 }
 
+/*
+ * DELETE with If-Match: ETAG (AWS since 2025-09: 412 when the ETag differs,
+ * 404 NoSuchKey when the key is gone; both -ECANCELED). Partners without
+ * it answer 501 NotImplemented, or 400 to a header they do not know:
+ * -EOPNOTSUPP, not logged, and not asked again in this process.
+ */
+static int s3_del_if(struct cold *cold, const char *key, const char *match)
+{
+	struct cold_s3 *s = (struct cold_s3 *)cold;
+	struct s3_req r = { .method = "DELETE", .quiet_unsupported = 1 };
+	char *k, cond[KVT_ETAG_MAX + 16];
+	int rc;
+
+	if (!match[0] || __atomic_load_n(&s->no_del_cond, __ATOMIC_RELAXED))
+		return -EOPNOTSUPP;	/* S3 has no "delete if absent" */
+	k = cold_s3_key(s->prefix, key);
+	if (!k)
+		return -ENOMEM;
+	snprintf(cond, sizeof(cond), "If-Match: %s", match);
+	r.pkey = k;
+	r.cond = cond;
+	rc = s3_perform(s, &r, "conditional delete");
+	if (rc == -EOPNOTSUPP)
+		__atomic_store_n(&s->no_del_cond, 1, __ATOMIC_RELAXED);
+	s3_req_release(&r);
+	free(k);
+	return rc;
+}
+
 /* "2026-11-29T23:00:00.000Z" -> ns since the epoch; -1 if it is not one. */
 static int64_t s3_iso_ns(const char *t)
 {
@@ -1288,6 +1321,7 @@ static const struct cold_ops cold_s3_ops = {
 	.put_if = s3_put_if,
 	.head = s3_head,
 	.del = s3_del,
+	.del_if = s3_del_if,
 	.cleanup = s3_cleanup,
 	.abort_upload = s3_abort_upload,
 	.free = s3_free,

@@ -38,9 +38,10 @@
  * holder, stands for it.
  *
  * Between nodes over one G4, the manifest names the store that owns the
- * session; every write of it (demotion, sweep, import) is conditional on
- * the manifest as read (cold_put_if(), manifest_claim()), so one node
- * never writes over the owner another node's import put there.
+ * session; every write of it (demotion, sweep, import), and the sweep's
+ * delete of it, is conditional on the manifest as read (cold_put_if(),
+ * manifest_claim(); cold_del_if(), manifest_delete()), so one node never
+ * writes over, or deletes, the owner another node's import put there.
  */
 #include "config.h"
 
@@ -1725,9 +1726,38 @@ static int dead_collect(void *arg, int64_t id, int64_t bucket_id, const char *bu
  * two steps.
  */
 
+/*
+ * The manifest mkey deleted only while G4 holds what was read (match, as
+ * manifest_match() gives it; NULL: whatever it holds): -ECANCELED, not
+ * logged, when it changed since. Another node's import that landed
+ * between the sweep's owner check and an unconditional delete lost its
+ * manifest: the session could no longer be found by name, and this
+ * store's sweep went on to delete the copies the importer had taken.
+ */
+static int manifest_delete(struct cold *cold, const char *mkey, const char *match)
+{
+	static int warned;
+	int rc = match ? cold_del_if(cold, mkey, match) : cold_del(cold, mkey);
+
+	if (rc == -EOPNOTSUPP && match) {
+		if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+			log_warn(0, "g4 '%s' offers no conditional delete: manifests are deleted"
+				 " whatever they hold, and an import elsewhere that lands between"
+				 " a sweep's owner check and its delete loses its manifest"
+				 " (kvtier-migrate(8))", cold->url);
+		rc = cold_del(cold, mkey);
+	}
+	if (rc == -ENOENT)
+		rc = 0;
+	if (rc < 0 && rc != -ECANCELED)
+		log_err(rc, "cannot delete the manifest '%s'", mkey);
+	return rc;
+}
+
 /* The manifest of d's session written again from the catalog, or deleted
- * when G4 holds none of the session's objects any more; neither when
- * another store owns the session (*owner, as manifest_claim() says). */
+ * when G4 holds none of the session's objects any more (conditionally, as
+ * it is written: manifest_delete()); neither when another store owns the
+ * session (*owner, as manifest_claim() says). */
 static int sweep_manifest(struct cat *c, struct cold *cold, const struct dead_ref *d,
 			  uint64_t self, uint64_t *owner)
 {
@@ -1746,19 +1776,28 @@ static int sweep_manifest(struct cat *c, struct cold *cold, const struct dead_re
 		return rc;
 	}
 	cat_g4_objs_free(v, n);
-	/* A delete is not conditional (S3 has no If-Match on DELETE
-	 * everywhere): an import landing between this check and the delete
-	 * loses its manifest, but not the copies, which are the importer's
-	 * (this sweep deletes only what this store's catalog recorded dead). */
-	rc = manifest_owner(cold, d->bucket, d->session, owner, NULL, NULL);
-	if (rc < 0 || (*owner && *owner != self))
-		return rc;
 	mkey = g4_manifest_key(d->bucket, d->session);
-	rc = mkey ? cold_del(cold, mkey) : -ENOMEM;
-	if (rc == -ENOENT)
-		rc = 0;
-	if (rc < 0)
-		log_err(rc, "cannot delete the manifest '%s'", mkey ? mkey : "?");
+	if (!mkey)
+		return -ENOMEM;
+	for (unsigned attempt = 0;; attempt++) {
+		struct manifest_tag tag;
+
+		rc = manifest_owner(cold, d->bucket, d->session, owner, &tag, NULL);
+		if (rc < 0 || (*owner && *owner != self) || !tag.found)
+			break;
+		rc = manifest_delete(cold, mkey, manifest_match(&tag));
+		if (rc != -ECANCELED)
+			break;
+		if (attempt + 1 == MANIFEST_CLAIM_TRIES) {
+			log_err(rc, "the manifest of session '%s' of bucket '%s' changed in g4 each"
+				" of %u times between its read and its delete: left for the next"
+				" run", d->session, d->bucket, MANIFEST_CLAIM_TRIES);
+			rc = -EAGAIN;
+			break;
+		}
+		log_info("the manifest of session '%s' of bucket '%s' changed in g4 since it was"
+			 " read: reading it again", d->session, d->bucket);
+	}
 	free(mkey);
 	return rc;
 }

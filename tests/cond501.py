@@ -1,8 +1,9 @@
 """tests/cond501.py PORT - an S3 partner that predates conditional writes:
 every request is passed on to the S3 server at 127.0.0.1:PORT (s3rver),
-except a PUT or POST with If-Match or If-None-Match, which is answered
-501 NotImplemented, as S3 did before 2024. Prints its own port, then one
-line "501 METHOD PATH" per conditional request it refused."""
+except a PUT or POST with If-Match or If-None-Match, or a DELETE with
+If-Match, which is answered 501 NotImplemented, as S3 did before 2024.
+Prints its own port, then one line "501 METHOD PATH" per conditional
+request it refused."""
 import http.client
 import http.server
 import sys
@@ -20,8 +21,9 @@ class Proxy(http.server.BaseHTTPRequestHandler):
     def relay(self):
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
-        if self.command in ("PUT", "POST") and (
-                "If-Match" in self.headers or "If-None-Match" in self.headers):
+        if (self.command in ("PUT", "POST") and (
+                "If-Match" in self.headers or "If-None-Match" in self.headers)) or (
+                self.command == "DELETE" and "If-Match" in self.headers):
             print("501 %s %s" % (self.command, self.path), flush=True)
             msg = (b"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NotImplemented"
                    b"</Code><Message>A header you provided implies functionality that is"

@@ -167,7 +167,14 @@ static void test_file_put_if(void **state)
 	assert_memory_equal(buf, "three", 5);
 	free(buf);
 	assert_string_not_equal(e1, e2);
+	/* Deleted only as read, under the same lock. */
+	assert_int_equal(cold_del_if(c, "b/m", e1), -ECANCELED);
+	assert_int_equal(cold_head(c, "b/m", NULL), 0);
+	assert_int_equal(cold_del_if(c, "b/m", e2), 0);
+	assert_int_equal(cold_head(c, "b/m", NULL), -ENOENT);
+	assert_int_equal(cold_del_if(c, "b/m", e2), -ECANCELED);
 	/* Gone since it was read: refused, not written again. */
+	assert_int_equal(cold_put_buf_if(c, "b/m", COLD_ABSENT, "three", 5, NULL), 0);
 	assert_int_equal(cold_del(c, "b/m"), 0);
 	assert_int_equal(cold_put_buf_if(c, "b/m", e2, "five", 4, NULL), -ECANCELED);
 	assert_int_equal(cold_head(c, "b/m", NULL), -ENOENT);
@@ -365,6 +372,46 @@ static void test_s3_put_if_no_bucket(void **state)
 	free(nb);
 	free(nk);
 	free(pf);
+	test_env_release(&env);
+}
+
+/*
+ * The S3 tier's conditional delete (a sweep's manifest delete): DELETE
+ * with If-Match; a changed or gone manifest is -ECANCELED, a missing
+ * bucket -EIO, and a partner without conditional deletes (501) -EOPNOTSUPP,
+ * not asked again.
+ */
+static void test_s3_del_if(void **state)
+{
+	char *pf = s3_err("412 Precondition Failed", "PreconditionFailed"),
+	     *nk = s3_err("404 Not Found", "NoSuchKey"),
+	     *nb = s3_err("404 Not Found", "NoSuchBucket"),
+	     *ni = s3_err("501 Not Implemented", "NotImplemented");
+	const char *answers[] = { pf, nk, "HTTP/1.1 204 No Content\r\n\r\n", nb, ni, NULL };
+	struct test_env env;
+	struct fake_s3 f;
+	struct cold *c;
+
+	(void)state;
+	test_env_init(&env, CAP, SEG);
+	c = fake_s3_start(&f, &env, answers);
+	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -ECANCELED);
+	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -ECANCELED);
+	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), 0);
+	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EIO);
+	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EOPNOTSUPP);
+	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EOPNOTSUPP);
+	cold_free(c);
+	fake_s3_stop(&f);
+	assert_string_equal(f.log, "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
+				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
+				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
+				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
+				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n");
+	free(pf);
+	free(nk);
+	free(nb);
+	free(ni);
 	test_env_release(&env);
 }
 
@@ -3081,6 +3128,77 @@ static void test_handover_at_manifest_write(void **state)
 	test_env_release(&b);
 }
 
+/* Another store's import, run as the sweep's manifest delete reaches G4. */
+static void import_before_del(void *arg, const char *key)
+{
+	struct import_hook *h = arg;
+
+	if (h->ran || strncmp(key, COLD_MANIFEST_PREFIX, strlen(COLD_MANIFEST_PREFIX)) != 0)
+		return;
+	h->ran = 1;
+	h->rc = kvt_g4_import_session(h->st, "kvs", "s1", NULL, &h->rep);
+}
+
+/*
+ * The sweep of a session whose last object was deleted here deletes its
+ * manifest. Another node's import that landed between the sweep's owner
+ * check and that delete lost its manifest (the session could no longer be
+ * found by name), and the sweep, still taking the session for this
+ * store's, deleted the copies the importer had just taken. The delete is
+ * conditional now (cold_del_if): refused, read again, the session left to
+ * the importer.
+ */
+static void test_handover_at_manifest_delete(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct import_hook h = { 0 };
+	struct kvt_g4_report rep;
+	struct test_env a, b;
+	struct kvt_store *sa;
+	struct cold *g4 = NULL;
+	char url[600], path[700], owner[40], *text = NULL;
+	uint64_t idb = 0;
+	size_t len = 0;
+
+	(void)state;
+	g4_env_init(&a, CAP, SEG);
+	g4_env_init(&b, CAP, SEG);
+	snprintf(url, sizeof(url), "file://%s/g4", a.cfg.store.dir);
+	b.cfg.g4.url = strdup(url);
+	sa = open_faulty(&a, &plan);
+	h.st = test_store_open(&b);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/a"), 0);
+	plan.before_del = import_before_del;
+	plan.before_del_arg = &h;
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
+	plan.before_del = NULL;
+	assert_true(h.ran);
+	assert_int_equal(h.rc, 0);
+	assert_int_equal(h.rep.objects, 1);
+	/* The importer's manifest stays, naming it, and so does its copy. */
+	snprintf(path, sizeof(path), "%s/g4", a.cfg.store.dir);
+	assert_int_equal(cold_file_new(path, &g4), 0);
+	assert_int_equal(cold_get_buf(g4, COLD_MANIFEST_PREFIX "kvs/s1.json", 1 << 20, &text,
+				      &len), 0);
+	assert_int_equal(cat_store_id(store_cat(h.st), &idb), 0);
+	snprintf(owner, sizeof(owner), "\"owner\": \"%016" PRIx64 "\"", idb);
+	assert_non_null(strstr(text, owner));
+	free(text);
+	cold_free(g4);
+	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", a.cfg.store.dir);
+	assert_true(file_exists(path));
+	assert_int_equal(test_check(h.st, "kvs", "s1/a", 70000, 1), 0);
+	kvt_store_close(sa);
+	kvt_store_close(h.st);
+	test_env_release(&a);
+	test_env_release(&b);
+}
+
 /* The owner's demotion, run as an import's manifest write reaches G4. */
 struct demote_hook {
 	struct kvt_store *st;
@@ -3266,6 +3384,7 @@ int main(void)
 		cmocka_unit_test(test_file_cleanup),
 		cmocka_unit_test(test_file_put_if),
 		cmocka_unit_test(test_s3_put_if_no_bucket),
+		cmocka_unit_test(test_s3_del_if),
 		cmocka_unit_test(test_demote_recall),
 		cmocka_unit_test(test_demote_rules),
 		cmocka_unit_test(test_faults),
@@ -3301,6 +3420,7 @@ int main(void)
 		cmocka_unit_test(test_rename_during_upload),
 		cmocka_unit_test(test_handover_during_demotion),
 		cmocka_unit_test(test_handover_at_manifest_write),
+		cmocka_unit_test(test_handover_at_manifest_delete),
 		cmocka_unit_test(test_import_during_demotion),
 		cmocka_unit_test(test_overwrite_during_upload),
 		cmocka_unit_test(test_recall_copy_missing),

@@ -17,8 +17,9 @@
 # an upload under the prefix that no catalog recorded is aborted by the
 # sweep by age once it is over a day old; a key with '%' that an older
 # client stored under its unencoded name is recalled from that name. A
-# partner that answers 501 to conditional puts (tests/cond501.py in front of
-# s3rver) gets plain manifest writes, said once, with no error logged.
+# partner that answers 501 to conditional puts and deletes (tests/cond501.py
+# in front of s3rver) gets plain manifest writes and deletes, said once,
+# with no error logged.
 #
 # s3rver is taken from $S3RVER, PATH, or installed with npm into
 # $top_builddir/.s3rver; without node or npm the test is skipped.
@@ -218,7 +219,7 @@ done
 kvt_expect 0 "$K" -c "$B" head models s3/blk2097153
 kvt_grep out "^content-type: +application/octet-stream$"
 
-step "a partner that answers 501 to conditional puts gets plain manifest writes, said once"
+step "a partner that answers 501 to conditional puts and deletes gets plain manifest writes and deletes, said once"
 # S3 before 2024 answered If-None-Match on a PUT with 501 NotImplemented.
 # Each manifest write was tried conditionally first, and each logged
 # "failed: HTTP 501" (cron mails it nightly) though the run went well.
@@ -246,6 +247,24 @@ kvt_grep err "demote: 3 sessions, 3 objects, .* 0 failures"
 	fail "the partner was asked for a conditional put after its 501: $(cat "$T/c501.out")"
 kvt_expect 0 "$K" -c "$C" head models c2/blk
 kvt_grep out "^tier: +cold$"
+# The sweep deletes the manifest of a session with no copies left: asked
+# with If-Match first, then plainly, said once.
+kvt_expect 0 "$K" -c "$C" rm models c1/blk
+kvt_expect 0 "$K" -c "$C" rm models c3/blk
+kvt_expect 0 "$M" -c "$C" --idle 0s --jobs 1
+kvt_grep err " 0 failures"
+[ "$(grep -c "offers no conditional delete" "$T/err")" = 1 ] ||
+	fail "the plain manifest deletes were not said once: $(cat "$T/err")"
+! grep -q "HTTP 501" "$T/err" ||
+	fail "a 501 to a conditional delete was logged as an error: $(grep "HTTP 501" "$T/err")"
+[ "$(grep -c "^501 DELETE " "$T/c501.out")" = 1 ] ||
+	fail "not one conditional delete asked of the partner: $(cat "$T/c501.out")"
+for s in c1 c3; do
+	[ ! -e "$T/s3/g4bucket/kvtier/g4/.kvtier/manifests/models/$s.json._S3rver_object" ] ||
+		fail "the manifest of $s stayed in the bucket"
+done
+[ -f "$T/s3/g4bucket/kvtier/g4/.kvtier/manifests/models/c2.json._S3rver_object" ] ||
+	fail "the manifest of c2 went"
 kill "$p501"
 wait "$p501" 2>/dev/null || :
 
