@@ -212,7 +212,10 @@ static void test_file_put_if(void **state)
 
 /*
  * A fake S3 partner on 127.0.0.1 (a thread): each request, read whole,
- * gets the next of its answers, raw, and the connection is closed; its
+ * gets the next of its answers, raw, with "Connection: close" after the
+ * status line, and the connection is closed (curl, told nothing, reused
+ * it for the next request, found it dead and rewound the body: "seek
+ * callback returned error 2" in one run of four); its
  * method, path and If-Match / If-None-Match header are recorded in log,
  * one line each.
  */
@@ -223,6 +226,17 @@ struct fake_s3 {
 	char log[4096];
 	pthread_t th;
 };
+
+static void fake_s3_write(int c, const char *a, size_t len)
+{
+	for (size_t off = 0; off < len;) {
+		ssize_t w = write(c, a + off, len - off);
+
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+	}
+}
 
 static void fake_s3_serve(struct fake_s3 *f, int c)
 {
@@ -263,13 +277,10 @@ static void fake_s3_serve(struct fake_s3 *f, int c)
 	strncat(f->log, line, sizeof(f->log) - strlen(f->log) - 1);
 	a = f->answers[f->next] ? f->answers[f->next++] :
 				  "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n";
-	for (size_t off = 0, len = strlen(a); off < len;) {
-		ssize_t w = write(c, a + off, len - off);
-
-		if (w <= 0)
-			break;
-		off += (size_t)w;
-	}
+	n = strcspn(a, "\r") + 2;
+	fake_s3_write(c, a, n);
+	fake_s3_write(c, "Connection: close\r\n", 19);
+	fake_s3_write(c, a + n, strlen(a + n));
 }
 
 static void *fake_s3_run(void *arg)
