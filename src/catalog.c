@@ -2888,6 +2888,8 @@ void cat_g4_objs_free(struct cat_g4_obj *v, size_t n)
 }
 
 #define G4_OBJ_COLS OBJ_COLS ", o.g4_vid, o.g4_attempts, o.g4_etag, o.g4_key"
+/* The columns cat_g4_dead_rows() reads, in its order. */
+#define G4_DEAD_COLS "d.id, d.bucket, b.name, d.key, d.session, d.g4_key, d.unproven"
 
 /*
  * The statements whose plan cat_plan() shows, those of the migrator whose
@@ -2913,8 +2915,7 @@ static const struct {
 	 * ordered by "o.key", SQLite walked the bucket's every object. */
 	{ "g4 session objects", "SELECT " G4_OBJ_COLS " FROM objects o WHERE o.bucket = ?1"
 	  " AND o.session = ?2 AND ((?3 >> o.tier) & 1) ORDER BY +o.key" },
-	{ "g4 dead unproven in", "SELECT d.id, d.bucket, b.name, d.key, d.session, d.g4_key,"
-	  " d.unproven FROM g4_dead d JOIN buckets b ON b.id = d.bucket"
+	{ "g4 dead unproven in", "SELECT " G4_DEAD_COLS " FROM g4_dead d JOIN buckets b ON b.id = d.bucket"
 	  " WHERE d.bucket = ?1 AND d.session = ?2 AND d.unproven = 1 AND d.g4_key IS NULL"
 	  " AND d.key <> ?3 ORDER BY d.id" },
 };
@@ -3464,16 +3465,11 @@ int cat_g4_uploads(struct cat *c, int (*fn)(void *arg, const char *url, const ch
 	return cat_errno(c, rc, "g4 uploads");
 }
 
-int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_id,
-					 const char *bucket, const char *key,
-					 const char *session, const char *g4_key,
-					 int unproven),
-		void *arg)
+/* Each g4_dead row s gives (G4_DEAD_COLS) to fn until it returns
+ * non-zero; s finalized. */
+static int cat_g4_dead_rows(struct cat *c, sqlite3_stmt *s, const char *what, cat_g4_dead_fn fn,
+			    void *arg)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "SELECT d.id, d.bucket, b.name, d.key, d.session, d.g4_key,"
-				      " d.unproven"
-				      " FROM g4_dead d JOIN buckets b ON b.id = d.bucket"
-				      " ORDER BY d.bucket, d.session, d.id");
 	int rc;
 
 	if (!s)
@@ -3492,39 +3488,28 @@ int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_i
 		}
 	}
 	sqlite3_finalize(s);
-	return cat_errno(c, rc, "g4 dead");
+	return cat_errno(c, rc, what);
+}
+
+int cat_g4_dead(struct cat *c, cat_g4_dead_fn fn, void *arg)
+{
+	return cat_g4_dead_rows(c, cat_g4_prep(c, "SELECT " G4_DEAD_COLS
+					       " FROM g4_dead d JOIN buckets b ON b.id = d.bucket"
+					       " ORDER BY d.bucket, d.session, d.id"),
+				"g4 dead", fn, arg);
 }
 
 int cat_g4_dead_unproven_in(struct cat *c, int64_t bucket_id, const char *session,
-			    const char *not_key,
-			    int (*fn)(void *arg, int64_t id, int64_t bucket_id,
-				      const char *bucket, const char *key, const char *session,
-				      const char *g4_key, int unproven),
-			    void *arg)
+			    const char *not_key, cat_g4_dead_fn fn, void *arg)
 {
 	sqlite3_stmt *s = cat_g4_prep(c, cat_plan_sql("g4 dead unproven in"));
-	int rc;
 
-	if (!s)
-		return -EIO;
-	sqlite3_bind_int64(s, 1, bucket_id);
-	sqlite3_bind_text(s, 2, session, -1, SQLITE_TRANSIENT);
-	sqlite3_bind_text(s, 3, not_key, -1, SQLITE_TRANSIENT);
-	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		int r = fn(arg, sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1),
-			   (const char *)sqlite3_column_text(s, 2),
-			   (const char *)sqlite3_column_text(s, 3),
-			   (const char *)sqlite3_column_text(s, 4),
-			   (const char *)sqlite3_column_text(s, 5),
-			   sqlite3_column_int(s, 6));
-
-		if (r != 0) {
-			sqlite3_finalize(s);
-			return r < 0 ? r : 0;
-		}
+	if (s) {
+		sqlite3_bind_int64(s, 1, bucket_id);
+		sqlite3_bind_text(s, 2, session, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_text(s, 3, not_key, -1, SQLITE_TRANSIENT);
 	}
-	sqlite3_finalize(s);
-	return cat_errno(c, rc, "g4 dead unproven in");
+	return cat_g4_dead_rows(c, s, "g4 dead unproven in", fn, arg);
 }
 
 int cat_g4_dead_done(struct cat *c, int64_t id)

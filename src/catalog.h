@@ -391,21 +391,16 @@ int cat_g4_uploads(struct cat *c, int (*fn)(void *arg, const char *url, const ch
  * write to the catalog. cat_g4_dead_done() forgets one. unproven: a row
  * from before catalog migration 10 with no g4_key, whose copy may still be
  * a cold object's (migrate.c, g4_claim_unproven). */
-int cat_g4_dead(struct cat *c, int (*fn)(void *arg, int64_t id, int64_t bucket_id,
-					 const char *bucket, const char *key,
-					 const char *session, const char *g4_key,
-					 int unproven),
-		void *arg);
+typedef int (*cat_g4_dead_fn)(void *arg, int64_t id, int64_t bucket_id, const char *bucket,
+			      const char *key, const char *session, const char *g4_key,
+			      int unproven);
+int cat_g4_dead(struct cat *c, cat_g4_dead_fn fn, void *arg);
 int cat_g4_dead_done(struct cat *c, int64_t id);
 /* The unproven rows of the bucket's session whose key is not not_key, as
  * cat_g4_dead() gives them, by id: one search of a partial index
  * (migration 11), where recall read every g4_dead row of the store. */
 int cat_g4_dead_unproven_in(struct cat *c, int64_t bucket_id, const char *session,
-			    const char *not_key,
-			    int (*fn)(void *arg, int64_t id, int64_t bucket_id,
-				      const char *bucket, const char *key, const char *session,
-				      const char *g4_key, int unproven),
-			    void *arg);
+			    const char *not_key, cat_g4_dead_fn fn, void *arg);
 /* 1 if an unproven g4_dead row names "BUCKET/KEY" of the bucket, 0 if
  * none, or -errno. One probe of a partial index, empty once swept. */
 int cat_g4_dead_unproven(struct cat *c, int64_t bucket_id, const char *key);
