@@ -3058,7 +3058,8 @@ static void test_handover_during_demotion(void **state)
 	test_env_release(&b);
 }
 
-/* Another store's import, run as the demotion's manifest write reaches G4. */
+/* Another store's import, run as the demotion's manifest write (or the
+ * sweep's manifest delete) reaches G4. */
 struct import_hook {
 	struct kvt_store *st;
 	struct kvt_g4_report rep;
@@ -3139,17 +3140,6 @@ static void test_handover_at_manifest_write(void **state)
 	test_env_release(&b);
 }
 
-/* Another store's import, run as the sweep's manifest delete reaches G4. */
-static void import_before_del(void *arg, const char *key)
-{
-	struct import_hook *h = arg;
-
-	if (h->ran || strncmp(key, COLD_MANIFEST_PREFIX, strlen(COLD_MANIFEST_PREFIX)) != 0)
-		return;
-	h->ran = 1;
-	h->rc = kvt_g4_import_session(h->st, "kvs", "s1", NULL, &h->rep);
-}
-
 /*
  * The sweep of a session whose last object was deleted here deletes its
  * manifest. Another node's import that landed between the sweep's owner
@@ -3184,7 +3174,7 @@ static void test_handover_at_manifest_delete(void **state)
 	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
 	assert_int_equal(rep.objects, 1);
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/a"), 0);
-	plan.before_del = import_before_del;
+	plan.before_del = import_before_manifest;
 	plan.before_del_arg = &h;
 	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	plan.before_del = NULL;
