@@ -121,17 +121,30 @@ step "SIGTERM while a GET's recall waits on a partner that never answers: the ga
 # A partner that accepts and then says nothing held each transfer for curl's
 # 30 s low-speed limit, and the gateway's shutdown behind it.
 . "$top_srcdir/tests/gateway/lib.sh"
+# It writes the first line of each request it takes to stall.log, so that
+# the step knows when the recall has reached it.
 python3 -c '
-import socket, sys, time
+import socket, sys, threading
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
 print(s.getsockname()[1], flush=True)
+log = open(sys.argv[1], "a")
+def take(c):
+    head = b""
+    while b"\r\n" not in head:
+        b = c.recv(4096)
+        if not b:
+            return
+        head += b
+    log.write(head.split(b"\r\n")[0].decode(errors="replace") + "\n")
+    log.flush()
 held = []
 while True:
     held.append(s.accept()[0])
-' >"$T/stall.port" &
+    threading.Thread(target=take, args=(held[-1],), daemon=True).start()
+' "$T/stall.log" >"$T/stall.port" &
 stall=$!
 trap 'kill "$stall" 2>/dev/null || :; gw_cleanup; s3rver_stop' EXIT
-poll 50 test -s "$T/stall.port" || fail "the silent partner did not start"
+poll 300 test -s "$T/stall.port" || fail "the silent partner did not start"
 sed "s|^endpoint = .*|endpoint = http://127.0.0.1:$(cat "$T/stall.port")|" "$KVTIER_CONF" \
 	>"$T/stall.conf"
 "$GATEWAY" -c "$T/stall.conf" --listen 127.0.0.1:0 --credentials "$GW_CREDS" \
@@ -143,7 +156,14 @@ curl -s -o /dev/null --max-time 60 --aws-sigv4 "aws:amz:us-east-1:s3" \
 	--user "$GW_ACCESS:$GW_SECRET" \
 	"http://127.0.0.1:$(gateway_port "$T/gws.err")/models/s2/blk2097153" &
 getter=$!
-sleep 2	# the GET's recall has reached the partner, which says nothing
+# Until the GET's recall has reached the partner (which says nothing), as
+# long as that takes: after a fixed 2 s, a gateway slower to take the GET
+# (a loaded sanitizer build) was stopped before its recall began, and no
+# recall was there to be stopped.
+stalled() {
+	grep -q "blk2097153" "$T/stall.log" 2>/dev/null
+}
+wait_until "$getter" "$T/gws.err" 60 "the GET's recall from the silent partner" stalled
 start=$(date +%s)
 kill -TERM "$sgw"
 wait "$sgw" || fail "the gateway exited $? at SIGTERM: $(cat "$T/gws.err")"
