@@ -1560,6 +1560,16 @@ static void fh_remember(struct kvfs *kv, struct node *n, const struct kvt_object
  * off the page cache so that the writer finds it free. */
 #define FH_CACHE_WAIT_MS 100
 #define FH_NOCACHE_NS (2 * 1000000000LL)
+/*
+ * How long after its writer's close(2) a reader waits for the RELEASE of
+ * that writer's handle (fh_closed_writers_wait_locked). The RELEASE is on
+ * its way when close(2) returns, unless a copy of the descriptor lives on
+ * (a child forked meanwhile); but a loaded daemon can take it up after
+ * FH_CACHE_WAIT_MS, and the reader then went to direct I/O: mmap(MAP_SHARED)
+ * of the file just written failed ENODEV (versions.py, case 11). Readers
+ * wait this long only beside a copy that outlives its writer's close.
+ */
+#define FH_CLOSED_WAIT_MS 2000
 
 /*
  * Counts a writer on n, once no handle reads n through the page cache.
@@ -1613,7 +1623,7 @@ static void fh_writer_leave_locked(struct node *n)
 }
 
 /*
- * Waits, until FH_CACHE_WAIT_MS after the last such close, while every
+ * Waits, until FH_CLOSED_WAIT_MS after the last such close, while every
  * writer open on n was closed by its writer:
  * close(2) returns before the kernel's RELEASE of the handle comes, and a
  * reader opened in between went to direct I/O, where mmap(MAP_SHARED) of
@@ -2424,7 +2434,7 @@ static void fh_closed(struct kvfs *kv, struct fh *h)
 	if (!h->closed) {
 		h->closed = 1;
 		h->node->nclosed++;
-		util_deadline(&h->node->wclosed_wait, FH_CACHE_WAIT_MS);
+		util_deadline(&h->node->wclosed_wait, FH_CLOSED_WAIT_MS);
 	}
 	pthread_mutex_unlock(&kv->lock);
 }
