@@ -77,6 +77,11 @@ def s3_code(e):
     return (r or {}).get("Error", {}).get("Code")
 
 
+# How long a daemon (the gateway, the mount) may take to start: a bound for
+# a hang, not a guess at a loaded machine's speed.
+START_SECONDS = 120
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -337,13 +342,20 @@ class System:
                               "127.0.0.1:%d" % self.gw_port, "--credentials", self.creds,
                               "--access-log", "off", "-f"],
                              env=self.env, stdout=logf, stderr=subprocess.STDOUT)
-        for _ in range(100):
+        # As long as it takes (START_SECONDS): after 10 s it went on as if
+        # the gateway served, and the mount below failed outright.
+        deadline = time.monotonic() + START_SECONDS
+        while True:
             try:
                 urllib.request.urlopen("http://127.0.0.1:%d/health" % self.gw_port, timeout=1)
                 break
             except Exception:
                 if p.poll() is not None:
                     raise RuntimeError("the gateway exited %d" % p.returncode)
+                if time.monotonic() > deadline:
+                    p.kill()
+                    p.wait()
+                    raise RuntimeError("the gateway did not serve in %d s" % START_SECONDS)
                 time.sleep(0.1)
         self.gateway = p
 
@@ -356,11 +368,19 @@ class System:
         logf = open(os.path.join(self.tmp, "fuse.log"), "a")
         p = subprocess.Popen([os.path.join(self.bin, "kvtier-fuse"), self.mnt, "-f"],
                              env=self.env, stdout=logf, stderr=subprocess.STDOUT)
-        for _ in range(100):
-            if self.mounted():
-                break
+        # As long as it takes (START_SECONDS): after 10 s (a sanitized
+        # daemon on a loaded machine, recovering from a SIGKILL) it went on,
+        # and opening the bucket in the plain directory under the mount
+        # point failed: FileNotFoundError, and the run with it.
+        deadline = time.monotonic() + START_SECONDS
+        while not self.mounted():
             if p.poll() is not None:
                 raise RuntimeError("kvtier-fuse exited %d" % p.returncode)
+            if time.monotonic() > deadline:
+                p.kill()
+                p.wait()
+                self.unmount()
+                raise RuntimeError("kvtier-fuse did not mount in %d s" % START_SECONDS)
             time.sleep(0.1)
         self.fuse = p
         # Workers go through this descriptor, never through the path: while
