@@ -1436,7 +1436,7 @@ def metric(name):
     return 0.0
 
 
-def metric_reaching(name, want, seconds=5):
+def metric_reaching(name, want, seconds=30):
     """The sample once it reaches want, or its value after seconds.  A request
     is counted when libmicrohttpd reports it complete, which can come a moment
     after its client has the answer (a slow sanitizer build shows it)."""
