@@ -1569,7 +1569,7 @@ static void fh_remember(struct kvfs *kv, struct node *n, const struct kvt_object
  * of the file just written failed ENODEV (versions.py, case 11). Readers
  * wait this long only beside a copy that outlives its writer's close.
  */
-#define FH_CLOSED_WAIT_MS 2000
+#define FH_CLOSED_WAIT_MS 1000
 
 /*
  * Counts a writer on n, once no handle reads n through the page cache.
@@ -1623,16 +1623,21 @@ static void fh_writer_leave_locked(struct node *n)
 }
 
 /*
- * Waits, until FH_CLOSED_WAIT_MS after the last such close, while every
- * writer open on n was closed by its writer:
+ * Waits, until FH_CLOSED_WAIT_MS after the last such close before it came,
+ * while every writer open on n was closed by its writer:
  * close(2) returns before the kernel's RELEASE of the handle comes, and a
  * reader opened in between went to direct I/O, where mmap(MAP_SHARED) of
- * the file just written failed ENODEV (versions.py, case 8).
+ * the file just written failed ENODEV (versions.py, case 8). The deadline
+ * is the one it found: closes meanwhile moved it on, and while a child
+ * held one writer's descriptor, another writer closing every few tens of
+ * milliseconds kept the open waiting as long as it went on (case 12).
  */
 static void fh_closed_writers_wait_locked(struct kvfs *kv, struct node *n)
 {
+	struct timespec until = n->wclosed_wait;
+
 	while (n->nwriters > 0 && n->nclosed == n->nwriters &&
-	       pthread_cond_timedwait(&kv->cache_cond, &kv->lock, &n->wclosed_wait) != ETIMEDOUT)
+	       pthread_cond_timedwait(&kv->cache_cond, &kv->lock, &until) != ETIMEDOUT)
 		;
 }
 

@@ -40,6 +40,10 @@ size per inode, so each case is one the daemon once got wrong
      direct I/O and the map failed ENODEV (CI, 2026-11-30).
  11. as 10., the RELEASE 0.5 s late: the daemon waited for it only
      100 ms after the close, less than a loaded sanitizer daemon can take.
+ 12. a reader of a file whose writer's descriptor a child still holds,
+     while another writer there closes again and again: each close made
+     the readers' wait for the late RELEASE longer, and open(2)
+     did not return while the writes went on.
 
 Each reader first waits out the attribute timeout and stats the file, so
 that it opens through the page cache (the daemon knows the size the kernel
@@ -50,6 +54,7 @@ import mmap
 import os
 import subprocess
 import sys
+import threading
 import time
 
 d, kvtier, bucket, prefix = sys.argv[1:5]
@@ -311,6 +316,48 @@ try:
 except OSError as e:
     bad.append("11. a shared mmap of a file whose writer's release is 0.5 s late: %s" % e)
 os.waitpid(child, 0)
+# 12. an open that waits for a late RELEASE waits FH_CLOSED_WAIT_MS (1 s) at most, however
+# often other writers of the file close meanwhile
+os.mkdir(os.path.join(d, "12"))
+p = os.path.join(d, "12", "busy")
+w = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+os.write(w, data(b"held", 5000))
+hold_r, hold_w = os.pipe()
+child = os.fork()
+if child == 0:
+    os.close(hold_w)
+    os.read(hold_r, 1)      # holds the writer's descriptor until told
+    os._exit(0)
+os.close(hold_r)
+os.close(w)                 # its RELEASE waits for the child
+stop = threading.Event()
+
+
+def rewrite():
+    deadline = time.monotonic() + 6
+    while not stop.is_set() and time.monotonic() < deadline:
+        fd = os.open(p, os.O_WRONLY)
+        os.write(fd, b"x")
+        os.close(fd)
+        stop.wait(0.02)     # the pace of the writes, well under 1 s
+
+
+t = threading.Thread(target=rewrite)
+t.start()
+stop.wait(0.2)              # a few closes first
+start = time.monotonic()
+try:
+    os.close(os.open(p, os.O_RDONLY))
+except OSError as e:
+    bad.append("12. a reader beside a writer that closes again and again: %s" % e)
+took = time.monotonic() - start
+stop.set()
+t.join()
+os.close(hold_w)
+os.waitpid(child, 0)
+if took > 2.5:
+    bad.append("12. a reader beside a writer that closes again and again: open(2) took"
+               " %.1f s (the wait for a late RELEASE is 1 s)" % took)
 
 print("versions: %d reads were not their version whole" % len(bad))
 for b in bad:
