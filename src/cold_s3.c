@@ -41,7 +41,9 @@
  * nothing lost); a conditional request's 412, or an If-Match's 404
  * NoSuchKey (AWS: the key is absent), -> -ECANCELED, and its 409
  * ConditionalRequestConflict -> -EAGAIN; its 404 NoSuchBucket -> -EIO,
- * logged as a missing bucket (no manifest changed); no answer (refused,
+ * logged as a missing bucket (no manifest changed); a conditional
+ * delete's 400 -> -EOPNOTSUPP (no If-Match there) unless its code is
+ * about the credentials (s3_credentials_code()); no answer (refused,
  * dropped, timed out, stalled) -> -EHOSTUNREACH; anything else -> -EIO,
  * logged with the partner's message.
  */
@@ -444,6 +446,25 @@ static int s3_cond_is_match(const char *cond)
 	return !strncmp(cond, "If-Match:", 9);
 }
 
+/*
+ * Whether a 400's code is about the request's credentials, which any
+ * request may meet (temporary ones that ran out): not a partner without
+ * conditional deletes, which s3_del_if() then stops asking for in this
+ * process, every later manifest delete unconditional.
+ */
+static int s3_credentials_code(const char *code)
+{
+	static const char *const codes[] = {
+		"ExpiredToken", "InvalidToken", "TokenRefreshRequired",
+		"AuthorizationHeaderMalformed", "IncompleteSignature", "InvalidSecurity",
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(codes); i++)
+		if (!strcmp(code, codes[i]))
+			return 1;
+	return 0;
+}
+
 /* The partner's <Code> and <Message>, for a log line. */
 static void s3_error_text(const struct s3_req *r, char *code, size_t ccap, char *msg,
 			  size_t mcap)
@@ -600,7 +621,8 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		rc = -EAGAIN;
 	else if (r->status == 501 || r->status == 405 || !strcmp(code, "NotImplemented"))
 		rc = -EOPNOTSUPP;
-	else if (r->status == 400 && r->cond && !strcmp(r->method, "DELETE"))
+	else if (r->status == 400 && r->cond && !strcmp(r->method, "DELETE") &&
+		 !s3_credentials_code(code))
 		rc = -EOPNOTSUPP;	/* a partner without conditional deletes (s3_del_if) */
 	else
 		rc = -EIO;

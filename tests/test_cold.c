@@ -426,6 +426,46 @@ static void test_s3_del_if(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * A 400 that says what is wrong with the request's credentials
+ * (ExpiredToken when temporary credentials ran out) is not a partner
+ * without conditional deletes: it was taken for one, and every later
+ * sweep of the process deleted manifests unconditionally, reopening the
+ * window an import lost its manifest in. It is -EIO, and the next delete
+ * is conditional again; a 400 about the header still turns them off.
+ */
+static void test_s3_del_if_400_credentials(void **state)
+{
+	char *et = s3_err("400 Bad Request", "ExpiredToken"),
+	     *am = s3_err("400 Bad Request", "AuthorizationHeaderMalformed"),
+	     *pf = s3_err("412 Precondition Failed", "PreconditionFailed"),
+	     *ia = s3_err("400 Bad Request", "InvalidArgument");
+	const char *answers[] = { et, am, pf, ia, NULL };
+	struct test_env env;
+	struct fake_s3 f;
+	struct cold *c;
+
+	(void)state;
+	test_env_init(&env, CAP, SEG);
+	c = fake_s3_start(&f, &env, answers);
+	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EIO);
+	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EIO);
+	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -ECANCELED);
+	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EOPNOTSUPP);
+	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EOPNOTSUPP);
+	cold_free(c);
+	fake_s3_stop(&f);
+	assert_string_equal(f.log, "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
+				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
+				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
+				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n");
+	free(et);
+	free(am);
+	free(pf);
+	free(ia);
+	test_env_release(&env);
+}
+
 /* Temporary files of dead processes go; a live process's stay. */
 static void test_file_cleanup(void **state)
 {
@@ -3386,6 +3426,7 @@ int main(void)
 		cmocka_unit_test(test_file_put_if),
 		cmocka_unit_test(test_s3_put_if_no_bucket),
 		cmocka_unit_test(test_s3_del_if),
+		cmocka_unit_test(test_s3_del_if_400_credentials),
 		cmocka_unit_test(test_demote_recall),
 		cmocka_unit_test(test_demote_rules),
 		cmocka_unit_test(test_faults),
