@@ -37,13 +37,15 @@
  * on the PUT, or on the completion of a multipart upload; a conditional
  * delete (del_if) If-Match: ETAG on the DELETE.
  *
- * Errors: 404 -> -ENOENT; 500, 503 and SlowDown -> -EAGAIN (retry later,
- * nothing lost); a conditional request's 412, or an If-Match's 404
- * NoSuchKey (AWS: the key is absent), -> -ECANCELED, and its 409
- * ConditionalRequestConflict -> -EAGAIN; its 404 NoSuchBucket -> -EIO,
- * logged as a missing bucket (no manifest changed); a conditional
- * delete's 400 -> -EOPNOTSUPP (no If-Match there) unless its code is
- * about the credentials (s3_credentials_code()); no answer (refused,
+ * Errors: 404 -> -ENOENT, but 404 NoSuchBucket (the bucket of [g4] url
+ * gone, or misnamed) -> -EIO for every request, logged as the missing
+ * bucket: it is no missing key (a HEAD's 404, which has no body, is asked
+ * again as a GET: s3_head_absent()); 500, 503 and SlowDown -> -EAGAIN
+ * (retry later, nothing lost); a conditional request's 412, or an
+ * If-Match's 404 NoSuchKey (AWS: the key is absent), -> -ECANCELED, and
+ * its 409 ConditionalRequestConflict -> -EAGAIN; a conditional delete's
+ * 400 -> -EOPNOTSUPP (no If-Match there) unless its code is about the
+ * credentials (s3_credentials_code()); no answer (refused,
  * dropped, timed out, stalled) -> -EHOSTUNREACH; anything else -> -EIO,
  * logged with the partner's message.
  */
@@ -97,6 +99,7 @@ struct s3_req {
 	const char *query;	/* canonical: sorted, encoded, "name=value&..." */
 	const char *ctype;
 	const char *cond;	/* "If-Match: ETAG" or "If-None-Match: *", or NULL */
+	const char *range;	/* "Range: bytes=A-B", or NULL */
 	int quiet_unsupported;	/* a 501 or 405 is an answer, not an error to log */
 	/* body: from src (len bytes at off), or from mem */
 	cold_source_fn src;
@@ -524,6 +527,8 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 	}
 	if (h && r->cond && (l = curl_slist_append(h, r->cond)))
 		h = l;
+	if (h && r->range && (l = curl_slist_append(h, r->range)))
+		h = l;
 	m = s3_multi_get(s);
 	r->curl = curl_easy_init();
 	if (!h || !m || !r->curl) {
@@ -600,12 +605,16 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		goto out;
 	}
 	s3_error_text(r, code, sizeof(code), msg, sizeof(msg));
-	if (r->cond && r->status == 404 && !strcmp(code, "NoSuchBucket")) {
+	if (r->status == 404 && !strcmp(code, "NoSuchBucket")) {
 		/* Not the key: the bucket is gone, or misnamed, and every
 		 * request will fail so. Taken for a manifest that changed, it
-		 * was read again five times to no end, and logged as that. */
+		 * was read again five times to no end; taken for "no such
+		 * key", a sweep forgot the copies it could not delete (they
+		 * stayed in the real bucket for ever), and a recall said the
+		 * copy was deleted since its demotion. */
 		log_err(0, "s3 %s of '%s' failed: the bucket '%s' does not exist at the partner"
-			" (HTTP 404 NoSuchBucket; is [g4] url right?)", what, r->pkey, s->bucket);
+			" (HTTP 404 NoSuchBucket; is [g4] url '%s' right?)", what,
+			r->pkey ? r->pkey : "", s->bucket, s->base.url);
 		rc = -EIO;
 		goto out;
 	}
@@ -1131,6 +1140,38 @@ static int s3_get(struct cold *cold, const char *key, cold_sink_fn sink, void *a
 	return s3_get_etag(cold, key, sink, arg, size, NULL);
 }
 
+/* A GET's sink for s3_head_absent(): whatever comes is of no use. */
+static int s3_discard(void *arg, const void *buf, size_t len)
+{
+	(void)arg;
+	(void)buf;
+	(void)len;
+	return 0;
+}
+
+/*
+ * A HEAD's 404 has no body to say whether the key or the bucket is
+ * missing: it is asked again as a GET of the key's first byte (the same
+ * permission as the HEAD), whose 404 says which. -ENOENT for NoSuchKey,
+ * -EIO (logged by s3_perform) for NoSuchBucket: a misnamed [g4] url made
+ * the sweep take every copy of a deleted key for gone (it proved its
+ * unproven rows on the HEAD's word), and demotion forget copies it had
+ * verified. Only a HEAD's 404 costs this second request, and HEAD is
+ * asked only of copies expected there (migrate.c). The key there by now
+ * (2xx, or 416 for an empty object): -EAGAIN, ask again later.
+ */
+static int s3_head_absent(struct cold_s3 *s, const char *pkey)
+{
+	struct s3_req r = { .method = "GET", .pkey = pkey, .range = "Range: bytes=0-0",
+			    .sink = s3_discard };
+	int rc = s3_perform(s, &r, "head");
+
+	s3_req_release(&r);
+	if (rc == 0 || (rc == -EIO && r.status == 416))
+		return -EAGAIN;
+	return rc;
+}
+
 /* The ETag only when it is an MD5 (or "MD5-N"), quoted as put recorded it:
  * another ETag (SSE-KMS) need not change with the bytes. */
 static int s3_head(struct cold *cold, const char *key, uint64_t *size, char *etag)
@@ -1146,6 +1187,8 @@ static int s3_head(struct cold *cold, const char *key, uint64_t *size, char *eta
 		return -ENOMEM;
 	r.pkey = k;
 	rc = s3_perform(s, &r, "head");
+	if (rc == -ENOENT)
+		rc = s3_head_absent(s, k);
 	if (rc == 0 && size)
 		*size = r.length;
 	if (rc == 0 && etag) {
