@@ -117,6 +117,40 @@ sed -i "s|^endpoint = .*|endpoint = http://127.0.0.1:$PORT|" "$KVTIER_CONF"
 kvt_expect 0 "$K" get models s2/blk65536 "$T/back"
 cmp "$T/in.s2.65536" "$T/back" || fail "s2/blk65536 differs after the outage"
 
+step "[g4] url naming a bucket the partner lacks: the sweep keeps its dead entries, the url right again deletes the copies"
+# 404 NoSuchBucket was read as "no such key": once every key of a session
+# was deleted, the sweep read no manifest, took each DELETE for "already
+# gone" and forgot the copies, which then stayed in g4bucket for ever; a
+# recall said the copy was deleted since its demotion.
+for k in nb/a nb/b nc/c; do
+	head -c 70000 /dev/urandom >"$T/in.$(echo "$k" | tr / .)"
+	kvt_expect 0 "$K" put models "$k" "$T/in.$(echo "$k" | tr / .)"
+done
+kvt_expect 0 "$M" --session models/nb
+kvt_grep err " 0 failures$"
+kvt_expect 0 "$M" --session models/nc
+kvt_grep err " 0 failures$"
+nb=$T/s3/g4bucket/kvtier/g4/models/nb
+[ -f "$nb/a._S3rver_object" ] && [ -f "$nb/b._S3rver_object" ] || fail "nb not demoted"
+sed -i 's|^url = .*|url = s3://nosuch/kvtier/g4|' "$KVTIER_CONF"
+kvt_expect 1 "$K" get models nc/c "$T/back"
+kvt_grep err "the bucket 'nosuch' does not exist at the partner .*s3://nosuch/kvtier/g4"
+grep -q "deleted since it was demoted" "$T/err" &&
+	fail "a missing bucket was read as a deleted copy: $(cat "$T/err")"
+kvt_expect 0 "$K" rm models nb/a
+kvt_expect 0 "$K" rm models nb/b
+kvt_expect 2 "$M" --idle 0s
+kvt_grep err "the bucket 'nosuch' does not exist at the partner"
+[ -f "$nb/a._S3rver_object" ] && [ -f "$nb/b._S3rver_object" ] ||
+	fail "the copies went with the bucket misnamed"
+sed -i 's|^url = .*|url = s3://g4bucket/kvtier/g4|' "$KVTIER_CONF"
+kvt_expect 0 "$M" --idle 0s
+if [ -f "$nb/a._S3rver_object" ] || [ -f "$nb/b._S3rver_object" ]; then
+	fail "the copies of deleted keys stayed in g4bucket (their dead entries were forgotten)"
+fi
+kvt_expect 0 "$K" get models nc/c "$T/back"
+cmp "$T/in.nc.c" "$T/back" || fail "nc/c came back different"
+
 step "SIGTERM while a GET's recall waits on a partner that never answers: the gateway stops in seconds"
 # A partner that accepts and then says nothing held each transfer for curl's
 # 30 s low-speed limit, and the gateway's shutdown behind it.
