@@ -277,8 +277,12 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (rc < 0) {
-		fprintf(stderr, "kvtier-migrate: cannot open g4 (see [g4] in %s): %s\n",
-			cfg.path ? cfg.path : "the configuration", strerror(-rc));
+		/* The url, with its bucket: a missing one (404 NoSuchBucket) is
+		 * -EIO, which alone named nothing (the log line above says it). */
+		fprintf(stderr, "kvtier-migrate: cannot open g4%s%s%s (see [g4] in %s): %s\n",
+			cfg.g4.url ? " '" : "", cfg.g4.url ? cfg.g4.url : "",
+			cfg.g4.url ? "'" : "", cfg.path ? cfg.path : "the configuration",
+			strerror(-rc));
 		goto out;
 	}
 	{

@@ -612,9 +612,10 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		 * key", a sweep forgot the copies it could not delete (they
 		 * stayed in the real bucket for ever), and a recall said the
 		 * copy was deleted since its demotion. */
-		log_err(0, "s3 %s of '%s' failed: the bucket '%s' does not exist at the partner"
+		log_err(0, "s3 %s%s%s%s failed: the bucket '%s' does not exist at the partner"
 			" (HTTP 404 NoSuchBucket; is [g4] url '%s' right?)", what,
-			r->pkey ? r->pkey : "", s->bucket, s->base.url);
+			r->pkey ? " of '" : "", r->pkey ? r->pkey : "", r->pkey ? "'" : "",
+			s->bucket, s->base.url);
 		rc = -EIO;
 		goto out;
 	}

@@ -74,7 +74,7 @@ kvt_grep err "url = none in .*none.conf: this node has no cold tier"
 	printf '[g4]\nurl = s3://b/p\nendpoint = http://127.0.0.1:1\ncredentials = %s\n' "$T/g4keys"
 } >"$T/down.conf"
 kvt_expect 2 "$M" -c "$T/down.conf" --idle 0s
-kvt_grep err "cannot open g4 \(see \[g4\] in .*down.conf\)"
+kvt_grep err "cannot open g4 's3://b/p' \(see \[g4\] in .*down.conf\)"
 (umask 077 && printf 'access_key = AK\nsecret_key = SK\n' >"$T/g4keys")
 
 step "a partner that refuses connections is no configuration error: exit 1, named"

@@ -141,6 +141,7 @@ kvt_expect 0 "$K" rm models nb/a
 kvt_expect 0 "$K" rm models nb/b
 kvt_expect 2 "$M" --idle 0s
 kvt_grep err "the bucket 'nosuch' does not exist at the partner"
+kvt_grep err "cannot open g4 's3://nosuch/kvtier/g4' \(see \[g4\] in "
 [ -f "$nb/a._S3rver_object" ] && [ -f "$nb/b._S3rver_object" ] ||
 	fail "the copies went with the bucket misnamed"
 sed -i 's|^url = .*|url = s3://g4bucket/kvtier/g4|' "$KVTIER_CONF"
