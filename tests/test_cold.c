@@ -388,6 +388,37 @@ static void test_s3_put_if_no_bucket(void **state)
 }
 
 /*
+ * cold_del_if(c, "b/m", "\"e1\"") n times, each returning want[i], at a
+ * fake partner giving answers (NULL-terminated, each allocated, freed
+ * here): the first `asked` calls reach it as conditional DELETEs, the rest
+ * are answered without asking.
+ */
+static void del_if_answers(char **answers, const int *want, size_t n, size_t asked)
+{
+	const char *a[8] = { NULL };
+	char log[1024] = "";
+	struct test_env env;
+	struct fake_s3 f;
+	struct cold *c;
+
+	assert_true(n < ARRAY_SIZE(a));
+	for (size_t i = 0; i < n && answers[i]; i++)
+		a[i] = answers[i];
+	test_env_init(&env, CAP, SEG);
+	c = fake_s3_start(&f, &env, a);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), want[i]);
+	cold_free(c);
+	fake_s3_stop(&f);
+	for (size_t i = 0; i < asked; i++)
+		strcat(log, "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n");
+	assert_string_equal(f.log, log);
+	for (size_t i = 0; i < n && answers[i]; i++)
+		free(answers[i]);
+	test_env_release(&env);
+}
+
+/*
  * The S3 tier's conditional delete (a sweep's manifest delete): DELETE
  * with If-Match; a changed or gone manifest is -ECANCELED, a missing
  * bucket -EIO, and a partner without conditional deletes (501) -EOPNOTSUPP,
@@ -395,36 +426,15 @@ static void test_s3_put_if_no_bucket(void **state)
  */
 static void test_s3_del_if(void **state)
 {
-	char *pf = s3_err("412 Precondition Failed", "PreconditionFailed"),
-	     *nk = s3_err("404 Not Found", "NoSuchKey"),
-	     *nb = s3_err("404 Not Found", "NoSuchBucket"),
-	     *ni = s3_err("501 Not Implemented", "NotImplemented");
-	const char *answers[] = { pf, nk, "HTTP/1.1 204 No Content\r\n\r\n", nb, ni, NULL };
-	struct test_env env;
-	struct fake_s3 f;
-	struct cold *c;
+	char *answers[] = { s3_err("412 Precondition Failed", "PreconditionFailed"),
+			    s3_err("404 Not Found", "NoSuchKey"),
+			    strdup("HTTP/1.1 204 No Content\r\n\r\n"),
+			    s3_err("404 Not Found", "NoSuchBucket"),
+			    s3_err("501 Not Implemented", "NotImplemented"), NULL };
+	const int want[] = { -ECANCELED, -ECANCELED, 0, -EIO, -EOPNOTSUPP, -EOPNOTSUPP };
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
-	c = fake_s3_start(&f, &env, answers);
-	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -ECANCELED);
-	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -ECANCELED);
-	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), 0);
-	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EIO);
-	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EOPNOTSUPP);
-	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EOPNOTSUPP);
-	cold_free(c);
-	fake_s3_stop(&f);
-	assert_string_equal(f.log, "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
-				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
-				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
-				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
-				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n");
-	free(pf);
-	free(nk);
-	free(nb);
-	free(ni);
-	test_env_release(&env);
+	del_if_answers(answers, want, ARRAY_SIZE(want), 5);
 }
 
 /*
@@ -437,34 +447,14 @@ static void test_s3_del_if(void **state)
  */
 static void test_s3_del_if_400_credentials(void **state)
 {
-	char *et = s3_err("400 Bad Request", "ExpiredToken"),
-	     *am = s3_err("400 Bad Request", "AuthorizationHeaderMalformed"),
-	     *pf = s3_err("412 Precondition Failed", "PreconditionFailed"),
-	     *ia = s3_err("400 Bad Request", "InvalidArgument");
-	const char *answers[] = { et, am, pf, ia, NULL };
-	struct test_env env;
-	struct fake_s3 f;
-	struct cold *c;
+	char *answers[] = { s3_err("400 Bad Request", "ExpiredToken"),
+			    s3_err("400 Bad Request", "AuthorizationHeaderMalformed"),
+			    s3_err("412 Precondition Failed", "PreconditionFailed"),
+			    s3_err("400 Bad Request", "InvalidArgument"), NULL };
+	const int want[] = { -EIO, -EIO, -ECANCELED, -EOPNOTSUPP, -EOPNOTSUPP };
 
 	(void)state;
-	test_env_init(&env, CAP, SEG);
-	c = fake_s3_start(&f, &env, answers);
-	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EIO);
-	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EIO);
-	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -ECANCELED);
-	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EOPNOTSUPP);
-	assert_int_equal(cold_del_if(c, "b/m", "\"e1\""), -EOPNOTSUPP);
-	cold_free(c);
-	fake_s3_stop(&f);
-	assert_string_equal(f.log, "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
-				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
-				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
-				   "DELETE /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n");
-	free(et);
-	free(am);
-	free(pf);
-	free(ia);
-	test_env_release(&env);
+	del_if_answers(answers, want, ARRAY_SIZE(want), 4);
 }
 
 /*
