@@ -670,8 +670,9 @@ static void fh_touch(struct kvfs *kv, struct fh *h)
 		n->ndirty++;
 	}
 	if (h->closed) {
-		h->closed = 0;	/* a copy of the descriptor writes on */
+		h->closed = 0;	/* a copy of the descriptor writes on: */
 		n->nclosed--;
+		pthread_cond_broadcast(&kv->cache_cond);	/* readers wait no more */
 	}
 	n->wsize = h->size;
 	n->wmtime = kvfs_now_ns();
@@ -1631,6 +1632,7 @@ static void fh_writer_leave_locked(struct node *n)
  * is the one it found: closes meanwhile moved it on, and while a child
  * held one writer's descriptor, another writer closing every few tens of
  * milliseconds kept the open waiting as long as it went on (case 12).
+ * A copy of the descriptor that writes ends the wait (fh_touch, case 13).
  */
 static void fh_closed_writers_wait_locked(struct kvfs *kv, struct node *n)
 {
@@ -1639,6 +1641,12 @@ static void fh_closed_writers_wait_locked(struct kvfs *kv, struct node *n)
 	while (n->nwriters > 0 && n->nclosed == n->nwriters &&
 	       pthread_cond_timedwait(&kv->cache_cond, &kv->lock, &until) != ETIMEDOUT)
 		;
+}
+
+/* A read-only handle of another version than o is open on n. */
+static int fh_reader_other_version(const struct node *n, const struct kvt_object *o)
+{
+	return n->nreaders > 0 && strcmp(n->rtag, o->etag) != 0;
 }
 
 /*
@@ -1669,8 +1677,10 @@ static int fh_reader_mode(struct kvfs *kv, struct fh *h, const struct kvt_object
 	int cache, inval = 0;
 
 	pthread_mutex_lock(&kv->lock);
-	fh_closed_writers_wait_locked(kv, n);
-	if (n->nreaders > 0 && strcmp(n->rtag, o->etag) != 0) {
+	/* Only a reader that may read through the page cache waits. */
+	if (!by_name && !fh_reader_other_version(n, o))
+		fh_closed_writers_wait_locked(kv, n);
+	if (fh_reader_other_version(n, o)) {
 		/* Another version is read here: the name goes to a new inode
 		 * (by_name: it has one already). */
 		if (n->hashed && n->parent) {

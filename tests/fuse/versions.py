@@ -347,6 +347,37 @@ if took > 2.5:
     bad.append("12. a reader beside a writer that closes again and again: open(2) took"
                " %.1f s (the wait for a late RELEASE is 1 s)" % took)
 
+# 13. a copy of the writer's descriptor that writes on ends a reader's wait
+# for its RELEASE: the reader goes to direct I/O beside it at once, not
+# when the wait runs out (1 s after the close)
+os.mkdir(os.path.join(d, "13"))
+p = os.path.join(d, "13", "heldwrites")
+w = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+os.write(w, data(b"held", 5000))
+go_r, go_w = os.pipe()
+child = os.fork()
+if child == 0:
+    os.close(go_w)
+    os.read(go_r, 1)
+    time.sleep(0.1)         # the reader's open is waiting by now
+    os.pwrite(w, b"more", 5000)
+    os.read(go_r, 1)        # holds the descriptor until told
+    os._exit(0)
+os.close(go_r)
+os.close(w)                 # its RELEASE waits for the child
+os.write(go_w, b"g")
+start = time.monotonic()
+try:
+    os.close(os.open(p, os.O_RDONLY))
+except OSError as e:
+    bad.append("13. a reader beside a copy of the writer's descriptor that writes: %s" % e)
+took = time.monotonic() - start
+os.close(go_w)
+os.waitpid(child, 0)
+if took > 0.6:
+    bad.append("13. a reader beside a copy of the writer's descriptor that writes 0.1 s on:"
+               " open(2) took %.2f s (until the wait ran out)" % took)
+
 print("versions: %d reads were not their version whole" % len(bad))
 for b in bad:
     print("  " + b)
