@@ -436,6 +436,9 @@ int kvfs_errno(int rc)
 	case EPIPE:
 	case EHOSTUNREACH:	/* a recall the partner store did not answer */
 		return EIO;
+	/* ENXIO, a recall whose partner bucket is missing, goes as it is:
+	 * "No such device or address" says the [g4] url names nothing,
+	 * where EIO said the file or the disk was bad. */
 	default:
 		return e < 4096 ? e : EIO;
 	}

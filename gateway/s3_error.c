@@ -107,6 +107,14 @@ static const struct {
 	[S3_PARTNER_UNAVAILABLE] = { "ServiceUnavailable", 503,
 		"The object is in the cold tier, whose partner store cannot be reached now. "
 		"Nothing is lost: retry later." },
+	/* Not the store's InternalError (500: as -EIO it was one), nor the
+	 * partner down: [g4] url names a bucket the partner lacks. A 503
+	 * all the same, which clients retry: nothing is lost, and once the
+	 * bucket is there again (or the url right) the read works. */
+	[S3_PARTNER_NO_BUCKET] = { "ServiceUnavailable", 503,
+		"The object is in the cold tier, and the bucket that holds it does not exist at the "
+		"partner store (deleted, or misnamed in this node's [g4] url). Nothing is lost: the "
+		"object is readable once the bucket is there again." },
 	/* A streamed upload that waited too long for a stream slot (gw.h). */
 	[S3_NO_STREAM_SLOT] = { "SlowDown", 503,
 		"Too many uploads are streaming at once and this one waited too long for its turn. "
@@ -149,6 +157,8 @@ static const struct {
 	{ EROFS, S3_CTX_ANY, S3_READ_ONLY },
 	/* -EHOSTUNREACH: a cold object's recall found G4 not answering. */
 	{ EHOSTUNREACH, S3_CTX_ANY, S3_PARTNER_UNAVAILABLE },
+	/* -ENXIO: a cold object's recall found G4's bucket missing (NoSuchBucket). */
+	{ ENXIO, S3_CTX_ANY, S3_PARTNER_NO_BUCKET },
 	/* -ENODATA: the object is only in G4 (cold) until it is recalled. */
 	{ ENODATA, S3_CTX_ANY, S3_INVALID_OBJECT_STATE },
 	{ EACCES, S3_CTX_ANY, S3_ACCESS_DENIED },

@@ -278,11 +278,11 @@ int main(int argc, char **argv)
 	}
 	if (rc < 0) {
 		/* The url, with its bucket: a missing one (404 NoSuchBucket) is
-		 * -EIO, which alone named nothing (the log line above says it). */
+		 * -ENXIO, which kvt_strerror() says in words. */
 		fprintf(stderr, "kvtier-migrate: cannot open g4%s%s%s (see [g4] in %s): %s\n",
 			cfg.g4.url ? " '" : "", cfg.g4.url ? cfg.g4.url : "",
 			cfg.g4.url ? "'" : "", cfg.path ? cfg.path : "the configuration",
-			strerror(-rc));
+			kvt_strerror(rc));
 		goto out;
 	}
 	{

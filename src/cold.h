@@ -13,7 +13,9 @@
  * none), never a part; so re-running an interrupted put leaves no
  * duplicate. Every function returns 0 or a negative errno: -ENOENT (no such
  * key), -EIO (the partner failed), -EAGAIN (the partner answered 500 or 503:
- * retry later), -EHOSTUNREACH (no answer: refused, dropped, timed out).
+ * retry later), -EHOSTUNREACH (no answer: refused, dropped, timed out),
+ * -ENXIO (the partner has no bucket of that name: [g4] url names
+ * one deleted, or misnamed; every request fails so until it is there).
  *
  * A G4 key never leaves the tier: each implementation maps it to its own
  * names injectively, with "." and ".." components, empty components ("a//b")
@@ -88,7 +90,7 @@ struct cold_ops {
 	 * when match is COLD_ABSENT (If-None-Match: *). -ECANCELED when key
 	 * holds something else, or nothing (S3: 412 PreconditionFailed, or
 	 * 404 NoSuchKey for If-Match): nothing was written; read it again
-	 * (S3's 404 NoSuchBucket is -EIO: no read will help). -EAGAIN for
+	 * (S3's 404 NoSuchBucket is -ENXIO: no read will help). -EAGAIN for
 	 * S3's 409 ConditionalRequestConflict (a concurrent write to the
 	 * key): retry. NULL where the tier cannot (cold_put_if(): -EOPNOTSUPP).
 	 * A partner that ignores the headers writes anyway: the caller cannot

@@ -38,8 +38,9 @@
  * delete (del_if) If-Match: ETAG on the DELETE.
  *
  * Errors: 404 -> -ENOENT, but 404 NoSuchBucket (the bucket of [g4] url
- * gone, or misnamed) -> -EIO for every request, logged as the missing
- * bucket: it is no missing key (a HEAD's 404, which has no body, is asked
+ * gone, or misnamed) -> -ENXIO for every request, logged
+ * as the missing bucket: it is no missing key, and no failure of the
+ * store either (-EIO was a gateway's 500 InternalError) (a HEAD's 404, which has no body, is asked
  * again as a GET: s3_head_absent()); 500, 503 and SlowDown -> -EAGAIN
  * (retry later, nothing lost); a conditional request's 412, or an
  * If-Match's 404 NoSuchKey (AWS: the key is absent), -> -ECANCELED, and
@@ -616,7 +617,7 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 			" (HTTP 404 NoSuchBucket; is [g4] url '%s' right?)", what,
 			r->pkey ? " of '" : "", r->pkey ? r->pkey : "", r->pkey ? "'" : "",
 			s->bucket, s->base.url);
-		rc = -EIO;
+		rc = -ENXIO;
 		goto out;
 	}
 	if (r->cond && (r->status == 412 || (r->status == 404 && s3_cond_is_match(r->cond) &&
@@ -1154,7 +1155,7 @@ static int s3_discard(void *arg, const void *buf, size_t len)
  * A HEAD's 404 has no body to say whether the key or the bucket is
  * missing: it is asked again as a GET of the key's first byte (the same
  * permission as the HEAD), whose 404 says which. -ENOENT for NoSuchKey,
- * -EIO (logged by s3_perform) for NoSuchBucket: a misnamed [g4] url made
+ * -ENXIO (logged by s3_perform) for NoSuchBucket: a misnamed [g4] url made
  * the sweep take every copy of a deleted key for gone (it proved its
  * unproven rows on the HEAD's word), and demotion forget copies it had
  * verified. Only a HEAD's 404 costs this second request, and HEAD is

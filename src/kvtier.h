@@ -606,6 +606,9 @@ void kvt_list_free(struct kvt_list *list);
  * persisted in the catalog: a process killed at any point loses nothing and
  * the next kvt_g4_demote() finishes the work without duplicates. Pinned
  * objects stay hot. Reading a cold object (kvt_reader_open) recalls it.
+ * A recall the partner does not answer is -EHOSTUNREACH; one whose bucket
+ * the partner does not have ([g4] url names one deleted, or misnamed)
+ * -ENXIO. Either way the object stays cold and intact, for a later try.
  * Sessions are named "BUCKET" + "SESSION" as the catalog keeps them.
  */
 struct kvt_g4_opts {
@@ -694,8 +697,8 @@ int kvt_store_fsck(struct kvt_store *st, unsigned flags, struct kvt_fsck_report 
  * Words for an operator, for the errnos (negative) the engine gives a
  * meaning of its own: -EUCLEAN (the catalog is damaged), -ESTALE (the
  * object was reclaimed while it was read), -ENOSPC (the hot tier or the
- * disk under the store is full), -EIO (an I/O or checksum error); strerror
- * for the rest.
+ * disk under the store is full), -EIO (an I/O or checksum error), -ENXIO
+ * (the partner has no bucket of [g4] url); strerror for the rest.
  */
 const char *kvt_strerror(int rc);
 

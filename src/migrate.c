@@ -2232,8 +2232,10 @@ static int recall_take(void *arg, const void *buf, size_t len)
  * The fetch of one cold object (co), its extents written and committed.
  * The partner's "retry later" (-EAGAIN) and "no answer" (-EHOSTUNREACH)
  * both come back as -EHOSTUNREACH, which the gateway answers with 503 and
- * Retry-After and the mount with EIO; a full hot tier as -ENOSPC. Either
- * way the object stays cold, and what was written is released garbage.
+ * Retry-After and the mount with EIO; its bucket missing (404
+ * NoSuchBucket) as -ENXIO, a 503 that says so and ENXIO in the mount; a
+ * full hot tier as -ENOSPC. Either way the object stays cold, and what
+ * was written is released garbage.
  */
 static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
 			const char *bucket, const char *key, const struct cat_object *co,
@@ -2275,6 +2277,13 @@ static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
 	if (rc == -ENOSPC) {
 		log_err(rc, "cannot recall '%s/%s' from g4: the hot tier is full and nothing more"
 			" can be evicted; it stays cold", bucket, key);
+		goto out;
+	}
+	if (rc == -ENXIO) {
+		/* The partner's bucket is gone or misnamed (cold_s3.c logged
+		 * which): not a copy deleted, nor the store failing. */
+		log_err(0, "cannot recall '%s/%s': the bucket of g4 '%s' does not exist at the"
+			" partner; it stays cold until it does", bucket, key, cold->url);
 		goto out;
 	}
 	if (rc == -ENOENT)

@@ -272,6 +272,7 @@ const char *kvt_strerror(int rc)
 	case ESTALE:	return "object was reclaimed while it was read";
 	case ENOSPC:	return "no space left (hot tier full, or the disk under the store)";
 	case EIO:	return "I/O or checksum error";
+	case ENXIO:	return "g4's bucket does not exist at the partner (is [g4] url right?)";
 	default:	return strerror(rc < 0 ? -rc : rc);
 	}
 }

@@ -15,7 +15,7 @@
  * folded (src/cold_s3.c, s3_multi_get). Promises checked:
  *  - no crash, no leak (the sanitizers), whatever the answer;
  *  - every operation returns 0 or one of the errors of cold.h (-ENOENT,
- *    -EIO, -EAGAIN, -EHOSTUNREACH, -EOPNOTSUPP);
+ *    -EIO, -EAGAIN, -EHOSTUNREACH, -EOPNOTSUPP, -ENXIO for NoSuchBucket);
  *  - a get that succeeds delivered exactly the size it reports;
  *  - a put that succeeds with verified set had the partner name the MD5
  *    of what was sent, and its ETag is quoted.
@@ -182,7 +182,7 @@ static int fuzz_sink(void *arg, const void *buf, size_t len)
 static int fuzz_rc_ok(int rc)
 {
 	return rc == 0 || rc == -ENOENT || rc == -EIO || rc == -EAGAIN || rc == -EHOSTUNREACH ||
-	       rc == -EOPNOTSUPP;
+	       rc == -EOPNOTSUPP || rc == -ENXIO;
 }
 
 /* The hex MD5 of the bytes fuzz_source() gives for a put of FUZZ_PUT_SIZE. */

@@ -355,7 +355,7 @@ static char *s3_err(const char *status, const char *code)
  * key is absent (AWS: 404 NoSuchKey to If-Match). 404 NoSuchBucket (the
  * partner bucket gone, or [g4] url misnamed) was taken for one too: the
  * migrator read the manifest again five times and logged "changed in g4
- * each of 5 times". Now it is -EIO, logged as the missing bucket.
+ * each of 5 times". Now it is -ENXIO, logged as the missing bucket.
  */
 static void test_s3_put_if_no_bucket(void **state)
 {
@@ -370,8 +370,8 @@ static void test_s3_put_if_no_bucket(void **state)
 	(void)state;
 	test_env_init(&env, CAP, SEG);
 	c = fake_s3_start(&f, &env, answers);
-	assert_int_equal(cold_put_buf_if(c, "b/m", COLD_ABSENT, "one", 3, NULL), -EIO);
-	assert_int_equal(cold_put_buf_if(c, "b/m", "\"e1\"", "one", 3, NULL), -EIO);
+	assert_int_equal(cold_put_buf_if(c, "b/m", COLD_ABSENT, "one", 3, NULL), -ENXIO);
+	assert_int_equal(cold_put_buf_if(c, "b/m", "\"e1\"", "one", 3, NULL), -ENXIO);
 	/* The key gone since it was read, or changed: read it again. */
 	assert_int_equal(cold_put_buf_if(c, "b/m", "\"e1\"", "one", 3, NULL), -ECANCELED);
 	assert_int_equal(cold_put_buf_if(c, "b/m", "\"e1\"", "one", 3, NULL), -ECANCELED);
@@ -421,7 +421,7 @@ static void del_if_answers(char **answers, const int *want, size_t n, size_t ask
 /*
  * The S3 tier's conditional delete (a sweep's manifest delete): DELETE
  * with If-Match; a changed or gone manifest is -ECANCELED, a missing
- * bucket -EIO, and a partner without conditional deletes (501) -EOPNOTSUPP,
+ * bucket -ENXIO, and a partner without conditional deletes (501) -EOPNOTSUPP,
  * not asked again.
  */
 static void test_s3_del_if(void **state)
@@ -431,7 +431,7 @@ static void test_s3_del_if(void **state)
 			    strdup("HTTP/1.1 204 No Content\r\n\r\n"),
 			    s3_err("404 Not Found", "NoSuchBucket"),
 			    s3_err("501 Not Implemented", "NotImplemented"), NULL };
-	const int want[] = { -ECANCELED, -ECANCELED, 0, -EIO, -EOPNOTSUPP, -EOPNOTSUPP };
+	const int want[] = { -ECANCELED, -ECANCELED, 0, -ENXIO, -EOPNOTSUPP, -EOPNOTSUPP };
 
 	(void)state;
 	del_if_answers(answers, want, ARRAY_SIZE(want), 5);
@@ -463,8 +463,11 @@ static void test_s3_del_if_400_credentials(void **state)
  * DELETE of a deleted key's copy for "already gone" and forgot it (the
  * copies stayed in the real bucket for ever), a recall said the copy was
  * deleted since its demotion, and kvtier-migrate said "cannot open g4: No
- * such file or directory". A HEAD's 404 has no body: it is asked again as
- * a GET of the first byte, whose code tells the two apart.
+ * such file or directory". Nor is it the store's own failure: as -EIO,
+ * a recall through the gateway was a 500 InternalError; -ENXIO is a 503
+ * that names the missing bucket (s3_error.c). A HEAD's 404 has no body:
+ * it is asked again as a GET of the first byte, whose code tells the two
+ * apart.
  */
 static void test_s3_no_bucket(void **state)
 {
@@ -485,17 +488,17 @@ static void test_s3_no_bucket(void **state)
 	assert_non_null(buf);
 	test_env_init(&env, CAP, SEG);
 	c = fake_s3_start(&f, &env, answers);
-	assert_int_equal(cold_get_buf(c, "b/k", 64, &got, &glen), -EIO);
+	assert_int_equal(cold_get_buf(c, "b/k", 64, &got, &glen), -ENXIO);
 	assert_null(got);
-	assert_int_equal(cold_del(c, "b/k"), -EIO);
-	assert_int_equal(cold_del_if(c, "b/k", "\"e1\""), -EIO);
-	assert_int_equal(cold_put_buf(c, "b/k", "one", 3, NULL), -EIO);
-	assert_int_equal(cold_put_buf(c, "b/k", buf, big, NULL), -EIO);
-	assert_int_equal(cold_head(c, "b/k", &size), -EIO);
+	assert_int_equal(cold_del(c, "b/k"), -ENXIO);
+	assert_int_equal(cold_del_if(c, "b/k", "\"e1\""), -ENXIO);
+	assert_int_equal(cold_put_buf(c, "b/k", "one", 3, NULL), -ENXIO);
+	assert_int_equal(cold_put_buf(c, "b/k", buf, big, NULL), -ENXIO);
+	assert_int_equal(cold_head(c, "b/k", &size), -ENXIO);
 	/* The key alone missing is still -ENOENT. */
 	assert_int_equal(cold_head(c, "b/k", &size), -ENOENT);
-	assert_int_equal(cold_cleanup(c), -EIO);
-	assert_int_equal(cold_abort_upload(c, "pfx/b/k", "u1"), -EIO);
+	assert_int_equal(cold_cleanup(c), -ENXIO);
+	assert_int_equal(cold_abort_upload(c, "pfx/b/k", "u1"), -ENXIO);
 	assert_int_equal(cold_del(c, "b/k"), -ENOENT);
 	cold_free(c);
 	fake_s3_stop(&f);
@@ -2146,6 +2149,55 @@ static void test_recall_unreachable(void **state)
 	test_env_release(&env);
 }
 
+/* st's G4 back to the plain directory it was demoted to (open_faulty()). */
+static void cold_dir_again(struct kvt_store *st, const struct test_env *env)
+{
+	struct cold *c = NULL;
+	char dir[512];
+
+	snprintf(dir, sizeof(dir), "%s/g4", env->cfg.store.dir);
+	assert_int_equal(cold_file_new(dir, &c), 0);
+	store_set_cold(st, c);
+}
+
+/*
+ * The partner has no bucket of [g4] url (deleted, or misnamed): a recall
+ * is -ENXIO, which the gateway answers with a 503 that says so and the
+ * mount with ENXIO; it was -EIO, the gateway's 500 InternalError, the
+ * store's own failure. One GET each (no retry: none would do better, no
+ * HEAD for a copy gone astray); the object stays cold and intact, and
+ * reads once the bucket is there.
+ */
+static void test_recall_no_bucket(void **state)
+{
+	char *nb = s3_err("404 Not Found", "NoSuchBucket");
+	const char *answers[] = { nb, nb, NULL };
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_reader *r = NULL;
+	struct fake_s3 f;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = cold_one(&env, &plan, 3 * 1024 * 1024);
+	store_set_cold(st, fake_s3_start(&f, &env, answers));
+	assert_int_equal(kvt_reader_open(st, "kvs", "s1/a", &r), -ENXIO);
+	assert_null(r);
+	assert_int_equal(kvt_object_recall(st, "kvs", "s1/a"), -ENXIO);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	cold_dir_again(st, &env);
+	fake_s3_stop(&f);
+	assert_string_equal(f.log, "GET /gone/pfx/kvs/s1/a HTTP/1.1 \n"
+				   "GET /gone/pfx/kvs/s1/a HTTP/1.1 \n");
+	assert_int_equal(test_check(st, "kvs", "s1/a", 3 * 1024 * 1024, 21), 0);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	test_fsck_clean(st);
+	kvt_store_close(st);
+	free(nb);
+	test_env_release(&env);
+}
+
 /* The hot tier is full of pinned objects: the recall fails with -ENOSPC,
  * loses nothing, and succeeds once there is room. */
 static void test_recall_disk_full(void **state)
@@ -3501,6 +3553,7 @@ int main(void)
 		cmocka_unit_test(test_recall_failure_shared),
 		cmocka_unit_test(test_recall_coalesce_procs),
 		cmocka_unit_test(test_recall_unreachable),
+		cmocka_unit_test(test_recall_no_bucket),
 		cmocka_unit_test(test_recall_disk_full),
 		cmocka_unit_test(test_recall_write_fails),
 		cmocka_unit_test(test_jobs_retries_rate),

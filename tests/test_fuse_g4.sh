@@ -3,7 +3,9 @@
 # partner (G4, s3rver on loopback) is down: the open fails EIO at once with
 # a log line naming the file, the file is still listed with its real size
 # and stays cold in the catalog (nothing lost); once the partner is back
-# the same open recalls it byte-exact, on the same mount. Then a prestage
+# the same open recalls it byte-exact, on the same mount. With [g4] url
+# naming a bucket the partner lacks, the open fails ENXIO instead, and the
+# file stays cold (the later steps recall it). Then a prestage
 # set on a directory below its session ([store] session_depth) brings that
 # session back (it asked for a session named by the whole path).
 #
@@ -58,6 +60,21 @@ for k in a b; do
 	kvt_expect 0 "$K" head models "s1/$k"
 	kvt_grep out "^tier: +cold$"
 done
+
+step "[g4] url naming a bucket the partner lacks: a cold open fails ENXIO, naming the bucket; still cold"
+# It failed EIO, as a damaged file or disk would: the partner's bucket is
+# missing (deleted, or the url misnamed), which ENXIO says.
+sed 's|^url = .*|url = s3://nosuch/fuse|' "$KVTIER_CONF" >"$T/nosuch.conf"
+fuse_mount "$T/nosuch.conf" "$T/mnt"
+kvt_run cat "$T/mnt/models/s1/b"
+[ "$rc" -ne 0 ] || fail "a cold file opened with the partner's bucket missing"
+kvt_grep err "No such device or address"
+grep -q "the bucket 'nosuch' does not exist at the partner" "$T/fuse.log" ||
+	fail "no log line names the missing bucket: $(cat "$T/fuse.log")"
+[ "$(stat -c %s "$T/mnt/models/s1/b")" -eq 70000 ] || fail "the cold file lost its size"
+fuse_umount "$T/mnt"
+kvt_expect 0 "$K" head models s1/b
+kvt_grep out "^tier: +cold$"
 
 step "partner down: a cold open fails EIO with a log line; listed, still cold"
 fuse_mount "$KVTIER_CONF" "$T/mnt"

@@ -137,6 +137,48 @@ kvt_expect 1 "$K" get models nc/c "$T/back"
 kvt_grep err "the bucket 'nosuch' does not exist at the partner .*s3://nosuch/kvtier/g4"
 grep -q "deleted since it was demoted" "$T/err" &&
 	fail "a missing bucket was read as a deleted copy: $(cat "$T/err")"
+# Through the gateway: a 500 InternalError (the store's own failure, as
+# -EIO) was all a client saw; it is a 503 that says the partner's bucket
+# is missing (clients retry it), in the access log and /metrics as a 503.
+. "$top_srcdir/tests/gateway/lib.sh"
+trap 'gw_cleanup; s3rver_stop' EXIT
+: >"$T/nb.err"
+"$GATEWAY" -c "$KVTIER_CONF" --listen 127.0.0.1:0 --credentials "$GW_CREDS" \
+	--access-log "$T/nb.access" 2>"$T/nb.err" &
+nbgw=$!
+gw_pids="$gw_pids $nbgw"
+wait_until "$nbgw" "$T/nb.err" 60 "the gateway" gateway_serves "$T/nb.err"
+nburl=http://127.0.0.1:$(gateway_port "$T/nb.err")
+kvt_expect 0 curl -s -o "$T/nb.body" -D "$T/nb.head" -w '%{http_code}' \
+	--aws-sigv4 "aws:amz:us-east-1:s3" --user "$GW_ACCESS:$GW_SECRET" "$nburl/models/nc/c"
+[ "$(cat "$T/out")" = 503 ] ||
+	fail "a recall with the partner's bucket missing answered $(cat "$T/out"), not 503: $(cat "$T/nb.body")"
+grep -qi '^Retry-After:' "$T/nb.head" || fail "the 503 has no Retry-After"
+grep -q "<Code>ServiceUnavailable</Code>" "$T/nb.body" &&
+	grep -q "the bucket that holds it does not exist at the partner store" "$T/nb.body" ||
+	fail "the 503 does not say the partner's bucket is missing: $(cat "$T/nb.body")"
+# A HEAD recalls nothing: the object is there, cold.
+kvt_expect 0 curl -s -I -o "$T/nb.head" -w '%{http_code}' \
+	--aws-sigv4 "aws:amz:us-east-1:s3" --user "$GW_ACCESS:$GW_SECRET" "$nburl/models/nc/c"
+[ "$(cat "$T/out")" = 200 ] && grep -qi '^x-kvtier-tier: cold' "$T/nb.head" ||
+	fail "a HEAD with the partner's bucket missing: $(cat "$T/out") $(cat "$T/nb.head")"
+# Both written once the answer is sent: as long as that takes (a loaded
+# sanitizer gateway), not at once.
+nb_logged() {
+	grep -q " GET /models/nc/c 503 GetObject " "$T/nb.access"
+}
+poll 300 nb_logged || fail "the access log does not say 503: $(cat "$T/nb.access")"
+nb_counted() {
+	curl -s "$nburl/metrics" >"$T/nb.metrics" &&
+		grep -q '^kvtier_gateway_requests_total{op="GetObject",status="503"} 1$' "$T/nb.metrics"
+}
+poll 300 nb_counted ||
+	fail "/metrics does not count the 503: $(grep requests_total "$T/nb.metrics")"
+grep -q "the bucket of g4 's3://nosuch/kvtier/g4' does not exist at the partner" "$T/nb.err" ||
+	fail "the gateway did not log the missing bucket: $(cat "$T/nb.err")"
+gw_stop "$nbgw"
+kvt_expect 0 "$K" head models nc/c
+kvt_grep out "^tier: +cold$"
 kvt_expect 0 "$K" rm models nb/a
 kvt_expect 0 "$K" rm models nb/b
 kvt_expect 2 "$M" --idle 0s
@@ -155,7 +197,6 @@ cmp "$T/in.nc.c" "$T/back" || fail "nc/c came back different"
 step "SIGTERM while a GET's recall waits on a partner that never answers: the gateway stops in seconds"
 # A partner that accepts and then says nothing held each transfer for curl's
 # 30 s low-speed limit, and the gateway's shutdown behind it.
-. "$top_srcdir/tests/gateway/lib.sh"
 # It writes the first line of each request it takes to stall.log, so that
 # the step knows when the recall has reached it.
 python3 -c '
