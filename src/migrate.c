@@ -993,7 +993,9 @@ static int manifest_read(struct cold *cold, const char *bucket, const char *sess
 		snprintf(tag->etag, sizeof(tag->etag), "%s", rc == 0 ? etag : COLD_ABSENT);
 	}
 	if (rc < 0) {
-		if (rc != -ENOENT)
+		/* The bucket missing (-ENXIO): the S3 tier's line names it,
+		 * where this one said "No such device or address". */
+		if (rc != -ENOENT && rc != -ENXIO)
 			log_err(rc, "cannot read the manifest '%s'", key);
 		goto out;
 	}
@@ -1818,6 +1820,8 @@ static int sweep_unproven(struct kvt_store *st, struct cat *c, struct cold *cold
 			return klock;
 		rc = g4_claim_unproven(c, cold, v[i].bucket_id, v[i].bucket, v[i].key);
 		g4_unlock(klock);
+		if (rc == -ENXIO)
+			return rc;	/* no bucket: no other request will do better */
 		if (rc < 0)
 			v[i].unproven = -1;
 	}
@@ -1858,11 +1862,19 @@ static int sweep_copy(struct kvt_store *st, struct cat *c, struct cold *cold,
 	return rc < 0 ? rc : cat_g4_dead_done(c, d->id);
 }
 
-/* What it could not drop counts in *failed; -EIO if anything. */
+/*
+ * What it could not drop counts in *failed; -EIO if anything. With the
+ * partner's bucket missing (-ENXIO: [g4] url names one deleted, or
+ * misnamed), the sessions after the first that found it so are not
+ * asked about: each logged its own failed request and "cannot read the
+ * manifest" (thousands of lines a night on a large store), where one
+ * line says it, with the count of sessions left. They count as failures
+ * and keep their dead entries, as before.
+ */
 static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold, uint64_t *failed)
 {
 	struct dead_list l = { 0 };
-	size_t i = 0;
+	size_t i = 0, nobucket = 0;	/* sessions left for the bucket missing */
 	uint64_t self = 0, failed0 = *failed;
 	int rc = cat_store_id(c, &self);
 
@@ -1877,6 +1889,12 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold, uint
 		while (j < l.n && l.v[j].bucket_id == first->bucket_id &&
 		       !strcmp(l.v[j].session, first->session))
 			j++;
+		if (nobucket) {
+			nobucket++;
+			(*failed)++;
+			i = j;
+			continue;
+		}
 		lock = g4_lock(st, "demote", first->bucket, first->session, 1);
 		if (lock < 0) {
 			rc = lock;
@@ -1896,11 +1914,17 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold, uint
 				   l.v[i].unproven < 0 ? -EAGAIN : sweep_copy(st, c, cold, &l.v[i]);
 
 			*failed += gone < 0;
+			nobucket += gone == -ENXIO && !nobucket;
 		}
 		*failed += r < 0;
+		nobucket += r == -ENXIO && !nobucket;
 		i = j;
 		g4_unlock(lock);
 	}
+	if (nobucket)
+		log_err(0, "the bucket of g4 '%s' does not exist at the partner: the deleted keys"
+			" of %zu session%s stay recorded, for a run with [g4] url right", cold->url,
+			nobucket, nobucket == 1 ? "" : "s");
 	dead_list_release(&l);
 	if (rc == 0 && *failed > failed0)
 		rc = -EIO;

@@ -2198,6 +2198,68 @@ static void test_recall_no_bucket(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * The sweep with the partner's bucket missing: each session with deleted
+ * keys asked for its manifest and logged its own failure (a store with
+ * thousands floods the log every night). The first one that finds the
+ * bucket missing ends the asking: one GET, one line with the count of
+ * sessions left. Every session still counts as a failure, and keeps its
+ * dead entries, which a run with the bucket there deletes.
+ */
+static void test_sweep_no_bucket(void **state)
+{
+	char *nb = s3_err("404 Not Found", "NoSuchBucket");
+	const char *answers[] = { nb, nb, nb, nb, NULL };
+	struct cold_fault_plan plan = { 0 };
+	struct kvt_g4_report rep;
+	struct test_env env;
+	struct kvt_store *st;
+	struct fake_s3 f;
+	size_t dead = 0;
+	char key[32], path[600], *gpath;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	for (int i = 0; i < 3; i++) {
+		struct kvt_g4_opts o;
+
+		snprintf(key, sizeof(key), "s%d/a", i);
+		assert_int_equal(test_put(st, "kvs", key, 1000, 30 + i), 0);
+		snprintf(key, sizeof(key), "s%d", i);
+		o = session_opts("kvs", key);
+		assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+		assert_int_equal(rep.objects, 1);
+		snprintf(key, sizeof(key), "s%d/a", i);
+		assert_int_equal(kvt_object_delete(st, "kvs", key), 0);
+	}
+	store_set_cold(st, fake_s3_start(&f, &env, answers));
+	/* The listing of uploads that follows fails too: kvtier-migrate's exit 2. */
+	assert_int_equal(kvt_g4_cleanup(st, NULL, &rep), -ENXIO);
+	assert_int_equal(rep.failures, 3);
+	cold_dir_again(st, &env);
+	fake_s3_stop(&f);
+	assert_string_equal(f.log, "GET /gone/pfx/.kvtier/manifests/kvs/s0.json HTTP/1.1 \n"
+				   "GET /gone/?prefix=pfx%2F&uploads= HTTP/1.1 \n");
+	assert_int_equal(cat_g4_dead(store_cat(st), dead_count, &dead), 0);
+	assert_int_equal(dead, 3);
+	snprintf(path, sizeof(path), "%s/g4", env.cfg.store.dir);
+	gpath = cold_file_name(path, "kvs/s0/a");
+	assert_non_null(gpath);
+	assert_true(file_exists(gpath));
+	assert_int_equal(kvt_g4_cleanup(st, NULL, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	dead = 0;
+	assert_int_equal(cat_g4_dead(store_cat(st), dead_count, &dead), 0);
+	assert_int_equal(dead, 0);
+	assert_false(file_exists(gpath));
+	free(gpath);
+	kvt_store_close(st);
+	free(nb);
+	test_env_release(&env);
+}
+
 /* The hot tier is full of pinned objects: the recall fails with -ENOSPC,
  * loses nothing, and succeeds once there is room. */
 static void test_recall_disk_full(void **state)
@@ -3554,6 +3616,7 @@ int main(void)
 		cmocka_unit_test(test_recall_coalesce_procs),
 		cmocka_unit_test(test_recall_unreachable),
 		cmocka_unit_test(test_recall_no_bucket),
+		cmocka_unit_test(test_sweep_no_bucket),
 		cmocka_unit_test(test_recall_disk_full),
 		cmocka_unit_test(test_recall_write_fails),
 		cmocka_unit_test(test_jobs_retries_rate),
