@@ -10,7 +10,7 @@ packages="
 	libsqlite3-dev sqlite3 liburing-dev libssl-dev libisal-dev libinih-dev
 	libcmocka-dev
 	libfuse3-dev fuse3 libmicrohttpd-dev libcurl4-openssl-dev libs3-dev libxml2-dev
-	fio python3 curl attr openssl gnuplot-nox strace rsync git
+	fio python3 curl attr openssl gnuplot-nox strace rsync git iproute2
 	awscli python3-boto3 s3cmd rclone
 "
 bench_packages="nginx-light redis-server s3fs"
