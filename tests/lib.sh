@@ -73,6 +73,19 @@ gateway_serves()
 	[ -n "$(gateway_port "$1")" ]
 }
 
+# gateway_metrics_port LOG: the port kvtier-gateway logged it serves /metrics
+# on (--metrics-listen ADDR:0 lets the kernel pick it), or nothing.
+gateway_metrics_port()
+{
+	sed -n 's/.*serving \/metrics and \/health on .* (port \([0-9]*\)).*/\1/p' "$1" \
+		2>/dev/null | head -n 1
+}
+
+gateway_metrics_serves()
+{
+	[ -n "$(gateway_metrics_port "$1")" ]
+}
+
 # wait_for_file PATH WHAT: waits up to 30 s for PATH to exist, then fails
 # saying WHAT did not happen.
 wait_for_file()

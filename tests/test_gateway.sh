@@ -303,10 +303,9 @@ if command -v openssl >/dev/null 2>&1 && command -v curl >/dev/null 2>&1; then
 	openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/key.pem" -out "$T/cert.pem" \
 		-days 2 -subj /CN=localhost >/dev/null 2>&1 || fail "openssl could not make a certificate"
 	chmod 600 "$T/key.pem"
-	first_py=$(echo $pythons | cut -d" " -f1)
-	mport=$("$first_py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 	gw_start tls 64M 4M --tls-cert "$T/cert.pem" --tls-key "$T/key.pem" \
-		--metrics-listen "127.0.0.1:$mport"
+		--metrics-listen 127.0.0.1:0
+	gw_metrics_port
 	tls_pid=$GW_PID
 	for py in $pythons; do
 		"$py" - "https://127.0.0.1:$GW_PORT" <<'EOP' || fail "boto3 over TLS failed with $py"
@@ -330,7 +329,7 @@ assert s3.get_object(Bucket="tls", Key="one")["Body"].read() == data[:3 << 20]
 print("    boto3 %s over TLS ok" % boto3.__version__)
 EOP
 	done
-	kvt_expect 0 curl -s "http://127.0.0.1:$mport/metrics"
+	kvt_expect 0 curl -s "http://127.0.0.1:$GW_METRICS_PORT/metrics"
 	kvt_grep out 'kvtier_gateway_requests_total\{op="PutObject",status="200"\}'
 	kvt_expect 0 curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:$GW_PORT/metrics"
 	kvt_grep out '^403$'

@@ -132,10 +132,10 @@ step "gateways: plain, with --metrics-listen, with tight limits"
 gw_start main 64M 4M --timeout 3
 main_pid=$GW_PID
 main=$GW_ENDPOINT
-mport=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-gw_start metrics 16M 1M --metrics-listen "127.0.0.1:$mport"
+gw_start metrics 16M 1M --metrics-listen 127.0.0.1:0
+gw_metrics_port
 GW_METRICS_ENDPOINT=$GW_ENDPOINT
-GW_METRICS_ONLY=http://127.0.0.1:$mport
+GW_METRICS_ONLY=http://127.0.0.1:$GW_METRICS_PORT
 # One thread: libmicrohttpd splits the connection limit among its threads.
 gw_start limits 16M 1M --max-connections 4 --max-object 1M --timeout 3 --threads 1
 GW_LIMITS_ENDPOINT=$GW_ENDPOINT

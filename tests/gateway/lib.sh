@@ -5,7 +5,9 @@
 # $KVT_TMP/NAME (a config file, a data directory), starts the real gateway on
 # 127.0.0.1 with port 0 (the kernel picks a free one, which the gateway
 # prints) and waits until it serves. It sets GW_PID, GW_PORT, GW_ENDPOINT and
-# GW_LOG (its stderr); the access log is $KVT_TMP/NAME.access. Every gateway
+# GW_LOG (its stderr); the access log is $KVT_TMP/NAME.access. With
+# --metrics-listen 127.0.0.1:0 among ARGS, gw_metrics_port then sets
+# GW_METRICS_PORT. Every gateway
 # started is stopped when the script exits, however it exits.
 #
 # Users, in $GW_CREDS (mode 0600):
@@ -68,6 +70,17 @@ gw_start()
 	wait_until "$GW_PID" "$GW_LOG" 120 "gateway '$gw_name'" gateway_serves "$GW_LOG"
 	GW_PORT=$(gateway_port "$GW_LOG")
 	GW_ENDPOINT=http://127.0.0.1:$GW_PORT
+}
+
+# gw_metrics_port: after gw_start ... --metrics-listen 127.0.0.1:0, sets
+# GW_METRICS_PORT to the port the kernel gave the metrics listener, which the
+# gateway logs just after the S3 one. (A port found free beforehand, by binding
+# port 0 and closing it, another process can take before the gateway does.)
+gw_metrics_port()
+{
+	wait_until "$GW_PID" "$GW_LOG" 60 "the metrics listener of gateway '$gw_name'" \
+		gateway_metrics_serves "$GW_LOG"
+	GW_METRICS_PORT=$(gateway_metrics_port "$GW_LOG")
 }
 
 # gw_check_sigterm_blocked PID: every thread of the gateway but the main one
