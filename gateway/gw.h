@@ -189,6 +189,9 @@ bool gw_work_submit(struct gw_work *w, enum gw_lane lane, struct gw_job *j);
 bool gw_work_submit_streaming(struct gw_work *w, struct gw_job *j, bool *has_slot);
 /* Gives the request's stream slot back (to the first waiter); accepts none. */
 void gw_work_slot_put(struct gw_work *w, bool *has_slot);
+/* Stream slots held, and flushes waiting for one, now (for /metrics: it
+ * takes the slot lock and walks the waiters; no request path calls it). */
+void gw_work_slots(struct gw_work *w, unsigned *held, unsigned *waiting);
 /*
  * Resumes, without running them, the jobs that have waited for a slot past
  * their deadline, with j->no_slot set; called each second by the main thread.

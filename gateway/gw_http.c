@@ -275,7 +275,7 @@ static void http_op_metrics(struct gw_req *rq)
 	struct gw_buf b;
 
 	gw_buf_init(&b);
-	metrics_render(&b, rq->srv->st);
+	metrics_render(&b, rq->srv->st, rq->srv->work);
 	http_send_buf(rq, 200, "text/plain; version=0.0.4", &b);
 }
 

@@ -85,7 +85,7 @@ struct gw_lane_q {
 struct gw_work {
 	struct gw_lane_q lanes[GW_LANE_COUNT];
 	pthread_mutex_t slot_lock;
-	unsigned slots_free;
+	unsigned slots, slots_free;
 	int64_t slot_wait_ns;			/* how long a flush may wait for one */
 	struct gw_job *wait_head, *wait_tail;	/* flushes waiting for a slot, oldest first */
 	bool stopping;				/* atomic */
@@ -160,7 +160,7 @@ int gw_work_new(unsigned nread, unsigned nwrite, unsigned nrecall, unsigned stre
 	if (!w)
 		return -ENOMEM;
 	pthread_mutex_init(&w->slot_lock, NULL);
-	w->slots_free = streams;
+	w->slots = w->slots_free = streams;
 	w->slot_wait_ns = slot_wait_ns;
 	for (int i = 0; i < GW_LANE_COUNT; i++) {
 		struct gw_lane_q *l = &w->lanes[i];
@@ -271,6 +271,20 @@ void gw_work_slot_put(struct gw_work *w, bool *has_slot)
 	pthread_mutex_unlock(&w->slot_lock);
 	if (next)
 		gw_lane_push(&w->lanes[GW_LANE_WRITE], next);
+}
+
+void gw_work_slots(struct gw_work *w, unsigned *held, unsigned *waiting)
+{
+	const struct gw_job *j;
+
+	*held = *waiting = 0;
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->slot_lock);
+	*held = w->slots - w->slots_free;
+	for (j = w->wait_head; j; j = j->next)
+		(*waiting)++;
+	pthread_mutex_unlock(&w->slot_lock);
 }
 
 void gw_work_expire(struct gw_work *w)

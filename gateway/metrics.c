@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gw.h"
 #include "metrics.h"
 
 static const unsigned metrics_statuses[] = {
@@ -67,7 +68,7 @@ void metrics_lookup(uint64_t hot, uint64_t cold, uint64_t missing)
 	metrics_add(&metrics_lookup_keys[2], missing);
 }
 
-void metrics_render(struct gw_buf *b, struct kvt_store *st)
+void metrics_render(struct gw_buf *b, struct kvt_store *st, struct gw_work *w)
 {
 	static const char *const lookup_results[] = { "hot", "cold", "missing" };
 	struct kvt_store_stat ss;
@@ -130,6 +131,20 @@ void metrics_render(struct gw_buf *b, struct kvt_store *st)
 			      s3_op_name((enum s3_op)op),
 			      (double)metrics_get(&metrics_latency_sum_us[op]) / 1e6,
 			      s3_op_name((enum s3_op)op), (unsigned long long)cum);
+	}
+	if (w) {
+		unsigned held, waiting;
+
+		gw_work_slots(w, &held, &waiting);
+		gw_buf_printf(b, "# HELP kvtier_gateway_stream_slots_held Large uploads streaming "
+			      "into the store now, each holding one of the stream slots.\n"
+			      "# TYPE kvtier_gateway_stream_slots_held gauge\n"
+			      "kvtier_gateway_stream_slots_held %u\n"
+			      "# HELP kvtier_gateway_stream_slot_waiters Large uploads waiting for "
+			      "a stream slot.\n"
+			      "# TYPE kvtier_gateway_stream_slot_waiters gauge\n"
+			      "kvtier_gateway_stream_slot_waiters %u\n",
+			      held, waiting);
 	}
 	gw_buf_printf(b, "# HELP kvtier_catalog_damaged 1 once this process met a damaged catalog page.\n"
 		      "# TYPE kvtier_catalog_damaged gauge\nkvtier_catalog_damaged %d\n",

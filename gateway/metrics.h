@@ -11,12 +11,14 @@
 #include "kvtier.h"
 #include "s3_route.h"
 
+struct gw_work;
+
 /* Counts one finished request. Thread-safe (atomics), never blocks. */
 void metrics_request(enum s3_op op, unsigned status, uint64_t bytes_in, uint64_t bytes_out,
 		     int64_t latency_ns);
 /* Counts the keys of one kvtier-lookup by what they were. */
 void metrics_lookup(uint64_t hot, uint64_t cold, uint64_t missing);
-/* The whole exposition into b. */
-void metrics_render(struct gw_buf *b, struct kvt_store *st);
+/* The whole exposition into b; w's stream slots unless w is NULL. */
+void metrics_render(struct gw_buf *b, struct kvt_store *st, struct gw_work *w);
 
 #endif /* GW_METRICS_H */
