@@ -274,9 +274,13 @@ done
 # loaded machine); the backoff (0.25 + 0.5 + ... + 8 s) outlasts that.
 "$M" --session models/s4 --jobs 2 --limit-rate 4M 2>"$T/mid.err" &
 pid=$!
-sleep 1.5
+# Stopped once the run has stored its first object there, not 1.5 s after
+# its start: a run slower than that to start (a loaded sanitizer build) met
+# the partner only once it was back, retried nothing, and the test failed.
+first_put() { grep -q 'Stored object ".*models/s4/blk' "$T/s3rver.log"; }
+wait_until "$pid" "$T/mid.err" 120 "the run's first upload" first_put
 s3rver_stop
-sleep 1
+sleep 1	# the outage itself, which the retries must outlast
 s3rver_start "$PORT"
 rc=0
 wait "$pid" || rc=$?
