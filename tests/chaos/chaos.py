@@ -82,10 +82,40 @@ def s3_code(e):
 START_SECONDS = 120
 
 
-def free_port():
+def port_free(port):
+    """Nothing but a socket in TIME_WAIT has port: s3rver and the gateway
+    (SO_REUSEADDR, as here) bind over those."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port():
+    """A free loopback port below the kernel's ephemeral range (above it
+    where the range leaves too few below). The gateway comes back on its
+    port after each kill, and the range is where the kernel picks the local
+    port of every outgoing connection, this run's or another test's: one
+    took the gateway's port while it was down, and the restart failed."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    rng = (10000, lo - 1) if lo > 11000 else (hi + 1, 65535) if hi < 64535 else None
+    pick = random.SystemRandom()    # not the seeded generator: ports are not the run's
+    for _ in range(50):
+        port = pick.randint(*rng) if rng else 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise RuntimeError("no free port in %s" % (rng,))
 
 
 # ---- payloads ---------------------------------------------------------------
@@ -286,7 +316,8 @@ class System:
                                   "-a", "127.0.0.1", "-p", str(port),
                                   "--configure-bucket", G4_BUCKET],
                                  stdout=logf, stderr=subprocess.STDOUT)
-            for _ in range(100):
+            deadline = time.monotonic() + START_SECONDS
+            while time.monotonic() < deadline:
                 time.sleep(0.1)
                 with open(os.path.join(self.tmp, "s3rver.log")) as f:
                     if "listening" in f.read():
@@ -335,8 +366,15 @@ class System:
         return p.returncode, out, err
 
     def start_gateway(self):
+        deadline = time.monotonic() + START_SECONDS
         if not self.gw_port:
             self.gw_port = free_port()
+        # A restart comes back on the same port: wait for whatever holds it.
+        while not port_free(self.gw_port):
+            if time.monotonic() > deadline:
+                raise RuntimeError("port %d of the gateway is still taken %d s on"
+                                   % (self.gw_port, START_SECONDS))
+            time.sleep(0.1)
         logf = open(os.path.join(self.tmp, "gateway.log"), "a")
         p = subprocess.Popen([os.path.join(self.bin, "kvtier-gateway"), "--listen",
                               "127.0.0.1:%d" % self.gw_port, "--credentials", self.creds,
@@ -344,7 +382,6 @@ class System:
                              env=self.env, stdout=logf, stderr=subprocess.STDOUT)
         # As long as it takes (START_SECONDS): after 10 s it went on as if
         # the gateway served, and the mount below failed outright.
-        deadline = time.monotonic() + START_SECONDS
         while True:
             try:
                 urllib.request.urlopen("http://127.0.0.1:%d/health" % self.gw_port, timeout=1)
