@@ -171,7 +171,7 @@ OUT2=$T/replay2
 "$KVTIER" bench trace "$T/trace.jsonl" --via "$via" --block-size 262080 --speed 2 \
 	--configs kvtier --out "$OUT2" >"$T/int.out" 2>"$T/int.err" &
 pid=$!
-wait_until "$pid" "$T/int.err" 30 "the interrupted replay" grep -q "kvtier-gateway on" "$T/int.out"
+wait_until "$pid" "$T/int.err" 120 "the interrupted replay" grep -q "kvtier-gateway on" "$T/int.out"
 sleep 2
 kill -INT "$pid"
 set +e

@@ -127,7 +127,7 @@ fd_mount()
 	fi
 	"$FUSE" -c "$CONF" "$M" -f 2>"$T/fuse.log" &
 	FUSE_PID=$!
-	poll 300 fd_mounted_or_exited || fail "kvtier-fuse did not mount in 30 s: $(cat "$T/fuse.log")"
+	poll 1200 fd_mounted_or_exited || fail "kvtier-fuse did not mount in 120 s: $(cat "$T/fuse.log")"
 	if grep -q " $M fuse" /proc/mounts; then
 		fuse=1
 		return 0

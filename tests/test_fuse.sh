@@ -1103,7 +1103,7 @@ detached_find()
 detached_umount()
 {
 	fusermount_u "$M"
-	wait_gone "$dpid" 10 "the detached daemon, unmounted with fusermount3 -u,"
+	wait_gone "$dpid" 60 "the detached daemon, unmounted with fusermount3 -u,"
 	mounts=$(echo "$mounts" | sed "s| $dpid:[^ ]*||")
 }
 
@@ -1152,7 +1152,7 @@ finally:
 EOP
 	slpid=$!
 	syslog_up() { [ -e "$T/syslog.ready" ] || ! kill -0 "$slpid" 2>/dev/null; }
-	poll 100 syslog_up || fail "the stand-in syslog did not start"
+	poll 600 syslog_up || fail "the stand-in syslog did not start"
 	if [ -e "$T/syslog.ready" ]; then
 		sl_ready=1
 	else

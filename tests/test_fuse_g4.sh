@@ -107,7 +107,7 @@ hot_both() {
 	"$K" head models s2/t1/c | grep -q "^tier: *hot$" &&
 		"$K" head models s2/t2/c | grep -q "^tier: *hot$"
 }
-poll 100 hot_both || fail "the prestage of s2/t1/ did not bring session s2 back: $(cat "$T/fuse.log")"
+poll 600 hot_both || fail "the prestage of s2/t1/ did not bring session s2 back: $(cat "$T/fuse.log")"
 cmp "$T/c" "$T/mnt/models/s2/t2/c" || fail "s2/t2/c differs after its prestage"
 
 step "unmount; fsck"

@@ -111,7 +111,7 @@ if command -v curl >/dev/null 2>&1; then
 			--user "$1" "$GW_ENDPOINT/"
 	}
 	hup_wait() {
-		poll 100 grep -q "$1" "$GW_LOG" || fail "no '$1' after SIGHUP: $(cat "$GW_LOG")"
+		poll 600 grep -q "$1" "$GW_LOG" || fail "no '$1' after SIGHUP: $(cat "$GW_LOG")"
 	}
 	[ "$(hup_status AKIDHUPOLD:oldsecret)" = 200 ] || fail "the first user cannot sign in"
 	(umask 077 && printf 'AKIDHUPNEW newsecret\n' >"$H.new")
@@ -123,7 +123,7 @@ if command -v curl >/dev/null 2>&1; then
 	[ "$(hup_status AKIDHUPOLD:oldsecret)" = 403 ] || fail "the removed user still signs in"
 	# A request's line is written when libmicrohttpd reports it complete,
 	# which can come a moment after its client has the answer.
-	poll 100 test -s "$T/hup.access" || fail "the access log was not reopened after SIGHUP"
+	poll 600 test -s "$T/hup.access" || fail "the access log was not reopened after SIGHUP"
 	chmod 644 "$H"
 	kill -HUP "$hup_pid"
 	hup_wait "credentials not reloaded, the old users stay"
@@ -158,9 +158,9 @@ if command -v curl >/dev/null 2>&1; then
 	(umask 077 && printf 'AKIDREL2 relsecret2\n' >"$R/creds")
 	mv "$R/access.log" "$R/access.log.1"
 	kill -HUP "$rel_pid"
-	poll 100 [ "$(hup_status AKIDREL2:relsecret2)" = 200 ] ||
+	poll 600 [ "$(hup_status AKIDREL2:relsecret2)" = 200 ] ||
 		fail "SIGHUP of kvtier-gateway -d did not reread its relative credentials"
-	poll 100 test -s "$R/access.log" || fail "SIGHUP of kvtier-gateway -d did not reopen its log"
+	poll 600 test -s "$R/access.log" || fail "SIGHUP of kvtier-gateway -d did not reopen its log"
 	kill "$rel_pid"
 	poll 300 [ ! -d "/proc/$rel_pid" ] || fail "kvtier-gateway -d did not stop on SIGTERM"
 fi
@@ -239,7 +239,7 @@ if command -v curl >/dev/null 2>&1; then
 		"$GW_ENDPOINT/coldb?kvtier-prestage&session=conv9"
 	kvt_grep out '^202$'
 	conv9_hot() { [ "$(tier_of coldb conv9/blk3)" = hot ] && [ "$(tier_of coldb conv9/blk1)" = hot ]; }
-	poll 100 conv9_hot || fail "prestage of conv9 did not bring it back in 10 s"
+	poll 600 conv9_hot || fail "prestage of conv9 did not bring it back in 60 s"
 	for i in 1 2 3; do
 		[ "$(s3get "coldb/conv9/blk$i" "$T/got")" = 200 ] || fail "GET conv9/blk$i failed"
 		cmp "$T/cold.$i" "$T/got" || fail "prestaged conv9/blk$i differs"

@@ -170,7 +170,7 @@ while time.time() < end:
         pass' "$T/silent.port" &
 silent_pid=$!
 gw_pids="$gw_pids $silent_pid"	# killed on the way out, however this ends
-poll 100 test -s "$T/silent.port" || fail "the silent partner did not start"
+poll 600 test -s "$T/silent.port" || fail "the silent partner did not start"
 cat >"$T/cold-file.conf" <<EOC
 [store]
 dir = $T/cold

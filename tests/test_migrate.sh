@@ -349,7 +349,7 @@ s.serve_forever()
 PY
 fake=$!
 trap 'kill "$fake" 2>/dev/null || :; kvt_cleanup' EXIT
-poll 100 test -s "$T/fake.port" || fail "the fake partner did not start"
+poll 600 test -s "$T/fake.port" || fail "the fake partner did not start"
 printf 'access_key = a\nsecret_key = b\n' >"$T/fake.keys"
 chmod 600 "$T/fake.keys"
 kvt_write_config "$T/fake.conf" "$T/fake"
@@ -429,7 +429,7 @@ s.serve_forever()
 PY
 cas=$!
 trap 'kill "$cas" 2>/dev/null || :; kvt_cleanup' EXIT
-poll 100 test -s "$T/cas.port" || fail "the conditional partner did not start"
+poll 600 test -s "$T/cas.port" || fail "the conditional partner did not start"
 kvt_write_config "$T/cas.conf" "$T/cas"
 cat >>"$T/cas.conf" <<EOF
 [g4]

@@ -336,7 +336,7 @@ step "a partner that answers 501 to conditional puts and deletes gets plain mani
 python3 "$top_srcdir/tests/cond501.py" "$PORT" >"$T/c501.out" &
 p501=$!
 trap 'kill "$stall" "$p501" 2>/dev/null || :; gw_cleanup; s3rver_stop' EXIT
-poll 50 test -s "$T/c501.out" || fail "the 501 partner did not start"
+poll 600 test -s "$T/c501.out" || fail "the 501 partner did not start"
 C=$T/c501.conf
 sed -e "s|^dir = .*|dir = $T/data501|" \
 	-e "s|^endpoint = .*|endpoint = http://127.0.0.1:$(head -n 1 "$T/c501.out")|" \

@@ -85,7 +85,7 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null && [ -e /dev/fuse ]; th
 	chmod 755 "$T"
 	"$FUSE" -c "$T/g4.conf" "$T/mnt" -o allow_other -f 2>"$T/fuse.err" &
 	fpid=$!
-	wait_until "$fpid" "$T/fuse.err" 30 kvtier-fuse grep -q " $T/mnt " /proc/mounts
+	wait_until "$fpid" "$T/fuse.err" 120 kvtier-fuse grep -q " $T/mnt " /proc/mounts
 	head -c 1000 /dev/urandom >"$T/mnt/models/private"
 	chmod 600 "$T/mnt/models/private"
 	if setpriv --reuid=65534 --regid=65534 --clear-groups cat "$T/mnt/models/private" \

@@ -65,8 +65,8 @@ fuse_mount()
 	"$FUSE" -c "$fm_conf" "$fm_dir" -f "$@" 2>>"$T/fuse.log" &
 	FUSE_PID=$!
 	mounts="$mounts $FUSE_PID:$fm_dir"
-	poll 300 fuse_mounted "$fm_dir" ||
-		fail "kvtier-fuse did not mount in 30 s: $(cat "$T/fuse.log")"
+	poll 1200 fuse_mounted "$fm_dir" ||
+		fail "kvtier-fuse did not mount in 120 s: $(cat "$T/fuse.log")"
 }
 
 # fuse_mounted DIR: whether $FUSE_PID has mounted DIR yet; skips or fails
