@@ -30,15 +30,21 @@ s3rver_stop()
 	fi
 }
 
-# s3rver_port_free PORT: no TCP socket on this machine has PORT as its local
-# port (a listener, a connection), but for those in TIME_WAIT, which node's
-# SO_REUSEADDR binds over (a restarted s3rver's own connections leave them).
-# Without ss, taken as free: s3rver then fails to listen and s3rver_start
-# tries again.
+# s3rver_port_free PORT: no TCP socket on this machine that a process holds
+# has PORT as its local port (a listener, a connection). Those of a stopped
+# s3rver left to the kernel (FIN-WAIT-2 while a client keeps its end open,
+# TIME-WAIT) do not count: node's SO_REUSEADDR binds over them. Without ss,
+# taken as free: s3rver then fails to listen and s3rver_start tries again.
 s3rver_port_free()
 {
 	command -v ss >/dev/null || return 0
-	[ -z "$(ss -Htan exclude time-wait "( sport = :$1 )" 2>/dev/null)" ]
+	[ -z "$(s3rver_port_users "$1")" ]
+}
+
+s3rver_port_users()
+{
+	ss -Htanp state listening state established state syn-sent state syn-recv \
+		state close-wait "( sport = :$1 )" 2>/dev/null
 }
 
 # s3rver_pick_port: a free port below the kernel's ephemeral range (where it
@@ -71,10 +77,10 @@ s3rver_start()
 		if [ -n "${1:-}" ]; then
 			# A restart on the port the test's config names: wait for
 			# whatever holds it to let go (the s3rver just stopped,
-			# another test's socket), as long as it takes.
+			# another test's socket), up to 60 s.
 			PORT=$1
 			poll 600 s3rver_port_free "$PORT" ||
-				fail "port $PORT s3rver is to restart on is still in use 60 s on: $(ss -Htanp exclude time-wait "( sport = :$PORT )" 2>&1)"
+				fail "port $PORT s3rver is to restart on is still in use 60 s on: $(s3rver_port_users "$PORT")"
 		else
 			PORT=$(s3rver_pick_port)
 		fi
