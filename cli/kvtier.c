@@ -1150,6 +1150,70 @@ static int cmd_reclaim(struct cli *c, int argc, char **argv)
 	return CLI_OK;
 }
 
+/* "machine 0123456789abcdef, inode 131, born 2026-12-04 00:49:01.123456789 UTC" */
+static void cli_place(const char *label, const struct kvt_store_place *p)
+{
+	char when[64] = "unknown";
+	time_t t = (time_t)(p->btime_ns / 1000000000);
+	struct tm tm;
+
+	if (p->btime_ns && gmtime_r(&t, &tm))
+		snprintf(when + strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm),
+			 sizeof(when) - 19, ".%09" PRId64 " UTC", p->btime_ns % 1000000000);
+	printf("%-10s machine %016" PRIx64 "%s, directory inode %" PRIu64 ", born %s\n", label,
+	       p->machine, p->machine ? "" : " (no /etc/machine-id)", p->ino, when);
+}
+
+/*
+ * The store's id, whose G4 manifests name their owner, and the place it was
+ * given in; --new (a copy) or --keep (the same store moved) records here.
+ */
+static int cmd_store_id(struct cli *c, int argc, char **argv)
+{
+	const struct option opts[] = {
+		CLI_HELP_OPTION,
+		{ "new", no_argument, NULL, 'n' },
+		{ "keep", no_argument, NULL, 'k' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct kvt_store_identity id;
+	int ch, rc, how = 0;
+
+	optind = 0;
+	while ((ch = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+		if (ch == 'n' || ch == 'k') {
+			int want = ch == 'n' ? KVT_IDENTITY_NEW : KVT_IDENTITY_KEEP;
+
+			if (how && how != want) {
+				cli_error(c, "--new and --keep exclude each other");
+				return CLI_USAGE;
+			}
+			how = want;
+			continue;
+		}
+		if (ch != 'h')
+			cli_bad_option(c, ch, argv);
+		return ch == 'h' ? cli_help_cmd(c) : cli_usage(c);
+	}
+	if (optind != argc)
+		return cli_usage(c);
+	if ((rc = cli_open(c)))
+		return rc;
+	rc = how ? kvt_store_identity_set(c->st, how, &id) : kvt_store_identity(c->st, &id);
+	if (rc < 0)
+		return cli_fail(c, rc, NULL, NULL);
+	printf("id:        %016" PRIx64 "%s\n", id.id, how == KVT_IDENTITY_NEW ? " (new)" : "");
+	if (id.recorded)
+		cli_place("given in:", &id.was);
+	else
+		printf("given in:  not recorded (the store is read-only)\n");
+	cli_place("here:", &id.here);
+	printf("matches:   %s\n", id.matches ? "yes" :
+	       "no: a copy of a store ('kvtier store-id --new'), or the store moved"
+	       " ('kvtier store-id --keep'); nothing is written to g4 until then");
+	return CLI_OK;
+}
+
 static int cmd_bench(struct cli *c, int argc, char **argv)
 {
 	if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0))
@@ -1192,6 +1256,9 @@ static const struct cli_cmd cli_cmds[] = {
 	{ "stat", cmd_stat, "[--json]", "show the store's space, objects and counters" },
 	{ "fsck", cmd_fsck, "[--repair]", "check the catalog and every checksum" },
 	{ "reclaim", cmd_reclaim, "", "free segments down to the low watermark now" },
+	{ "store-id", cmd_store_id, "[--new | --keep]",
+	  "show the store's id and where it was given; --new for a copy of a store,"
+	  " --keep for a store moved" },
 	{ "bench", cmd_bench, "engine|gateway|fuse|migrate|trace [OPTIONS]",
 	  "measure the engine against fio, the gateway against nginx and redis, "
 	  "the mount against a plain file and s3fs, the migrator against the aws cli, "

@@ -15,7 +15,8 @@
  *
  * One run at a time per store: an flock on DIR/migrate.lock. Exit codes,
  * for cron: 0 done, 1 some objects failed (the rest done) or the partner
- * did not answer, 2 usage or configuration error, 75 (EX_TEMPFAIL) another run holds the lock. One
+ * did not answer, 2 usage or configuration error (or a store not where its
+ * id was given, a copy: kvtier store-id), 75 (EX_TEMPFAIL) another run holds the lock. One
  * summary line goes to stderr and to syslog; --json prints it as JSON on
  * stdout instead of to stderr.
  */
@@ -157,6 +158,7 @@ int main(int argc, char **argv)
 	struct kvt_store *st = NULL;
 	struct kvt_g4_opts go = { 0 };
 	struct kvt_g4_report rep = { 0 }, swept = { 0 };
+	struct kvt_store_identity ident;
 	struct progress prog = { 0 };
 	int ch, json = 0, quiet = 0, want_progress = 0, mode = 0, status = 2, lock_fd = -1, rc;
 	double t0, secs;
@@ -264,9 +266,28 @@ int main(int argc, char **argv)
 		goto out;
 	}
 
+	rc = kvt_store_identity(st, &ident);
+	if (rc < 0) {
+		fprintf(stderr, "kvtier-migrate: cannot read the id of the store in '%s': %s\n",
+			cfg.store.dir, kvt_strerror(rc));
+		goto out;
+	}
+	if (!ident.matches && mode != OPT_RECALL && mode != OPT_RECALL_KEYS) {
+		/* A copy would delete the original's copies and write over its
+		 * manifests; a recall only reads, and goes on. */
+		fprintf(stderr, "kvtier-migrate: %s: the store in '%s' is not where its id %016"
+			PRIx64 " was given (a copy of another store, or this one moved): nothing"
+			" is written to g4; run 'kvtier%s%s store-id --new' if it is a copy, or"
+			" 'kvtier%s%s store-id --keep' if it is the same store moved\n", action,
+			cfg.store.dir, ident.id, cfg.path ? " -c " : "", cfg.path ? cfg.path : "",
+			cfg.path ? " -c " : "", cfg.path ? cfg.path : "");
+		goto out;
+	}
+
 	t0 = mono_s();
-	/* Opens G4 first: a url, endpoint or key file that fails is configuration. */
-	rc = kvt_g4_cleanup(st, &go, &swept);
+	/* Opens G4 first: a url, endpoint or key file that fails is configuration.
+	 * Not from a store that is not where its id was given: it only recalls. */
+	rc = ident.matches ? kvt_g4_cleanup(st, &go, &swept) : 0;
 	if (rc == -EHOSTUNREACH || rc == -EAGAIN) {
 		/* A partner that is down or busy is not configuration (it said
 		 * "cannot open g4", exit 2): the next run tries again. */

@@ -932,6 +932,83 @@ int cat_store_id(struct cat *c, uint64_t *id)
 	return rc;
 }
 
+/*
+ * The place is three settings rows beside store_id (no schema change: a
+ * kvtier from before ignores them, and records nothing).
+ */
+static const char *const place_names[] = {
+	"store_place_machine", "store_place_ino", "store_place_btime",
+};
+
+int cat_store_place(struct cat *c, struct cat_place *p)
+{
+	int64_t v[3] = { 0 };
+	int rc = 0;
+
+	for (size_t i = 0; rc == 0 && i < 3; i++)
+		rc = cat_setting_get(c, place_names[i], &v[i]);
+	p->machine = (uint64_t)v[0];
+	p->ino = (uint64_t)v[1];
+	p->btime_ns = v[2];
+	return rc;
+}
+
+/* The three rows of p in the open transaction: added, or replaced. */
+static int cat_place_rows(struct cat *c, const struct cat_place *p, int replace)
+{
+	const int64_t v[3] = { (int64_t)p->machine, (int64_t)p->ino, p->btime_ns };
+	int rc = 0;
+
+	for (size_t i = 0; rc == 0 && i < 3; i++) {
+		sqlite3_stmt *s = cat_stmt(c, replace ? S_SETTING_SET : S_SETTING_ADD);
+
+		if (!s)
+			return -EIO;
+		sqlite3_bind_text(s, 1, place_names[i], -1, SQLITE_STATIC);
+		sqlite3_bind_int64(s, 2, v[i]);
+		rc = cat_exec_stmt(c, s, "store place");
+	}
+	return rc;
+}
+
+int cat_store_place_set(struct cat *c, const struct cat_place *p, int replace)
+{
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	rc = cat_place_rows(c, p, replace);
+	if (rc < 0) {
+		cat_rollback(c);
+		return rc;
+	}
+	return cat_commit(c);
+}
+
+int cat_store_id_new(struct cat *c, const struct cat_place *p, uint64_t *id)
+{
+	uint64_t fresh = (util_random64() >> 1) | 1;
+	int rc = cat_begin(c);
+
+	if (rc < 0)
+		return rc;
+	rc = cat_setting_set(c, "store_id", (int64_t)fresh);
+	/* What the old id left to do in G4 is the original's: its copies
+	 * and manifests to delete, its multipart uploads to abort. */
+	if (rc == 0)
+		rc = cat_exec(c, "DELETE FROM g4_dead; DELETE FROM g4_uploads;");
+	if (rc == 0)
+		rc = cat_place_rows(c, p, 1);
+	if (rc < 0) {
+		cat_rollback(c);
+		return rc;
+	}
+	rc = cat_commit(c);
+	if (rc == 0)
+		*id = fresh;
+	return rc;
+}
+
 int cat_segment_count(struct cat *c, uint32_t *n)
 {
 	sqlite3_stmt *s = cat_stmt(c, S_SEG_COUNT);

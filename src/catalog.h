@@ -111,6 +111,26 @@ int cat_init_geometry(struct cat *c, uint64_t segment_size, uint32_t nsegs);
 int cat_segment_count(struct cat *c, uint32_t *n);
 /* This store's random id, made on first use: whose a G4 manifest is. */
 int cat_store_id(struct cat *c, uint64_t *id);
+/*
+ * Where the store lives, recorded beside its id: what a copy of the store
+ * directory does not keep (store.c, store_place_here). st_dev is not in it:
+ * it changes across reboots with the order disks are found in.
+ */
+struct cat_place {
+	uint64_t machine;	/* the first 64 bits of /etc/machine-id; 0: none */
+	uint64_t ino;		/* the store directory's inode */
+	int64_t btime_ns;	/* its birth time; 0: the file system gives none */
+};
+/* The place recorded; -ENOENT when none is (a store made before places were). */
+int cat_store_place(struct cat *c, struct cat_place *p);
+/* Records p: only if none is recorded yet, or (replace) over what is. */
+int cat_store_place_set(struct cat *c, const struct cat_place *p, int replace);
+/*
+ * A new random id (*id) with place p, in one transaction: the store is a
+ * copy. Forgets g4_dead and g4_uploads, the old id's work left in G4, which
+ * the original does.
+ */
+int cat_store_id_new(struct cat *c, const struct cat_place *p, uint64_t *id);
 /* Forgets free segments from nsegs on: a growth whose files could not be made. */
 int cat_segment_trim(struct cat *c, uint32_t nsegs);
 

@@ -195,6 +195,44 @@ int kvt_store_stat(struct kvt_store *st, struct kvt_store_stat *out);
  */
 int kvt_store_readonly(const struct kvt_store *st);
 
+/*
+ * The store's identity: its random id, whose G4 manifests name their
+ * owner, and the place recorded with it (the first 64 bits of
+ * /etc/machine-id, the store directory's inode and birth time). A copy of
+ * the directory (cp -a, a disk snapshot or VM image taken after the store
+ * was made) keeps the id but not the place: such a store writes and
+ * deletes nothing in G4 (-EREMCHG) until it is told whose the id is.
+ */
+struct kvt_store_place {
+	uint64_t machine;	/* 0: no /etc/machine-id */
+	uint64_t ino;
+	int64_t btime_ns;	/* 0: the file system gives no birth time */
+};
+
+struct kvt_store_identity {
+	uint64_t id;
+	int recorded;			/* 0: no place recorded (a read-only store from before) */
+	struct kvt_store_place was;	/* as recorded with the id */
+	struct kvt_store_place here;	/* where the store is now */
+	int matches;			/* here is was: G4 may be written */
+};
+
+int kvt_store_identity(struct kvt_store *st, struct kvt_store_identity *out);
+
+enum kvt_identity_how {
+	/* A copy: a new random id. What the old id owns in G4 stays the
+	 * original's; this store's work left there under it (deleted keys'
+	 * copies, uploads to abort) is forgotten, the original does it. */
+	KVT_IDENTITY_NEW = 1,
+	/* The same store moved (another disk or machine, restored from a
+	 * backup after the original died): the id stays, here is recorded. */
+	KVT_IDENTITY_KEEP = 2,
+};
+
+/* Records here with a new id or the old one; out (may be NULL) as after it. */
+int kvt_store_identity_set(struct kvt_store *st, enum kvt_identity_how how,
+			   struct kvt_store_identity *out);
+
 /* The largest object the hot tier can ever hold: all the segments writers
  * may fill. A write past it answers -EFBIG. */
 uint64_t kvt_store_object_max(const struct kvt_store *st);

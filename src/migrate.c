@@ -41,7 +41,10 @@
  * session; every write of it (demotion, sweep, import), and the sweep's
  * delete of it, is conditional on the manifest as read (cold_put_if(),
  * manifest_claim(); cold_del_if(), manifest_delete()), so one node never
- * writes over, or deletes, the owner another node's import put there.
+ * writes over, or deletes, the owner another node's import put there. The
+ * owner is the store's id, which a copy of the store directory keeps: a
+ * store that is not where its id was given (store_g4_owned(), store.c)
+ * demotes, sweeps and imports nothing (-EREMCHG), and recalls.
  */
 #include "config.h"
 
@@ -1569,8 +1572,10 @@ int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *ses
 	struct session_ref s = { .bucket = (char *)bucket, .session = (char *)session };
 	struct kvt_g4_report rep = { 0 };
 	struct cold *cold;
-	int rc = store_cold(st, &cold);
+	int rc = store_g4_owned(st);
 
+	if (rc == 0)
+		rc = store_cold(st, &cold);
 	if (rc == 0)
 		rc = store_bucket_id(st, bucket, &s.bucket_id);
 	if (rc == 0)
@@ -1938,8 +1943,12 @@ int kvt_g4_cleanup(struct kvt_store *st, const struct kvt_g4_opts *o,
 	struct cold *cold;
 	struct g4_ctl ctl;
 	uint64_t failed = 0;
-	int rc = store_cold(st, &cold), r;
+	/* A copy of the store would delete the copies the original's
+	 * sessions still need, and abort its uploads. */
+	int rc = store_g4_owned(st), r;
 
+	if (rc == 0)
+		rc = store_cold(st, &cold);
 	if (rep)
 		memset(rep, 0, sizeof(*rep));
 	if (rc < 0)
@@ -2065,7 +2074,10 @@ int kvt_g4_demote(struct kvt_store *st, const struct kvt_g4_opts *o, struct kvt_
 	memset(rep, 0, sizeof(*rep));
 	if (!c)
 		return -ENOMEM;
-	rc = store_cold(st, &cold);
+	/* A copy of the store would write over the original's manifests. */
+	rc = store_g4_owned(st);
+	if (rc == 0)
+		rc = store_cold(st, &cold);
 	if (rc < 0)
 		return rc;
 	if (o && o->session) {
@@ -2805,7 +2817,10 @@ int kvt_g4_import_session(struct kvt_store *st, const char *bucket, const char *
 	memset(rep, 0, sizeof(*rep));
 	if (!c)
 		return -ENOMEM;
-	rc = store_cold(st, &cold);
+	/* It writes the manifest naming this store's id. */
+	rc = store_g4_owned(st);
+	if (rc == 0)
+		rc = store_cold(st, &cold);
 	if (rc < 0)
 		return rc;
 	rc = manifest_read(cold, bucket, session, &root, &tag);

@@ -1431,6 +1431,9 @@ out:
 	return rc;
 }
 
+static int store_place_check(struct kvt_store *st, struct cat *c, struct cat_place *was,
+			     struct cat_place *here, int *recorded);
+
 int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_store **out)
 {
 	struct kvt_store *st = NULL;
@@ -1549,6 +1552,15 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	rc = store_map_rebuild(st, t->cat);
 	if (rc < 0)
 		goto fail;
+	{
+		struct cat_place was, here;
+		int recorded;
+
+		/* Not sure where it is: not sure whose the id is either. Said
+		 * by the first G4 write refused (store_g4_owned()), not here:
+		 * reads and recalls go on, and most opens write nothing there. */
+		st->place_moved = store_place_check(st, t->cat, &was, &here, &recorded) != 1;
+	}
 	if (st->readonly) {
 		*out = st;
 		return 0;
@@ -1665,6 +1677,162 @@ void kvt_store_close(struct kvt_store *st)
 	pthread_mutex_destroy(&st->bucket_cache_lock);
 	free(st->dir);
 	free(st);
+}
+
+/* ---- identity: the id and where it was given ------------------------------ */
+
+/*
+ * The store's id names it as the owner of its sessions in G4 (migrate.c);
+ * a copy of the directory keeps the id, and with it took the original's
+ * sessions for its own: its sweep deleted their copies, its demotions wrote
+ * over their manifests. So the id is recorded with the place it was given
+ * in, made of what a copy does not keep: the machine (/etc/machine-id: a
+ * VM image or disk snapshot moved to another machine), the directory's
+ * inode and its birth time (cp -a, or a copy onto another file system, where
+ * the root directory's inode is the same number). Containers of one image
+ * share a machine-id; their stores are told apart by the rest. A store
+ * opened elsewhere keeps serving and recalling, and writes nothing to G4
+ * until `kvtier store-id --new` or `--keep` records the place again.
+ */
+
+const char *store_machine_id_path = "/etc/machine-id";
+
+static int store_place_here(const char *dir, struct cat_place *p)
+{
+	char buf[64] = "";
+	struct statx sx;
+	int fd;
+
+	memset(p, 0, sizeof(*p));
+	fd = open(store_machine_id_path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, buf, sizeof(buf) - 1);
+
+		close(fd);
+		buf[n > 0 ? n : 0] = '\0';
+		if (strspn(buf, "0123456789abcdef") >= 32) {
+			buf[16] = '\0';
+			p->machine = strtoull(buf, NULL, 16);
+		}
+	}
+	if (statx(AT_FDCWD, dir, 0, STATX_INO | STATX_BTIME, &sx) < 0)
+		return -errno;
+	p->ino = sx.stx_ino;
+	if (sx.stx_mask & STATX_BTIME)
+		p->btime_ns = (int64_t)sx.stx_btime.tv_sec * 1000000000 + sx.stx_btime.tv_nsec;
+	return 0;
+}
+
+/* A birth time only where both have one: a file system mounted by a kernel
+ * that gives none is no other place. */
+static int store_place_same(const struct cat_place *a, const struct cat_place *b)
+{
+	return a->machine == b->machine && a->ino == b->ino &&
+	       (!a->btime_ns || !b->btime_ns || a->btime_ns == b->btime_ns);
+}
+
+/* 1 when the store is where its id was given, 0 if not; a store with no
+ * place recorded (made before) gets this one, unless read-only. */
+static int store_place_check(struct kvt_store *st, struct cat *c, struct cat_place *was,
+			     struct cat_place *here, int *recorded)
+{
+	uint64_t id;
+	int rc = store_place_here(st->dir, here);
+
+	*recorded = 0;
+	if (rc < 0) {
+		log_err(rc, "cannot stat the store directory '%s'", st->dir);
+		return rc;
+	}
+	rc = cat_store_place(c, was);
+	if (rc == -ENOENT && !st->readonly) {
+		/* The id first: the place is where it was given. */
+		rc = cat_store_id(c, &id);
+		if (rc == 0)
+			rc = cat_store_place_set(c, here, 0);
+		if (rc == 0)
+			rc = cat_store_place(c, was);
+	}
+	if (rc == -ENOENT)
+		return 1;	/* read-only, from before: nothing is written to G4 anyway */
+	if (rc < 0)
+		return rc;
+	*recorded = 1;
+	return store_place_same(was, here);
+}
+
+int store_g4_owned(struct kvt_store *st)
+{
+	static int warned;
+	struct cat_place was, here;
+	struct cat *c;
+	int recorded, rc;
+
+	if (!__atomic_load_n(&st->place_moved, __ATOMIC_RELAXED))
+		return 0;
+	c = store_cat(st);
+	rc = c ? store_place_check(st, c, &was, &here, &recorded) : -ENOMEM;
+	if (rc == 1) {
+		__atomic_store_n(&st->place_moved, 0, __ATOMIC_RELAXED);
+		return 0;
+	}
+	if (rc == 0 && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+		log_err(0, "the store in '%s' is not where its id was given (a copy, or the store"
+			" moved): nothing is written to or deleted from g4 until 'kvtier store-id"
+			" --new' (a copy) or 'kvtier store-id --keep' (moved) says whose it is",
+			st->dir);
+	return rc < 0 ? rc : -EREMCHG;
+}
+
+static void store_place_out(const struct cat_place *p, struct kvt_store_place *out)
+{
+	out->machine = p->machine;
+	out->ino = p->ino;
+	out->btime_ns = p->btime_ns;
+}
+
+int kvt_store_identity(struct kvt_store *st, struct kvt_store_identity *out)
+{
+	struct cat_place was = { 0 }, here = { 0 };
+	struct cat *c = store_cat(st);
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (!c)
+		return -ENOMEM;
+	rc = store_place_check(st, c, &was, &here, &out->recorded);
+	if (rc < 0)
+		return rc;
+	out->matches = rc;
+	store_place_out(&was, &out->was);
+	store_place_out(&here, &out->here);
+	rc = cat_store_id(c, &out->id);
+	return rc < 0 && st->readonly ? 0 : rc;	/* none made yet, none can be */
+}
+
+int kvt_store_identity_set(struct kvt_store *st, enum kvt_identity_how how,
+			   struct kvt_store_identity *out)
+{
+	struct cat_place here;
+	struct cat *c = store_cat(st);
+	uint64_t id;
+	int rc;
+
+	if (!c)
+		return -ENOMEM;
+	if (st->readonly)
+		return -EROFS;
+	rc = store_place_here(st->dir, &here);
+	if (rc == 0)
+		rc = how == KVT_IDENTITY_NEW ? cat_store_id_new(c, &here, &id) :
+		     how == KVT_IDENTITY_KEEP ? cat_store_place_set(c, &here, 1) : -EINVAL;
+	if (rc < 0)
+		return rc;
+	log_info("the store in '%s' %s", st->dir, how == KVT_IDENTITY_NEW ?
+		 "has a new id: what its old one owns in g4 stays the original's" :
+		 "keeps its id, recorded here");
+	__atomic_store_n(&st->place_moved, 0, __ATOMIC_RELAXED);
+	return out ? kvt_store_identity(st, out) : 0;
 }
 
 /* ---- stat and sync ------------------------------------------------------- */

@@ -107,6 +107,9 @@ struct kvt_store {
 	unsigned access_flush_ms;
 	int64_t access_warned;		/* log_every() of a failed access flush */
 	int readonly;			/* on a read-only file system: reads only */
+	/* The store is not where its id was given (store_place_check()):
+	 * nothing is written to G4 (atomic; store_g4_owned()). */
+	int place_moved;
 	/* The last write here that wanted a segment found none reclaim could
 	 * free (atomic; kvt_store_writes_full()): set and cleared by
 	 * store_alloc_within(). */
@@ -150,6 +153,16 @@ struct kvt_store {
 	int demoter_last_rc;		/* of the last pass */
 	uint64_t space_wait_ms;		/* [store] space_wait: a writer's wait for room */
 };
+
+/*
+ * 0 when this store may write and delete in G4 as the owner its id names;
+ * -EREMCHG when it is not where the id was given (a copy of the store, or
+ * the store moved): logged once a process. Asks the catalog again then,
+ * so a `kvtier store-id` meanwhile is seen; otherwise costs one load.
+ */
+int store_g4_owned(struct kvt_store *st);
+/* Where the machine's id is read from (tests point it elsewhere). */
+extern const char *store_machine_id_path;
 
 /* True when [g4] url = none: no cold tier, reclaim drops (cold.h). */
 static inline int store_g4_none(const struct kvt_store *st)

@@ -273,6 +273,8 @@ const char *kvt_strerror(int rc)
 	case ENOSPC:	return "no space left (hot tier full, or the disk under the store)";
 	case EIO:	return "I/O or checksum error";
 	case ENXIO:	return "g4's bucket does not exist at the partner (is [g4] url right?)";
+	case EREMCHG:	return "the store is not where its id was given (a copy, or moved):"
+			       " nothing is written to g4 (kvtier store-id)";
 	default:	return strerror(rc < 0 ? -rc : rc);
 	}
 }

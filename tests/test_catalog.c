@@ -381,6 +381,56 @@ static int count_segs(void *arg, const struct cat_segment *s)
 	return 0;
 }
 
+static int dead_rows(void *arg, int64_t id, int64_t bucket_id, const char *bucket,
+		     const char *key, const char *session, const char *g4_key, int unproven)
+{
+	(void)id; (void)bucket_id; (void)bucket; (void)key; (void)session; (void)g4_key;
+	(void)unproven;
+	++*(unsigned *)arg;
+	return 0;
+}
+
+/*
+ * The place recorded beside the store's id (a copy keeps the id, not the
+ * place): none until recorded, the first recording stays unless replaced,
+ * and a new id (a copy) records its place and forgets the old id's work
+ * in G4, deleted keys' copies and uploads to abort, which are the original's.
+ */
+static void test_store_place(void **state)
+{
+	struct fixture *f = *state;
+	struct cat_place p, here = { 0x1234, 77, 1700000000123456789 }, there = { 0x1234, 78, 5 };
+	uint64_t id, id2;
+	unsigned dead = 0;
+
+	assert_int_equal(cat_store_place(f->c, &p), -ENOENT);
+	assert_int_equal(cat_store_id(f->c, &id), 0);
+	assert_int_equal(cat_store_place_set(f->c, &here, 0), 0);
+	assert_int_equal(cat_store_place_set(f->c, &there, 0), 0);	/* the first stays */
+	assert_int_equal(cat_store_place(f->c, &p), 0);
+	assert_true(p.machine == 0x1234 && p.ino == 77 && p.btime_ns == here.btime_ns);
+	assert_int_equal(cat_store_place_set(f->c, &there, 1), 0);
+	assert_int_equal(cat_store_place(f->c, &p), 0);
+	assert_true(p.ino == 78 && p.btime_ns == 5);
+	assert_int_equal(cat_store_id(f->c, &id2), 0);
+	assert_true(id2 == id);	/* --keep: the place, not the id */
+
+	assert_int_equal(raw_exec(f->path, "INSERT INTO g4_dead(bucket, key, session) VALUES"
+					   " (1, 's1/a', 's1')"), SQLITE_OK);
+	assert_int_equal(cat_g4_upload_begin(f->c, "file:///g4", "kvs/s1/a", "u1", 1), 0);
+	assert_int_equal(cat_store_id_new(f->c, &here, &id2), 0);
+	assert_true(id2 != id && (id2 & 1));
+	assert_int_equal(cat_store_id(f->c, &id), 0);
+	assert_true(id == id2);
+	assert_int_equal(cat_store_place(f->c, &p), 0);
+	assert_true(p.ino == 77);
+	assert_int_equal(cat_g4_dead(f->c, dead_rows, &dead), 0);
+	assert_int_equal(dead, 0);
+	/* u1 was forgotten: its id goes in again. */
+	assert_int_equal(raw_exec(f->path, "INSERT INTO g4_uploads(upload_id, url, key, started,"
+					   " pid) VALUES('u1', 'x', 'y', 1, 1)"), SQLITE_OK);
+}
+
 static void test_geometry(void **state)
 {
 	struct fixture *f = *state;
@@ -1671,6 +1721,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_schema_create_reopen, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_schema_newer_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_geometry, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_place, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_transactions, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_buckets, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_put_get, setup, teardown),

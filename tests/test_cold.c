@@ -1283,6 +1283,149 @@ static int manifest_names(struct cold *cold, struct kvt_store *st)
 
 static void text_replace(char **text, const char *from, const char *to);
 
+/*
+ * a, with kvs/s1 demoted (s1/a 70000 bytes of seed 1, s1/b 5000 of seed 2,
+ * both cold), closed, and its store directory copied with cp -a to b's,
+ * as a VM image or a disk snapshot of it would be; G4 is one, under a's.
+ */
+static void copied_node(struct test_env *a, struct test_env *b)
+{
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct kvt_g4_report rep;
+	struct kvt_store *st;
+	char url[600], cmd[700];
+
+	g4_env_init(a, CAP, SEG);
+	g4_env_init(b, CAP, SEG);
+	snprintf(url, sizeof(url), "file://%s/shared-g4", a->dir);
+	a->cfg.g4.url = strdup(url);
+	b->cfg.g4.url = strdup(url);
+	st = test_store_open(a);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/b", 5000, 2), 0);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	kvt_store_close(st);
+	snprintf(cmd, sizeof(cmd), "cp -a '%s' '%s'", a->cfg.store.dir, b->cfg.store.dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+/*
+ * A store copied with cp -a kept the original's id, and with it took the
+ * original's sessions for its own: its sweep deleted the G4 copy of an
+ * object deleted in the copy, which the original still named cold (its
+ * read failed), and its demotion wrote over the original's manifest. The
+ * copy now writes and deletes nothing in G4 (-EREMCHG), and still recalls.
+ */
+static void test_copied_store_leaves_g4(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct cold *cold;
+
+	(void)state;
+	copied_node(&a, &b);
+	sb = test_store_open(&b);
+	assert_int_equal(test_check(sb, "kvs", "s1/b", 5000, 2), 0);	/* a recall */
+	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/a"), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), -EREMCHG);
+	assert_int_equal(test_put(sb, "kvs", "s1/c", 3000, 3), 0);
+	assert_int_equal(kvt_g4_demote(sb, &o, &rep), -EREMCHG);
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), -EREMCHG);
+	kvt_store_close(sb);
+	sa = test_store_open(&a);
+	assert_int_equal(store_cold(sa, &cold), 0);
+	assert_true(manifest_names(cold, sa));
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);	/* the original goes on */
+	kvt_store_close(sa);
+	test_env_release(&a);
+	test_env_release(&b);
+}
+
+/*
+ * kvtier store-id: --new gives the copy an id of its own, and its sweep
+ * leaves what the old id owns (its deleted object's copy, the manifest);
+ * --keep records a moved store's place and keeps its id. The machine is
+ * part of the place; a store with no place recorded gets one at its open.
+ */
+static void test_store_identity(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_store_identity ia, ib;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s2");
+	struct cold *cold;
+	char path[400], cmd[1000];
+	const char *real = store_machine_id_path;
+	FILE *f;
+
+	(void)state;
+	copied_node(&a, &b);
+	sa = test_store_open(&a);
+	assert_int_equal(kvt_store_identity(sa, &ia), 0);
+	assert_true(ia.recorded && ia.matches);
+	sb = test_store_open(&b);
+	assert_int_equal(kvt_store_identity(sb, &ib), 0);
+	assert_true(ib.recorded);
+	assert_false(ib.matches);
+	assert_true(ib.id == ia.id);
+	assert_true(ib.was.ino == ia.here.ino && ib.here.ino != ia.here.ino);
+
+	/* A copy: a new id, and the original's copies stay. */
+	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/a"), 0);
+	assert_int_equal(kvt_store_identity_set(sb, KVT_IDENTITY_NEW, &ib), 0);
+	assert_true(ib.matches && ib.id != ia.id);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	assert_int_equal(store_cold(sa, &cold), 0);
+	assert_true(manifest_names(cold, sa));
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 70000, 1), 0);
+	/* Its own sessions it demotes. */
+	assert_int_equal(test_put(sb, "kvs", "s2/a", 3000, 3), 0);
+	assert_int_equal(kvt_g4_demote(sb, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(rep.failures, 0);
+	kvt_store_close(sb);
+
+	/* Moved: copied, the original gone; --keep keeps the id. */
+	kvt_store_close(sa);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -a '%s' '%s' && rm -rf '%s'",
+		 b.cfg.store.dir, a.cfg.store.dir, b.cfg.store.dir, a.cfg.store.dir);
+	assert_int_equal(system(cmd), 0);
+	sb = test_store_open(&b);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), -EREMCHG);
+	assert_int_equal(kvt_store_identity_set(sb, KVT_IDENTITY_KEEP, &ib), 0);
+	assert_true(ib.matches && ib.id == ia.id);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
+
+	/* Another machine (a disk snapshot attached there) is another place. */
+	snprintf(path, sizeof(path), "%s/machine-id", a.dir);
+	assert_non_null(f = fopen(path, "w"));
+	fprintf(f, "0123456789abcdef0123456789abcdef\n");
+	fclose(f);
+	store_machine_id_path = path;
+	assert_int_equal(kvt_store_identity(sb, &ib), 0);
+	store_machine_id_path = real;
+	assert_false(ib.matches);
+	assert_true(ib.here.machine == 0x0123456789abcdefULL);
+	kvt_store_close(sb);
+
+	/* A store from before places were recorded: recorded at its open. */
+	test_catalog_exec(&b, "DELETE FROM settings WHERE name LIKE 'store_place_%'");
+	sb = test_store_open(&b);
+	assert_int_equal(kvt_store_identity(sb, &ib), 0);
+	assert_true(ib.recorded && ib.matches && ib.id == ia.id);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	kvt_store_close(sb);
+	test_env_release(&a);
+	test_env_release(&b);
+}
+
 /* Points the manifest's entry for s1/b at another bucket's copy; *orig
  * (caller frees), if not NULL, is the manifest as it was. */
 static void manifest_damage_b(struct cold *cold, char **orig)
@@ -3640,6 +3783,8 @@ int main(void)
 		cmocka_unit_test(test_reclaim_damaged_copy),
 		cmocka_unit_test(test_killed_after_put),
 		cmocka_unit_test(test_import_mode_clamped),
+		cmocka_unit_test(test_copied_store_leaves_g4),
+		cmocka_unit_test(test_store_identity),
 	};
 
 	if (getenv("KVT_TEST_FILTER"))	/* e.g. "test_pressure_*" */
