@@ -3,7 +3,9 @@
 # server: s3rver (npm), started here on loopback. Demotion puts the objects
 # and manifests under s3://BUCKET/PREFIX, kvtier get recalls them
 # byte-exact, kill -9 of the migrator is finished by the next run, a second
-# store imports a session over the same bucket, and a partner that is down
+# store imports a session over the same bucket, a copy of the store (cp -a)
+# writes nothing to g4 until `kvtier store-id --new` and then leaves the
+# original's copies, a store moved runs after `store-id --keep`, and a partner that is down
 # fails the read clearly and loses nothing; a recalled object goes cold
 # again on its ETag, or is uploaded again when another put replaced its
 # copy with bytes of the same size. Then multipart uploads with
@@ -328,6 +330,64 @@ for size in 0 1 65536 2097153; do
 done
 kvt_expect 0 "$K" -c "$B" head models s3/blk2097153
 kvt_grep out "^content-type: +application/octet-stream$"
+
+step "a copy of the store (cp -a) writes nothing to g4 until store-id --new; then its sweep leaves the original's copies"
+# A copy kept the original's id and took its sessions for its own: its sweep
+# deleted the g4 copies of what was deleted in the copy, which the original
+# still named cold (its reads failed), and its demotions wrote over the
+# original's manifests.
+O=$T/s3/g4bucket/kvtier/g4/models
+CP=$T/copy.conf
+sed "s|^dir = .*|dir = $T/datacopy|" "$KVTIER_CONF" >"$CP"
+cp -a "$T/data" "$T/datacopy"
+kvt_expect 0 "$K" -c "$CP" rm models s2/blk65536
+for mode in "--idle 0s" "--session models/s2" "--import models/s1"; do
+	# shellcheck disable=SC2086 # the mode is two words
+	kvt_expect 2 "$M" -c "$CP" $mode
+	kvt_grep err "^kvtier-migrate: [a-z]+: the store in '$T/datacopy' is not where its id [0-9a-f]{16} was given .* run 'kvtier -c $CP store-id --new' if it is a copy, or 'kvtier -c $CP store-id --keep'"
+	[ "$(wc -l <"$T/err")" = 1 ] || fail "the copy's refusal ($mode) is not one line: $(cat "$T/err")"
+done
+[ -f "$O/s2/blk65536._S3rver_object" ] || fail "the copy's sweep deleted the original's copy"
+kvt_expect 0 "$K" -c "$CP" get models s1/blk65536 "$T/back"	# a recall goes on
+cmp "$T/in.s1.65536" "$T/back" || fail "s1/blk65536 recalled by the copy differs"
+kvt_expect 0 "$K" get models s2/blk65536 "$T/back"
+cmp "$T/in.s2.65536" "$T/back" || fail "s2/blk65536 differs on the original"
+kvt_expect 0 "$M" --idle 0s
+kvt_expect 0 "$K" store-id
+kvt_grep out "^matches: +yes$"
+id=$(sed -n 's/^id: *\([0-9a-f]*\)$/\1/p' "$T/out")
+kvt_expect 0 "$K" -c "$CP" store-id
+kvt_grep out "^id: +$id$"
+kvt_grep out "^matches: +no"
+kvt_expect 0 "$K" -c "$CP" store-id --new
+kvt_grep out "^matches: +yes$"
+! grep -q "^id: *$id" "$T/out" || fail "store-id --new kept the id $id"
+# What the copy deletes now of the original's sessions stays in g4 for it.
+kvt_expect 0 "$K" -c "$CP" rm models s2/blk1
+kvt_expect 0 "$M" -c "$CP" --idle 7d
+kvt_grep err "session 's2' of bucket 'models' belongs to store $id"
+[ -f "$O/s2/blk1._S3rver_object" ] || fail "the copy's sweep after --new deleted the original's copy"
+kvt_expect 0 "$K" get models s2/blk1 "$T/back"
+cmp "$T/in.s2.1" "$T/back" || fail "s2/blk1 differs on the original"
+rm -rf "$T/datacopy"
+
+step "a store moved (copied, the original gone) runs with its id after store-id --keep"
+MV=$T/moved.conf
+sed "s|^dir = .*|dir = $T/datamoved|" "$KVTIER_CONF" >"$MV"
+cp -a "$T/data" "$T/datamoved"
+rm -rf "$T/data"
+kvt_expect 2 "$M" -c "$MV" --idle 0s
+kvt_expect 0 "$K" -c "$MV" store-id --keep
+kvt_grep out "^id: +$id$"
+kvt_grep out "^matches: +yes$"
+kvt_expect 0 "$K" -c "$MV" put models s2/blk7 "$T/in.s2.1"
+kvt_expect 0 "$M" -c "$MV" --idle 0s
+kvt_grep err "demote: 1 sessions, [0-9]+ objects, .* 0 failures"
+kvt_expect 0 "$K" -c "$MV" head models s2/blk7
+kvt_grep out "^tier: +cold$"
+# A rename keeps the directory's inode and birth time: the same place.
+mv "$T/datamoved" "$T/data"
+kvt_expect 0 "$M" --idle 0s
 
 step "a partner that answers 501 to conditional puts and deletes gets plain manifest writes and deletes, said once"
 # S3 before 2024 answered If-None-Match on a PUT with 501 NotImplemented.
