@@ -985,6 +985,15 @@ int cat_store_place_set(struct cat *c, const struct cat_place *p, int replace)
 	return cat_commit(c);
 }
 
+int cat_store_copied(struct cat *c, int *copied)
+{
+	int64_t v = 0;
+	int rc = cat_setting_get(c, "store_id_copied", &v);
+
+	*copied = rc == 0 && v;
+	return rc == -ENOENT ? 0 : rc;
+}
+
 int cat_store_id_new(struct cat *c, const struct cat_place *p, uint64_t *id)
 {
 	uint64_t fresh = (util_random64() >> 1) | 1;
@@ -993,6 +1002,8 @@ int cat_store_id_new(struct cat *c, const struct cat_place *p, uint64_t *id)
 	if (rc < 0)
 		return rc;
 	rc = cat_setting_set(c, "store_id", (int64_t)fresh);
+	if (rc == 0)
+		rc = cat_setting_set(c, "store_id_copied", 1);
 	/* What the old id left to do in G4 is the original's: its copies
 	 * and manifests to delete, its multipart uploads to abort. */
 	if (rc == 0)

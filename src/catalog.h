@@ -131,6 +131,8 @@ int cat_store_place_set(struct cat *c, const struct cat_place *p, int replace);
  * the original does.
  */
 int cat_store_id_new(struct cat *c, const struct cat_place *p, uint64_t *id);
+/* 1 once cat_store_id_new() gave the store its id: it was copied. */
+int cat_store_copied(struct cat *c, int *copied);
 /* Forgets free segments from nsegs on: a growth whose files could not be made. */
 int cat_segment_trim(struct cat *c, uint32_t nsegs);
 

@@ -1031,11 +1031,35 @@ out:
 	return rc;
 }
 
+/* A manifest's owner that no store has: one that names none, read by a
+ * store given a new id (g4_self()). Ids are odd and below 2^63. */
+#define OWNER_UNNAMED UINT64_MAX
+
+/*
+ * This store's id (*self), and whose a manifest that names no owner is
+ * (*unnamed): this store's, unless its id is new since it was copied
+ * (kvtier store-id --new): then such a session (demoted by a kvtier from
+ * before 2026-12-03) may be the original's, whose copies the sweep here
+ * deleted, and it is left alone.
+ */
+static int g4_self(struct cat *c, uint64_t *self, uint64_t *unnamed)
+{
+	int copied = 0;
+	int rc = cat_store_id(c, self);
+
+	if (rc == 0)
+		rc = cat_store_copied(c, &copied);
+	*unnamed = copied ? OWNER_UNNAMED : 0;
+	return rc;
+}
+
 /* The store that owns the session by its manifest; 0 when none is named (no
- * manifest, one unreadable, or one written before manifests named owners).
- * tag (may be NULL) gets what a write after this read compares. */
+ * manifest, or one unreadable), and unnamed for one written before
+ * manifests named owners (g4_self()). tag (may be NULL) gets what a write
+ * after this read compares. */
 static int manifest_owner(struct cold *cold, const char *bucket, const char *session,
-			  uint64_t *owner, struct manifest_tag *tag, struct g4_ctl *ctl)
+			  uint64_t unnamed, uint64_t *owner, struct manifest_tag *tag,
+			  struct g4_ctl *ctl)
 {
 	struct jval root = { 0 };
 	const struct jval *ow;
@@ -1052,6 +1076,8 @@ static int manifest_owner(struct cold *cold, const char *bucket, const char *ses
 	ow = rc == 0 ? j_get(&root, "owner", J_STR) : NULL;
 	if (ow && strlen(ow->str) == 16 && strspn(ow->str, "0123456789abcdef") == 16)
 		*owner = strtoull(ow->str, NULL, 16);
+	else if (rc == 0)
+		*owner = unnamed;
 	jval_release(&root);
 	return rc == -ENOENT || rc == -EINVAL ? 0 : rc;
 }
@@ -1071,14 +1097,14 @@ static int manifest_owner(struct cold *cold, const char *bucket, const char *ses
  * store again, and its sweep deleted the copies the importer had taken.
  */
 static int manifest_claim(struct cold *cold, const char *bucket, const char *session,
-			  uint64_t self, const struct cat_g4_obj *v, size_t n, uint64_t *owner,
-			  struct g4_ctl *ctl)
+			  uint64_t self, uint64_t unnamed, const struct cat_g4_obj *v, size_t n,
+			  uint64_t *owner, struct g4_ctl *ctl)
 {
 	struct manifest_tag tag;
 	int rc;
 
 	for (unsigned attempt = 0;; attempt++) {
-		rc = manifest_owner(cold, bucket, session, owner, &tag, ctl);
+		rc = manifest_owner(cold, bucket, session, unnamed, owner, &tag, ctl);
 		if (rc < 0 || (*owner && *owner != self))
 			return rc;
 		rc = manifest_write(cold, bucket, session, self, v, n, manifest_match(&tag), ctl);
@@ -1423,8 +1449,14 @@ static int demote_foreign(struct cat *c, const struct session_ref *s, uint64_t o
 {
 	struct cat_g4_obj *v = NULL;
 	size_t n = 0, written = 0;
+	char who[64];
 	int rc = cat_g4_session_objects(c, s->bucket_id, s->session,
 					1u << KVT_TIER_HOT | 1u << KVT_TIER_DEMOTING, &v, &n);
+
+	if (owner == OWNER_UNNAMED)
+		snprintf(who, sizeof(who), "the store this one was copied from");
+	else
+		snprintf(who, sizeof(who), "store %016" PRIx64, owner);
 
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		written += v[i].g4_vid != v[i].co->vid && !v[i].co->obj->pinned;
@@ -1432,15 +1464,15 @@ static int demote_foreign(struct cat *c, const struct session_ref *s, uint64_t o
 	if (rc < 0)
 		return rc;
 	if (!written) {
-		log_info("session '%s' of bucket '%s' belongs to store %016" PRIx64 ": not demoted"
-			 " here (import it to take it back)", s->session, s->bucket, owner);
+		log_info("session '%s' of bucket '%s' belongs to %s: not demoted here (import it"
+			 " to take it back)", s->session, s->bucket, who);
 		return 0;
 	}
-	log_err(0, "session '%s' of bucket '%s' was imported by store %016" PRIx64 " since, and"
-		" g4 does not hold %zu of its objects as this store has them (written here, or"
-		" rewritten there): they stay hot, not demoted over that store's; import the"
-		" session here to take it back (a conversation goes to one node at a time)",
-		s->session, s->bucket, owner, written);
+	log_err(0, "session '%s' of bucket '%s' belongs to %s, and g4 does not hold %zu of its"
+		" objects as this store has them (written here, or rewritten there): they stay"
+		" hot, not demoted over that store's; import the session here to take it back"
+		" (a conversation goes to one node at a time)", s->session, s->bucket, who,
+		written);
 	rep->failures += written;
 	return 0;
 }
@@ -1475,13 +1507,13 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	struct cat_g4_obj *v = NULL;
 	size_t n = 0, moved = 0, demoting = 0;
 	int count = 0, lock = -1, rc;
-	uint64_t self, owner = 0, failed0 = rep->failures;
+	uint64_t self, unnamed, owner = 0, failed0 = rep->failures;
 
 	if (!c)
 		return -ENOMEM;
 	if (o && o->dry_run)
 		return demote_dry(c, s, o, rep);
-	rc = cat_store_id(c, &self);
+	rc = g4_self(c, &self, &unnamed);
 	if (rc < 0)
 		goto out;
 	/* Two demotions of one session (the migrator and reclaim under
@@ -1498,7 +1530,7 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	 * this store the owner again, whose sweep then deleted copies the
 	 * owner still needs; and an upload would put over the owner's copies.
 	 * Left hot: reclaim turns what G4 holds cold (cat_object_drop()). */
-	rc = manifest_owner(cold, s->bucket, s->session, &owner, NULL, ctl);
+	rc = manifest_owner(cold, s->bucket, s->session, unnamed, &owner, NULL, ctl);
 	if (rc < 0)
 		goto out;
 	if (owner && owner != self) {
@@ -1528,7 +1560,7 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	 * between the owner's check and the write (manifest_claim()). Its
 	 * objects stay DEMOTING, hot; the next run finds the owner first. A
 	 * partner that ignores conditional puts leaves that moment open. */
-	rc = manifest_claim(cold, s->bucket, s->session, self, v, n, &owner, ctl);
+	rc = manifest_claim(cold, s->bucket, s->session, self, unnamed, v, n, &owner, ctl);
 	if (rc == 0 && owner && owner != self)
 		log_err(0, "session '%s' of bucket '%s' was imported by store %016" PRIx64
 			" while this demotion ran: it is that store's, and its objects stay hot"
@@ -1766,7 +1798,7 @@ static int manifest_delete(struct cold *cold, const char *mkey, const char *matc
  * it is written: manifest_delete()); neither when another store owns the
  * session (*owner, as manifest_claim() says). */
 static int sweep_manifest(struct cat *c, struct cold *cold, const struct dead_ref *d,
-			  uint64_t self, uint64_t *owner)
+			  uint64_t self, uint64_t unnamed, uint64_t *owner)
 {
 	struct cat_g4_obj *v = NULL;
 	size_t n = 0, listed = 0;
@@ -1778,7 +1810,7 @@ static int sweep_manifest(struct cat *c, struct cold *cold, const struct dead_re
 	for (size_t k = 0; k < n; k++)
 		listed += v[k].g4_vid == v[k].co->vid;
 	if (listed) {
-		rc = manifest_claim(cold, d->bucket, d->session, self, v, n, owner, NULL);
+		rc = manifest_claim(cold, d->bucket, d->session, self, unnamed, v, n, owner, NULL);
 		cat_g4_objs_free(v, n);
 		return rc;
 	}
@@ -1789,7 +1821,7 @@ static int sweep_manifest(struct cat *c, struct cold *cold, const struct dead_re
 	for (unsigned attempt = 0;; attempt++) {
 		struct manifest_tag tag;
 
-		rc = manifest_owner(cold, d->bucket, d->session, owner, &tag, NULL);
+		rc = manifest_owner(cold, d->bucket, d->session, unnamed, owner, &tag, NULL);
 		if (rc < 0 || (*owner && *owner != self) || !tag.found)
 			break;
 		rc = manifest_delete(cold, mkey, manifest_match(&tag));
@@ -1880,8 +1912,8 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold, uint
 {
 	struct dead_list l = { 0 };
 	size_t i = 0, nobucket = 0;	/* sessions left for the bucket missing */
-	uint64_t self = 0, failed0 = *failed;
-	int rc = cat_store_id(c, &self);
+	uint64_t self = 0, unnamed = 0, failed0 = *failed;
+	int rc = g4_self(c, &self, &unnamed);
 
 	if (rc == 0)
 		rc = cat_g4_dead(c, dead_collect, &l);
@@ -1909,8 +1941,13 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold, uint
 		 * names those its objects claim, and none is deleted. */
 		r = sweep_unproven(st, c, cold, &l.v[i], j - i);
 		if (r == 0)
-			r = sweep_manifest(c, cold, first, self, &owner);
-		if (r == 0 && owner && owner != self)
+			r = sweep_manifest(c, cold, first, self, unnamed, &owner);
+		if (r == 0 && owner == OWNER_UNNAMED)
+			log_info("session '%s' of bucket '%s' has a manifest that names no owner,"
+				 " and this store's id is new since it was copied: its g4 copies"
+				 " are left to the store it was copied from", first->session,
+				 first->bucket);
+		else if (r == 0 && owner && owner != self)
 			log_info("session '%s' of bucket '%s' belongs to store %016" PRIx64
 				 " now: its g4 copies are left to it", first->session,
 				 first->bucket, owner);

@@ -1347,6 +1347,49 @@ static void test_copied_store_leaves_g4(void **state)
 }
 
 /*
+ * A manifest written by a kvtier from before 2026-12-03 names no owner; a
+ * copy given a new id took such a session for its own, like the sessions
+ * it made: its sweep wrote the manifest naming itself and deleted the copy
+ * of what it deleted, which the original still named cold. A copy leaves
+ * such a session to the store it was copied from.
+ */
+static void test_store_id_new_unnamed_manifest(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct cold *cold;
+	char *text = NULL, owner[64];
+	size_t len = 0;
+	uint64_t id = 0;
+
+	(void)state;
+	copied_node(&a, &b);
+	sa = test_store_open(&a);
+	assert_int_equal(cat_store_id(store_cat(sa), &id), 0);
+	assert_int_equal(store_cold(sa, &cold), 0);
+	assert_int_equal(cold_get_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", 1 << 20, &text,
+				      &len), 0);
+	snprintf(owner, sizeof(owner), ", \"owner\": \"%016" PRIx64 "\"", id);
+	text_replace(&text, owner, "");
+	assert_int_equal(cold_put_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", text, strlen(text),
+				      "application/json"), 0);
+	free(text);
+	sb = test_store_open(&b);
+	assert_int_equal(kvt_store_identity_set(sb, KVT_IDENTITY_NEW, NULL), 0);
+	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/a"), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(cold_get_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", 1 << 20, &text,
+				      &len), 0);
+	assert_null(strstr(text, "\"owner\""));
+	free(text);
+	kvt_store_close(sb);
+	kvt_store_close(sa);
+	test_env_release(&a);
+	test_env_release(&b);
+}
+
+/*
  * kvtier store-id: --new gives the copy an id of its own, and its sweep
  * leaves what the old id owns (its deleted object's copy, the manifest);
  * --keep records a moved store's place and keeps its id. The machine is
@@ -3785,6 +3828,7 @@ int main(void)
 		cmocka_unit_test(test_import_mode_clamped),
 		cmocka_unit_test(test_copied_store_leaves_g4),
 		cmocka_unit_test(test_store_identity),
+		cmocka_unit_test(test_store_id_new_unnamed_manifest),
 	};
 
 	if (getenv("KVT_TEST_FILTER"))	/* e.g. "test_pressure_*" */
