@@ -37,11 +37,14 @@
  * on the PUT, or on the completion of a multipart upload; a conditional
  * delete (del_if) If-Match: ETAG on the DELETE.
  *
- * Errors: 404 -> -ENOENT, but 404 NoSuchBucket (the bucket of [g4] url
- * gone, or misnamed) -> -ENXIO for every request, logged
- * as the missing bucket: it is no missing key, and no failure of the
- * store either (-EIO was a gateway's 500 InternalError) (a HEAD's 404, which has no body, is asked
- * again as a GET: s3_head_absent()); 500, 503 and SlowDown -> -EAGAIN
+ * Errors: 404 -> -ENOENT, but a put's (PUT or POST: a part's NoSuchUpload
+ * once another node's cleanup aborted the upload) -> -EIO, logged: the put
+ * failed, no key is missing (demotion took -ENOENT for an object changed
+ * meanwhile, and counted no failure); and 404 NoSuchBucket (the bucket of
+ * [g4] url gone, or misnamed) -> -ENXIO for every request, logged as the
+ * missing bucket: it is no missing key, and no failure of the store either
+ * (-EIO was a gateway's 500 InternalError); a HEAD's 404, which has no
+ * body to say which, is asked again as a GET (s3_head_absent()); 500, 503 and SlowDown -> -EAGAIN
  * (retry later, nothing lost); a conditional request's 412, or an
  * If-Match's 404 NoSuchKey (AWS: the key is absent), -> -ECANCELED, and
  * its 409 ConditionalRequestConflict -> -EAGAIN; a conditional delete's
@@ -623,8 +626,9 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 	if (r->cond && (r->status == 412 || (r->status == 404 && s3_cond_is_match(r->cond) &&
 					     (!code[0] || !strcmp(code, "NoSuchKey")))))
 		rc = -ECANCELED;	/* not as the caller read it: not an error here */
-	else if (r->status == 404 && !r->cond)
-		rc = -ENOENT;
+	else if (r->status == 404 && !r->cond && strcmp(r->method, "PUT") != 0 &&
+		 strcmp(r->method, "POST") != 0)
+		rc = -ENOENT;	/* a put's is -EIO (above) */
 	else if (r->status == 409 && !strcmp(code, "ConditionalRequestConflict"))
 		rc = -EAGAIN;
 	else if (r->status == 500 || r->status == 503 || !strcmp(code, "SlowDown") ||

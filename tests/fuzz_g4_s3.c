@@ -16,6 +16,8 @@
  *  - no crash, no leak (the sanitizers), whatever the answer;
  *  - every operation returns 0 or one of the errors of cold.h (-ENOENT,
  *    -EIO, -EAGAIN, -EHOSTUNREACH, -EOPNOTSUPP, -ENXIO for NoSuchBucket);
+ *    a put never -ENOENT, which its callers take for a key changed
+ *    meanwhile, no failure;
  *  - a get that succeeds delivered exactly the size it reports;
  *  - a put that succeeds with verified set had the partner name the MD5
  *    of what was sent, and its ETag is quoted.
@@ -236,6 +238,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	}
 	fuzz_require(fuzz_rc_ok(rc), "only the errors of cold.h");
+	fuzz_require(data[0] % 5 != 2 || rc != -ENOENT, "a put's 404 is a failure, no missing key");
 	if (data[0] % 5 == 1)
 		fuzz_require(rc != 0 || got == len, "a get delivers the size it reports");
 	if (data[0] % 5 == 2 && rc == 0) {
