@@ -10,7 +10,8 @@
  * get, put, delete, the cleanup of stale multipart uploads, which lists
  * uploads and aborts those it finds, a conditional put with If-Match or
  * If-None-Match: * as one PUT or on the completion of a multipart upload,
- * or a conditional delete), the rest is the answers: split at
+ * or a conditional delete; or, no partner asked, reading the input as the
+ * [g4] credentials file), the rest is the answers: split at
  * FUZZ_NEXT_ANSWER, the n-th request gets the n-th answer and every
  * request past the last the last one (so a multipart upload's initiation,
  * parts and completion can each get their own). One client takes every
@@ -31,6 +32,7 @@
  *    of what was sent, and its ETag is quoted;
  *  - a conditional request carries its condition, exactly as asked, and
  *    only on the PUT, the completion of the upload or the DELETE;
+ *  - a credentials file makes a client or -EINVAL;
  *  - a conditional put or delete answered -EOPNOTSUPP is not asked of the
  *    partner again (-EOPNOTSUPP at once); answered anything else, it is.
  */
@@ -70,6 +72,7 @@ enum fuzz_op {
 	FUZZ_PUT_ABSENT,	/* If-None-Match: * on one PUT */
 	FUZZ_PUT_IF_MPU,	/* If-Match on the completion of a multipart upload */
 	FUZZ_DEL_IF,		/* If-Match on the DELETE */
+	FUZZ_KEYS,		/* the input is the [g4] credentials file, no answer */
 	FUZZ_NOPS
 };
 
@@ -291,6 +294,27 @@ static void fuzz_put_md5(char hex[33])
 }
 
 
+/* The input as the credentials file of a new client (s3_read_keys()). */
+static int fuzz_keys_file(const uint8_t *data, size_t size)
+{
+	char path[PATH_MAX];
+	struct cold_opts o = { .url = "s3://fz/pre", .endpoint = fuzz_endpoint,
+			       .credentials = path };
+	struct cold *c = NULL;
+	int fd, rc;
+
+	snprintf(path, sizeof(path), "%s/keys-fuzzed", fuzz_dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	fuzz_require(fd >= 0 && (size == 0 || write(fd, data, size) == (ssize_t)size) &&
+		     close(fd) == 0, "the fuzzed keys file");
+	rc = cold_s3_new(&o, &c);
+	fuzz_require(rc == 0 || rc == -EINVAL, "a client or -EINVAL");
+	fuzz_require((rc == 0) == (c != NULL), "a client only when made");
+	cold_free(c);
+	unlink(path);
+	return rc;
+}
+
 /* Sets the answers, data split at FUZZ_NEXT_ANSWER, and forgets what the
  * partner saw; cond: the condition the next requests ask, or NULL. */
 static void fuzz_answers(const uint8_t *data, size_t size, const char *cond)
@@ -404,6 +428,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz_init();
 	op = (enum fuzz_op)(data[0] % FUZZ_NOPS);
 	memset(&info, 0, sizeof(info));
+	if (op == FUZZ_KEYS) {
+		rc = fuzz_keys_file(data + 1, size - 1);
+		goto out;
+	}
 	if (op >= FUZZ_PUT_IF) {
 		rc = fuzz_cond_run(data + 1, size - 1, op, &info);
 		goto put_checks;
@@ -433,7 +461,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (op == FUZZ_GET)
 		fuzz_require(rc != 0 || got == len, "a get delivers the size it reports");
 put_checks:
-	if ((op == FUZZ_PUT || (op >= FUZZ_PUT_IF && op != FUZZ_DEL_IF)) && rc == 0) {
+	if ((op == FUZZ_PUT || op == FUZZ_PUT_IF || op == FUZZ_PUT_ABSENT ||
+	     op == FUZZ_PUT_IF_MPU) && rc == 0) {
 		size_t n = strlen(info.etag);
 
 		fuzz_require(n >= 2 && info.etag[0] == '"' && info.etag[n - 1] == '"',
@@ -445,6 +474,7 @@ put_checks:
 			     (op == FUZZ_PUT_IF_MPU && n == 36 && !strcmp(info.etag + 33, "-3\"")),
 			     "verified only when the partner named the MD5 sent");
 	}
+out:
 	if (getenv("FUZZ_VERBOSE"))
 		fprintf(stderr, "fuzz_g4_s3: op %d: %d (%s), %u requests\n", (int)op, rc,
 			strerror(-rc), fuzz_requests());
