@@ -628,7 +628,7 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		rc = -ECANCELED;	/* not as the caller read it: not an error here */
 	else if (r->status == 404 && !r->cond && strcmp(r->method, "PUT") != 0 &&
 		 strcmp(r->method, "POST") != 0)
-		rc = -ENOENT;	/* a put's is -EIO (above) */
+		rc = -ENOENT;	/* a put's falls to -EIO (below) */
 	else if (r->status == 409 && !strcmp(code, "ConditionalRequestConflict"))
 		rc = -EAGAIN;
 	else if (r->status == 500 || r->status == 503 || !strcmp(code, "SlowDown") ||
