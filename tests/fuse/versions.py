@@ -304,20 +304,34 @@ def late_release_map(case, name, hold):
 
 late_release_map(10, "10", 0.03)
 late_release_map(11, "11", 0.5)
+
+
+def held_writer(name, write_after=None):
+    """A file in directory name whose writer closed while a forked child
+    holds a copy of its descriptor until the pipe end returned is closed;
+    write_after: the child writes through it that many seconds after a
+    byte comes down the pipe."""
+    os.mkdir(os.path.join(d, name))
+    p = os.path.join(d, name, "held")
+    w = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.write(w, data(b"held", 5000))
+    hold_r, hold_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(hold_w)
+        if write_after is not None and os.read(hold_r, 1):
+            time.sleep(write_after)
+            os.pwrite(w, b"more", 5000)
+        os.read(hold_r, 1)  # holds the writer's descriptor until told
+        os._exit(0)
+    os.close(hold_r)
+    os.close(w)             # its RELEASE waits for the child
+    return p, hold_w, child
+
+
 # 12. an open that waits for a late RELEASE waits FH_CLOSED_WAIT_MS (1 s) at most, however
 # often other writers of the file close meanwhile
-os.mkdir(os.path.join(d, "12"))
-p = os.path.join(d, "12", "busy")
-w = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-os.write(w, data(b"held", 5000))
-hold_r, hold_w = os.pipe()
-child = os.fork()
-if child == 0:
-    os.close(hold_w)
-    os.read(hold_r, 1)      # holds the writer's descriptor until told
-    os._exit(0)
-os.close(hold_r)
-os.close(w)                 # its RELEASE waits for the child
+p, hold_w, child = held_writer("12")
 stop = threading.Event()
 
 
@@ -350,29 +364,15 @@ if took > 2.5:
 # 13. a copy of the writer's descriptor that writes on ends a reader's wait
 # for its RELEASE: the reader goes to direct I/O beside it at once, not
 # when the wait runs out (1 s after the close)
-os.mkdir(os.path.join(d, "13"))
-p = os.path.join(d, "13", "heldwrites")
-w = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-os.write(w, data(b"held", 5000))
-go_r, go_w = os.pipe()
-child = os.fork()
-if child == 0:
-    os.close(go_w)
-    os.read(go_r, 1)
-    time.sleep(0.1)         # the reader's open is waiting by now
-    os.pwrite(w, b"more", 5000)
-    os.read(go_r, 1)        # holds the descriptor until told
-    os._exit(0)
-os.close(go_r)
-os.close(w)                 # its RELEASE waits for the child
-os.write(go_w, b"g")
+p, hold_w, child = held_writer("13", write_after=0.1)   # the reader's open waits by then
+os.write(hold_w, b"g")
 start = time.monotonic()
 try:
     os.close(os.open(p, os.O_RDONLY))
 except OSError as e:
     bad.append("13. a reader beside a copy of the writer's descriptor that writes: %s" % e)
 took = time.monotonic() - start
-os.close(go_w)
+os.close(hold_w)
 os.waitpid(child, 0)
 if took > 0.6:
     bad.append("13. a reader beside a copy of the writer's descriptor that writes 0.1 s on:"
