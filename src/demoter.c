@@ -183,7 +183,9 @@ int demoter_wait(struct kvt_store *st, struct demoter_wait *w)
 	if (st->demoter_passes >= w->pass0 + 2 && st->demoter_last_rc == -ENOSPC &&
 	    now >= w->patience_ns) {
 		log_err(-ENOSPC, "no room in the hot tier of '%s': the demoter could not free a"
-			" segment (g4 unreachable, or all that is left is pinned)", st->dir);
+			" segment (%s)", st->dir, __atomic_load_n(&st->place_moved, __ATOMIC_RELAXED) ?
+			"the store is not where its id was given and demotes nothing: kvtier"
+			" store-id" : "g4 unreachable, or all that is left is pinned");
 		rc = -ENOSPC;
 	} else if (now >= w->deadline_ns || st->demoter_stop) {
 		log_err(-ENOSPC, "no room in the hot tier of '%s': a write waited its [store]"

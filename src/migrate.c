@@ -1614,6 +1614,8 @@ int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *ses
 		rc = demote_session(st, cold, &s, NULL, &rep, NULL);
 	if (rc == 0 && rep.failures)
 		rc = -EIO;	/* logged by the upload */
+	if (rc == -EREMCHG)
+		return rc;	/* said once, with what to do, by store_g4_owned() */
 	if (rc == 0)
 		log_info("demoted session '%s' of bucket '%s' under pressure: %" PRIu64
 			 " objects, %" PRIu64 " bytes", session, bucket, rep.objects, rep.bytes);
