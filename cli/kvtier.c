@@ -1174,13 +1174,18 @@ static int cmd_store_id(struct cli *c, int argc, char **argv)
 		CLI_HELP_OPTION,
 		{ "new", no_argument, NULL, 'n' },
 		{ "keep", no_argument, NULL, 'k' },
+		{ "force", no_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct kvt_store_identity id;
-	int ch, rc, how = 0;
+	int ch, rc, how = 0, force = 0;
 
 	optind = 0;
 	while ((ch = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+		if (ch == 'f') {
+			force = 1;
+			continue;
+		}
 		if (ch == 'n' || ch == 'k') {
 			int want = ch == 'n' ? KVT_IDENTITY_NEW : KVT_IDENTITY_KEEP;
 
@@ -1195,10 +1200,28 @@ static int cmd_store_id(struct cli *c, int argc, char **argv)
 			cli_bad_option(c, ch, argv);
 		return ch == 'h' ? cli_help_cmd(c) : cli_usage(c);
 	}
-	if (optind != argc)
+	if (optind != argc || (force && how != KVT_IDENTITY_NEW))
 		return cli_usage(c);
 	if ((rc = cli_open(c)))
 		return rc;
+	/*
+	 * --new where the id was given is no copy: a second --new (a script
+	 * run at every boot), or the original by mistake. It left the store's
+	 * own sessions in G4 to its old id (never demoted again, "belongs to
+	 * store ...") and forgot its deleted keys' copies there.
+	 */
+	if (how == KVT_IDENTITY_NEW && !force) {
+		rc = kvt_store_identity(c->st, &id);
+		if (rc < 0)
+			return cli_fail(c, rc, NULL, NULL);
+		if (id.recorded && id.matches) {
+			cli_error(c, "the store in '%s' is where its id %016" PRIx64 " was given: no"
+				  " copy, and a new id would leave its own sessions in g4 to the old"
+				  " one; --force only on a whole clone that kept the original's"
+				  " machine-id", c->cfg.store.dir, id.id);
+			return CLI_FAIL;
+		}
+	}
 	rc = how ? kvt_store_identity_set(c->st, how, &id) : kvt_store_identity(c->st, &id);
 	if (rc < 0)
 		return cli_fail(c, rc, NULL, NULL);
@@ -1256,7 +1279,7 @@ static const struct cli_cmd cli_cmds[] = {
 	{ "stat", cmd_stat, "[--json]", "show the store's space, objects and counters" },
 	{ "fsck", cmd_fsck, "[--repair]", "check the catalog and every checksum" },
 	{ "reclaim", cmd_reclaim, "", "free segments down to the low watermark now" },
-	{ "store-id", cmd_store_id, "[--new | --keep]",
+	{ "store-id", cmd_store_id, "[--new [--force] | --keep]",
 	  "show the store's id and where it was given; --new for a copy of a store,"
 	  " --keep for a store moved" },
 	{ "bench", cmd_bench, "engine|gateway|fuse|migrate|trace [OPTIONS]",

@@ -356,6 +356,21 @@ done
 kvt_expect 0 "$K" fsck
 kvt_grep out "^status: +clean$"
 
+step "store-id --new refuses a store that is where its id was given; --force gives it one"
+# A second --new (a script that runs it at every boot), or --new on the
+# original, left the store's own sessions in g4 to its old id.
+kvt_expect 0 "$K" store-id
+kvt_grep out "^matches: +yes$"
+id=$(sed -n 's/^id: *\([0-9a-f]*\).*/\1/p' "$KVT_TMP/out")
+kvt_expect 1 "$K" store-id --new
+kvt_grep err "^kvtier: store-id: the store in '$KVT_DIR' is where its id $id was given: no copy"
+kvt_expect 0 "$K" store-id
+kvt_grep out "^id: +$id$"
+kvt_expect 2 "$K" store-id --keep --force
+kvt_expect 0 "$K" store-id --new --force
+kvt_grep out "^id: +[0-9a-f]{16} \(new\)$"
+! grep -q "^id: *$id" "$KVT_TMP/out" || fail "store-id --new --force kept the id $id"
+
 step "errors: usage, configuration, missing objects, bad names and keys"
 kvt_expect 2 "$K" frobnicate
 kvt_grep err "^kvtier: unknown command 'frobnicate'"
