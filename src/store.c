@@ -1690,31 +1690,50 @@ void kvt_store_close(struct kvt_store *st)
  * VM image or disk snapshot moved to another machine), the directory's
  * inode and its birth time (cp -a, or a copy onto another file system, where
  * the root directory's inode is the same number). Containers of one image
- * share a machine-id; their stores are told apart by the rest. A store
+ * share a machine-id, and a transient one is left out (store_machine_id());
+ * their stores are told apart by the rest. A store
  * opened elsewhere keeps serving and recalling, and writes nothing to G4
  * until `kvtier store-id --new` or `--keep` records the place again.
  */
 
 const char *store_machine_id_path = "/etc/machine-id";
 
-static int store_place_here(const char *dir, struct cat_place *p)
+/*
+ * The first 64 bits of /etc/machine-id; 0 where there is none, or where it
+ * is a mount of its own: systemd mounts a random id there at each boot of
+ * a machine whose /etc/machine-id is empty or read-only (a stateless
+ * image, a container started from one), and a store that never moved was
+ * then not where its id was given after every reboot.
+ */
+static uint64_t store_machine_id(void)
 {
 	char buf[64] = "";
 	struct statx sx;
-	int fd;
+	ssize_t n;
+	int fd = open(store_machine_id_path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &sx) == 0 &&
+	    (sx.stx_attributes_mask & sx.stx_attributes & STATX_ATTR_MOUNT_ROOT)) {
+		close(fd);
+		return 0;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	if (strspn(buf, "0123456789abcdef") < 32)
+		return 0;
+	buf[16] = '\0';
+	return strtoull(buf, NULL, 16);
+}
+
+static int store_place_here(const char *dir, struct cat_place *p)
+{
+	struct statx sx;
 
 	memset(p, 0, sizeof(*p));
-	fd = open(store_machine_id_path, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		ssize_t n = read(fd, buf, sizeof(buf) - 1);
-
-		close(fd);
-		buf[n > 0 ? n : 0] = '\0';
-		if (strspn(buf, "0123456789abcdef") >= 32) {
-			buf[16] = '\0';
-			p->machine = strtoull(buf, NULL, 16);
-		}
-	}
+	p->machine = store_machine_id();
 	if (statx(AT_FDCWD, dir, 0, STATX_INO | STATX_BTIME, &sx) < 0)
 		return -errno;
 	p->ino = sx.stx_ino;
@@ -1723,11 +1742,12 @@ static int store_place_here(const char *dir, struct cat_place *p)
 	return 0;
 }
 
-/* A birth time only where both have one: a file system mounted by a kernel
- * that gives none is no other place. */
+/* A machine and a birth time only where both have one: a boot with a
+ * transient machine-id, a file system mounted by a kernel that gives no
+ * birth time, is no other place. */
 static int store_place_same(const struct cat_place *a, const struct cat_place *b)
 {
-	return a->machine == b->machine && a->ino == b->ino &&
+	return (!a->machine || !b->machine || a->machine == b->machine) && a->ino == b->ino &&
 	       (!a->btime_ns || !b->btime_ns || a->btime_ns == b->btime_ns);
 }
 

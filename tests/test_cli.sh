@@ -371,6 +371,19 @@ kvt_expect 0 "$K" store-id --new --force
 kvt_grep out "^id: +[0-9a-f]{16} \(new\)$"
 ! grep -q "^id: *$id" "$KVT_TMP/out" || fail "store-id --new --force kept the id $id"
 
+step "store-id: a machine-id systemd mounts at boot (transient) moves no store"
+# A machine whose /etc/machine-id is empty or read-only gets a random one
+# mounted over it at each boot: its store was not where its id was given
+# after every reboot. Here a private mount namespace mounts another id.
+echo 0123456789abcdef0123456789abcdef >"$T/machine-id"
+if [ -f /etc/machine-id ] && unshare -m true 2>/dev/null; then
+	unshare -m sh -c "mount --bind '$T/machine-id' /etc/machine-id && '$K' store-id" \
+		>"$KVT_TMP/out" 2>"$KVT_TMP/err" || fail "store-id under a mounted machine-id: $(cat "$KVT_TMP/err")"
+	kvt_grep out "^matches: +yes$"
+else
+	echo "    skipped: no /etc/machine-id, or no unshare -m (not root, no mount namespaces)"
+fi
+
 step "errors: usage, configuration, missing objects, bad names and keys"
 kvt_expect 2 "$K" frobnicate
 kvt_grep err "^kvtier: unknown command 'frobnicate'"
