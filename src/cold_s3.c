@@ -49,7 +49,9 @@
  * If-Match's 404 NoSuchKey (AWS: the key is absent), -> -ECANCELED, and
  * its 409 ConditionalRequestConflict -> -EAGAIN; a conditional delete's
  * 400 -> -EOPNOTSUPP (no If-Match there) unless its code is about the
- * credentials (s3_credentials_code()); no answer (refused,
+ * credentials (s3_credentials_code()); 501 or 405 -> -EOPNOTSUPP, but to a
+ * multipart upload's initiation or part, which carry no condition, -EIO
+ * (the put failed; conditional puts stay on); no answer (refused,
  * dropped, timed out, stalled) -> -EHOSTUNREACH; anything else -> -EIO,
  * logged with the partner's message.
  */
@@ -92,7 +94,8 @@ struct cold_s3 {
 	unsigned nidle;
 	char *bufs[S3_BUFS_MAX];	/* idle buffers of part_size bytes */
 	unsigned nbufs;
-	int no_cond;		/* 1: a conditional put was answered 501: put_if asks no more */
+	int no_cond;		/* 1: a conditional put's condition was answered 501 or 405:
+				 * put_if asks no more */
 	int no_del_cond;	/* 1: the same for a conditional delete (501 or 400): del_if */
 };
 
@@ -800,6 +803,8 @@ static void *s3_mpu_worker(void *arg)
 			r.len = len;
 			snprintf(what, sizeof(what), "put of part %u", i + 1);
 			rc = s3_perform(m->s, &r, what);
+			if (rc == -EOPNOTSUPP)
+				rc = -EIO;	/* no condition refused: s3_put_multipart() */
 			if (rc == 0) {
 				char bare[KVT_ETAG_MAX];
 
@@ -895,8 +900,12 @@ static int s3_put_multipart(struct cold_s3 *s, const char *pkey, uint64_t size,
 		rc = -ENOMEM;
 		goto out;
 	}
-	/* 1. Initiate. */
+	/* 1. Initiate. A 501 or 405 here, or to a part, refused no condition
+	 * (only the completion carries it): a failed put, logged, and no
+	 * reason for s3_put_any() to stop asking conditional puts. */
 	rc = s3_perform(s, &r, "initiation of a multipart upload");
+	if (rc == -EOPNOTSUPP)
+		rc = -EIO;
 	if (rc == 0) {
 		p = r.resp;
 		if (s3_xml_text(&p, r.resp ? r.resp + r.resp_len : NULL, "UploadId", upload_id,

@@ -300,14 +300,17 @@ static void *fake_s3_run(void *arg)
 	}
 }
 
-/* A cold tier on s3://BUCKET/pfx at a fake partner giving answers. */
-static struct cold *fake_s3_start(struct fake_s3 *f, const struct test_env *env,
-				  const char *const *answers)
+/* A cold tier on s3://BUCKET/pfx at a fake partner giving answers; puts
+ * over part_size (0: the default, 8 MiB) are multipart uploads whose parts
+ * go one at a time, so that they take the answers in order. */
+static struct cold *fake_s3_start_parts(struct fake_s3 *f, const struct test_env *env,
+					const char *const *answers, uint64_t part_size)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t salen = sizeof(sa);
 	char keys[600], endpoint[64];
-	struct cold_opts o = { .url = "s3://gone/pfx", .endpoint = endpoint, .credentials = keys };
+	struct cold_opts o = { .url = "s3://gone/pfx", .endpoint = endpoint, .credentials = keys,
+			       .part_size = part_size, .jobs = part_size ? 1 : 0 };
 	struct cold *c = NULL;
 	FILE *kf;
 
@@ -329,6 +332,12 @@ static struct cold *fake_s3_start(struct fake_s3 *f, const struct test_env *env,
 	assert_int_equal(chmod(keys, 0600), 0);
 	assert_int_equal(cold_s3_new(&o, &c), 0);
 	return c;
+}
+
+static struct cold *fake_s3_start(struct fake_s3 *f, const struct test_env *env,
+				  const char *const *answers)
+{
+	return fake_s3_start_parts(f, env, answers, 0);
 }
 
 static void fake_s3_stop(struct fake_s3 *f)
@@ -385,6 +394,71 @@ static void test_s3_put_if_no_bucket(void **state)
 	free(nb);
 	free(nk);
 	free(pf);
+	test_env_release(&env);
+}
+
+/* A multipart upload's answers at a fake partner: its initiation's (upload
+ * "up-1"), a part's with ETag, or its completion's, with body. */
+#define S3_INITIATED \
+	"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: 100\r\n\r\n" \
+	"<InitiateMultipartUploadResult><Key>k</Key><UploadId>up-1</UploadId>" \
+	"</InitiateMultipartUploadResult>"
+#define S3_PART_OK "HTTP/1.1 200 OK\r\nETag: \"not-an-md5\"\r\nContent-Length: 0\r\n\r\n"
+#define S3_ABORTED "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"
+#define S3_PUT_OK "HTTP/1.1 200 OK\r\nETag: \"e2\"\r\nContent-Length: 0\r\n\r\n"
+
+/*
+ * A 501 NotImplemented (or 405) to a multipart upload's initiation or to a
+ * part, neither of which carries the condition, was taken for the partner
+ * refusing conditional puts: the put returned -EOPNOTSUPP and every later
+ * conditional put of the process did too without asking (manifests were
+ * written without If-Match, with a warning). It is a failed put (-EIO),
+ * and the next conditional put still carries its condition; a refused
+ * condition (the completion's 501) still turns them off.
+ */
+static void test_s3_put_if_unsupported_upload(void **state)
+{
+	char *ni = s3_err("501 Not Implemented", "NotImplemented"),
+	     *na = s3_err("405 Method Not Allowed", "MethodNotAllowed");
+	const char *answers[] = { ni, S3_PUT_OK,
+				  S3_INITIATED, na, S3_ABORTED, S3_PUT_OK,
+				  S3_INITIATED, S3_PART_OK, S3_PART_OK, S3_PART_OK, ni, S3_ABORTED,
+				  NULL };
+	char body[3000];
+	struct test_env env;
+	struct fake_s3 f;
+	struct cold *c;
+
+	(void)state;
+	memset(body, 'x', sizeof(body));
+	test_env_init(&env, CAP, SEG);
+	c = fake_s3_start_parts(&f, &env, answers, 1024);
+	/* The initiation refused: no condition was asked. */
+	assert_int_equal(cold_put_buf_if(c, "b/m", "\"e1\"", body, sizeof(body), NULL), -EIO);
+	assert_int_equal(cold_put_buf_if(c, "b/m", "\"e1\"", "one", 3, NULL), 0);
+	/* A part refused: neither. */
+	assert_int_equal(cold_put_buf_if(c, "b/m", "\"e1\"", body, sizeof(body), NULL), -EIO);
+	assert_int_equal(cold_put_buf_if(c, "b/m", "\"e1\"", "one", 3, NULL), 0);
+	/* The completion, which carries it, refused: no more conditions. */
+	assert_int_equal(cold_put_buf_if(c, "b/m", "\"e1\"", body, sizeof(body), NULL),
+			 -EOPNOTSUPP);
+	assert_int_equal(cold_put_buf_if(c, "b/m", "\"e1\"", "one", 3, NULL), -EOPNOTSUPP);
+	cold_free(c);
+	fake_s3_stop(&f);
+	assert_string_equal(f.log, "POST /gone/pfx/b/m?uploads= HTTP/1.1 \n"
+				   "PUT /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
+				   "POST /gone/pfx/b/m?uploads= HTTP/1.1 \n"
+				   "PUT /gone/pfx/b/m?partNumber=1&uploadId=up-1 HTTP/1.1 \n"
+				   "DELETE /gone/pfx/b/m?uploadId=up-1 HTTP/1.1 \n"
+				   "PUT /gone/pfx/b/m HTTP/1.1 If-Match: \"e1\"\n"
+				   "POST /gone/pfx/b/m?uploads= HTTP/1.1 \n"
+				   "PUT /gone/pfx/b/m?partNumber=1&uploadId=up-1 HTTP/1.1 \n"
+				   "PUT /gone/pfx/b/m?partNumber=2&uploadId=up-1 HTTP/1.1 \n"
+				   "PUT /gone/pfx/b/m?partNumber=3&uploadId=up-1 HTTP/1.1 \n"
+				   "POST /gone/pfx/b/m?uploadId=up-1 HTTP/1.1 If-Match: \"e1\"\n"
+				   "DELETE /gone/pfx/b/m?uploadId=up-1 HTTP/1.1 \n");
+	free(ni);
+	free(na);
 	test_env_release(&env);
 }
 
@@ -3830,6 +3904,7 @@ int main(void)
 		cmocka_unit_test(test_file_cleanup),
 		cmocka_unit_test(test_file_put_if),
 		cmocka_unit_test(test_s3_put_if_no_bucket),
+		cmocka_unit_test(test_s3_put_if_unsupported_upload),
 		cmocka_unit_test(test_s3_del_if),
 		cmocka_unit_test(test_s3_del_if_400_credentials),
 		cmocka_unit_test(test_s3_no_bucket),
