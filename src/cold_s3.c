@@ -47,7 +47,8 @@
  * body to say which, is asked again as a GET (s3_head_absent()); 500, 503 and SlowDown -> -EAGAIN
  * (retry later, nothing lost); a conditional request's 412, or an
  * If-Match's 404 NoSuchKey (AWS: the key is absent), -> -ECANCELED, and
- * its 409 ConditionalRequestConflict -> -EAGAIN; a conditional delete's
+ * its 409 ConditionalRequestConflict -> -EAGAIN (so too these codes in
+ * the <Error> of a conditional completion's 200); a conditional delete's
  * 400 -> -EOPNOTSUPP (no If-Match there) unless its code is about the
  * credentials (s3_credentials_code()); 501 or 405 -> -EOPNOTSUPP, but to a
  * multipart upload's initiation or part, which carry no condition, -EIO
@@ -985,16 +986,28 @@ static int s3_put_multipart(struct cold_s3 *s, const char *pkey, uint64_t size,
 		char code[128] = "", etag[KVT_ETAG_MAX];
 		const char *end = r.resp ? r.resp + r.resp_len : NULL;
 
-		/* S3 may answer 200 and an <Error> in the body. */
+		/* S3 may answer 200 and an <Error> in the body: it sends the
+		 * 200 before it is done (AWS, CompleteMultipartUpload). A
+		 * condition that failed there is as its status would be
+		 * (s3_perform()): PreconditionFailed, or NoSuchKey for
+		 * If-Match, -ECANCELED, not logged; ConditionalRequestConflict
+		 * -EAGAIN. */
 		p = r.resp;
 		if (!r.resp || strstr(r.resp, "<Error>")) {
 			p = r.resp;
 			if (r.resp)
 				s3_xml_text(&p, end, "Code", code, sizeof(code));
-			log_err(0, "s3 completion of the multipart upload of '%s' failed: %s", pkey,
-				code[0] ? code : "no answer");
-			rc = !strcmp(code, "SlowDown") || !strcmp(code, "InternalError") ? -EAGAIN
-											   : -EIO;
+			if (cond && (!strcmp(code, "PreconditionFailed") ||
+				     (s3_cond_is_match(cond) && !strcmp(code, "NoSuchKey"))))
+				rc = -ECANCELED;
+			else if (!strcmp(code, "SlowDown") || !strcmp(code, "InternalError") ||
+				 (cond && !strcmp(code, "ConditionalRequestConflict")))
+				rc = -EAGAIN;
+			else
+				rc = -EIO;
+			if (rc != -ECANCELED)
+				log_err(0, "s3 completion of the multipart upload of '%s' failed: %s",
+					pkey, code[0] ? code : "no answer");
 		} else if (s3_xml_text(&p, end, "ETag", etag, sizeof(etag)) < 0) {
 			etag[0] = '\0';
 		}

@@ -463,6 +463,56 @@ static void test_s3_put_if_unsupported_upload(void **state)
 }
 
 /*
+ * S3 sends a completion's "200 OK" before it is done, and a completion
+ * that fails after it has its <Error> in the body (AWS,
+ * CompleteMultipartUpload): a conditional one's PreconditionFailed there,
+ * or NoSuchKey for If-Match, was -EIO, where the same code as a 412 or 404
+ * is -ECANCELED (read the manifest again), and ConditionalRequestConflict
+ * -EIO where a 409 is -EAGAIN. Each is now as its status would be; the
+ * upload is aborted. An unconditional put asked nothing: -EIO still.
+ */
+static void test_s3_put_if_completion_error_body(void **state)
+{
+	char *pf = s3_err("200 OK", "PreconditionFailed"), *nk = s3_err("200 OK", "NoSuchKey"),
+	     *cc = s3_err("200 OK", "ConditionalRequestConflict");
+	const char *answers[] = {
+		S3_INITIATED, S3_PART_OK, S3_PART_OK, S3_PART_OK, pf, S3_ABORTED,
+		S3_INITIATED, S3_PART_OK, S3_PART_OK, S3_PART_OK, nk, S3_ABORTED,
+		S3_INITIATED, S3_PART_OK, S3_PART_OK, S3_PART_OK, cc, S3_ABORTED,
+		S3_INITIATED, S3_PART_OK, S3_PART_OK, S3_PART_OK, nk, S3_ABORTED,
+		S3_INITIATED, S3_PART_OK, S3_PART_OK, S3_PART_OK, pf, S3_ABORTED,
+		NULL };
+	char body[3000];
+	struct test_env env;
+	struct fake_s3 f;
+	struct cold *c;
+
+	(void)state;
+	memset(body, 'x', sizeof(body));
+	test_env_init(&env, CAP, SEG);
+	c = fake_s3_start_parts(&f, &env, answers, 1024);
+	assert_int_equal(cold_put_buf_if(c, "b/m", "\"e1\"", body, sizeof(body), NULL),
+			 -ECANCELED);
+	assert_int_equal(cold_put_buf_if(c, "b/m", "\"e1\"", body, sizeof(body), NULL),
+			 -ECANCELED);
+	assert_int_equal(cold_put_buf_if(c, "b/m", "\"e1\"", body, sizeof(body), NULL),
+			 -EAGAIN);
+	/* If-None-Match: * is not refused with NoSuchKey: that is something else. */
+	assert_int_equal(cold_put_buf_if(c, "b/m", COLD_ABSENT, body, sizeof(body), NULL), -EIO);
+	assert_int_equal(cold_put_buf(c, "b/m", body, sizeof(body), NULL), -EIO);
+	cold_free(c);
+	fake_s3_stop(&f);
+	/* Each upload aborted after its completion. */
+	for (const char *p = f.log; (p = strstr(p, "POST /gone/pfx/b/m?uploadId=up-1")); p++)
+		assert_non_null(strstr(p, "\nDELETE /gone/pfx/b/m?uploadId=up-1 "));
+	assert_non_null(strstr(f.log, "POST /gone/pfx/b/m?uploadId=up-1 HTTP/1.1 If-None-Match: *\n"));
+	free(pf);
+	free(nk);
+	free(cc);
+	test_env_release(&env);
+}
+
+/*
  * cold_del_if(c, "b/m", "\"e1\"") n times, each returning want[i], at a
  * fake partner giving answers (NULL-terminated, each allocated, freed
  * here): the first `asked` calls reach it as conditional DELETEs, the rest
@@ -3905,6 +3955,7 @@ int main(void)
 		cmocka_unit_test(test_file_put_if),
 		cmocka_unit_test(test_s3_put_if_no_bucket),
 		cmocka_unit_test(test_s3_put_if_unsupported_upload),
+		cmocka_unit_test(test_s3_put_if_completion_error_body),
 		cmocka_unit_test(test_s3_del_if),
 		cmocka_unit_test(test_s3_del_if_400_credentials),
 		cmocka_unit_test(test_s3_no_bucket),
