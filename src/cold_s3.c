@@ -1420,10 +1420,18 @@ static const struct cold_ops cold_s3_ops = {
 	.free = s3_free,
 };
 
-/* "access_key = X" and "secret_key = Y", from a file only its owner reads. */
+/*
+ * "access_key = X" and "secret_key = Y", from a file only its owner reads;
+ * '#' and ';' begin comments. Lines are read whole (getline): a comment
+ * longer than a fixed buffer was split, and its rest refused as a "bad
+ * line"; a value longer than its buffer was cut short without a word (a
+ * wrong secret: every request refused) and is refused, naming its line.
+ */
 static int s3_read_keys(struct cold_s3 *s, const char *path)
 {
-	char line[600], name[64], value[512], access[512] = "", secret[512] = "";
+	char name[64], value[512], access[512] = "", secret[512] = "", *line = NULL;
+	size_t cap = 0;
+	unsigned lineno = 0;
 	struct stat sb;
 	FILE *f = fopen(path, "r");
 	int rc = 0;
@@ -1439,11 +1447,21 @@ static int s3_read_keys(struct cold_s3 *s, const char *path)
 		fclose(f);
 		return -EACCES;
 	}
-	while (fgets(line, sizeof(line), f)) {
+	while (getline(&line, &cap, f) >= 0) {
+		int end = 0;
+
+		lineno++;
 		if (line[0] == '#' || line[0] == ';' || line[0] == '\n')
 			continue;
-		if (sscanf(line, " %63[a-z_] = %511s", name, value) != 2) {
-			log_err(0, "bad line in the g4 credentials '%s'", path);
+		if (sscanf(line, " %63[a-z_] = %511s%n", name, value, &end) != 2) {
+			log_err(0, "bad line %u in the g4 credentials '%s': not 'name = value'",
+				lineno, path);
+			rc = -EINVAL;
+			goto out;
+		}
+		if (line[end] && !strchr(" \t\r\n", line[end])) {
+			log_err(0, "line %u of the g4 credentials '%s': the value is longer than"
+				" %zu bytes", lineno, path, sizeof(value) - 1);
 			rc = -EINVAL;
 			goto out;
 		}
@@ -1451,6 +1469,11 @@ static int s3_read_keys(struct cold_s3 *s, const char *path)
 			snprintf(access, sizeof(access), "%s", value);
 		else if (!strcmp(name, "secret_key"))
 			snprintf(secret, sizeof(secret), "%s", value);
+	}
+	if (ferror(f)) {
+		rc = -EIO;
+		log_err(0, "cannot read the g4 credentials '%s'", path);
+		goto out;
 	}
 	if (!access[0] || !secret[0] || strchr(access, ':')) {
 		log_err(0, "the g4 credentials '%s' need access_key (without ':') and secret_key",
@@ -1462,7 +1485,9 @@ static int s3_read_keys(struct cold_s3 *s, const char *path)
 out:
 	explicit_bzero(secret, sizeof(secret));
 	explicit_bzero(value, sizeof(value));
-	explicit_bzero(line, sizeof(line));
+	if (line)
+		explicit_bzero(line, cap);
+	free(line);
 	fclose(f);
 	return rc;
 }

@@ -513,6 +513,77 @@ static void test_s3_put_if_completion_error_body(void **state)
 }
 
 /*
+ * cold_s3_new() with [g4] credentials holding text; what it logged goes
+ * to log (size bytes, NUL-terminated). Returns its result.
+ */
+static int s3_keys_try(const struct test_env *env, const char *text, char *log, size_t size)
+{
+	char keys[600], logpath[600];
+	struct cold_opts o = { .url = "s3://b/pfx", .endpoint = "http://127.0.0.1:9",
+			       .credentials = keys };
+	struct cold *c = NULL;
+	int saved = dup(STDERR_FILENO), fd, rc;
+	ssize_t n;
+	FILE *kf;
+
+	snprintf(keys, sizeof(keys), "%s/s3keys-try", env->dir);
+	snprintf(logpath, sizeof(logpath), "%s/s3keys-log", env->dir);
+	kf = fopen(keys, "w");
+	assert_non_null(kf);
+	fputs(text, kf);
+	assert_int_equal(fclose(kf), 0);
+	assert_int_equal(chmod(keys, 0600), 0);
+	fd = open(logpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	assert_true(saved >= 0 && fd >= 0);
+	assert_true(dup2(fd, STDERR_FILENO) >= 0);
+	rc = cold_s3_new(&o, &c);
+	assert_true(dup2(saved, STDERR_FILENO) >= 0);
+	close(saved);
+	n = pread(fd, log, size - 1, 0);
+	assert_true(n >= 0);
+	log[n] = '\0';
+	close(fd);
+	assert_true((rc == 0) == (c != NULL));
+	cold_free(c);
+	return rc;
+}
+
+/*
+ * The [g4] credentials file was read in pieces of 599 bytes: a longer
+ * comment was split and its rest refused as a "bad line" (which line, it
+ * did not say), and a value over 511 bytes was cut short without a word,
+ * a wrong secret that every request of the partner refused. Lines are
+ * read whole; an over-long value is refused naming its line.
+ */
+static void test_s3_keys_long_lines(void **state)
+{
+	char text[2048], log[2048], v[700];
+	struct test_env env;
+
+	(void)state;
+	test_env_init(&env, CAP, SEG);
+	memset(v, 'c', sizeof(v) - 1);
+	v[sizeof(v) - 1] = '\0';
+	snprintf(text, sizeof(text), "# %s\naccess_key = AK\nsecret_key = SK\n", v);
+	assert_int_equal(s3_keys_try(&env, text, log, sizeof(log)), 0);
+	assert_string_equal(log, "");
+	/* A 520-byte secret was cut to 511 bytes and taken. */
+	v[520] = '\0';
+	snprintf(text, sizeof(text), "access_key = AK\nsecret_key = %s\n", v);
+	assert_int_equal(s3_keys_try(&env, text, log, sizeof(log)), -EINVAL);
+	assert_non_null(strstr(log, "line 2 of the g4 credentials"));
+	assert_non_null(strstr(log, "the value is longer than 511 bytes"));
+	v[520] = 'c';
+	snprintf(text, sizeof(text), "access_key = AK\n\nsecret_key = %s\n", v);
+	assert_int_equal(s3_keys_try(&env, text, log, sizeof(log)), -EINVAL);
+	assert_non_null(strstr(log, "line 3 of the g4 credentials"));
+	assert_int_equal(s3_keys_try(&env, "access_key = AK\nsecret key = SK\n", log,
+				     sizeof(log)), -EINVAL);
+	assert_non_null(strstr(log, "bad line 2 in the g4 credentials"));
+	test_env_release(&env);
+}
+
+/*
  * cold_del_if(c, "b/m", "\"e1\"") n times, each returning want[i], at a
  * fake partner giving answers (NULL-terminated, each allocated, freed
  * here): the first `asked` calls reach it as conditional DELETEs, the rest
@@ -3956,6 +4027,7 @@ int main(void)
 		cmocka_unit_test(test_s3_put_if_no_bucket),
 		cmocka_unit_test(test_s3_put_if_unsupported_upload),
 		cmocka_unit_test(test_s3_put_if_completion_error_body),
+		cmocka_unit_test(test_s3_keys_long_lines),
 		cmocka_unit_test(test_s3_del_if),
 		cmocka_unit_test(test_s3_del_if_400_credentials),
 		cmocka_unit_test(test_s3_no_bucket),
