@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "kvtier.h"
+#include "log.h"
 
 /* cold_ops.put_if's match for a key that must not exist yet. */
 #define COLD_ABSENT ""
@@ -130,6 +131,9 @@ struct cold {
 	char *url;
 	struct cold_journal journal;	/* all NULL: not recorded */
 	int64_t stop_ns;	/* atomic; cold_stop_at(), 0: never */
+	/* A recall's "the bucket does not exist" (migrate.c, recall_fetch):
+	 * once a minute, with the count of those left out. */
+	struct log_limit recall_no_bucket;
 };
 
 /* [g4] as cold_new() takes it. */

@@ -98,6 +98,7 @@ struct cold_s3 {
 	int no_cond;		/* 1: a conditional put's condition was answered 501 or 405:
 				 * put_if asks no more */
 	int no_del_cond;	/* 1: the same for a conditional delete (501 or 400): del_if */
+	struct log_limit no_bucket;	/* s3_perform()'s NoSuchBucket line */
 };
 
 /* One request and what came back. */
@@ -619,11 +620,20 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		 * was read again five times to no end; taken for "no such
 		 * key", a sweep forgot the copies it could not delete (they
 		 * stayed in the real bucket for ever), and a recall said the
-		 * copy was deleted since its demotion. */
-		log_err(0, "s3 %s%s%s%s failed: the bucket '%s' does not exist at the partner"
-			" (HTTP 404 NoSuchBucket; is [g4] url '%s' right?)", what,
-			r->pkey ? " of '" : "", r->pkey ? r->pkey : "", r->pkey ? "'" : "",
-			s->bucket, s->base.url);
+		 * copy was deleted since its demotion. Said once a minute: a
+		 * gateway's clients ask again at each 503's Retry-After: 1. */
+		uint64_t more = 0;
+		char also[80] = "";
+
+		if (log_limit(&s->no_bucket, LOG_REPEAT_SECONDS, &more)) {
+			if (more)
+				snprintf(also, sizeof(also), "; %" PRIu64 " more requests failed"
+					 " so since this was last said", more);
+			log_err(0, "s3 %s%s%s%s failed: the bucket '%s' does not exist at the"
+				" partner (HTTP 404 NoSuchBucket; is [g4] url '%s' right?)%s",
+				what, r->pkey ? " of '" : "", r->pkey ? r->pkey : "",
+				r->pkey ? "'" : "", s->bucket, s->base.url, also);
+		}
 		rc = -ENXIO;
 		goto out;
 	}

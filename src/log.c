@@ -78,3 +78,13 @@ int log_every(int64_t *last_ns, int seconds)
 	return __atomic_compare_exchange_n(last_ns, &last, now, 0, __ATOMIC_RELAXED,
 					   __ATOMIC_RELAXED);
 }
+
+int log_limit(struct log_limit *l, int seconds, uint64_t *suppressed)
+{
+	if (!log_every(&l->last_ns, seconds)) {
+		__atomic_add_fetch(&l->suppressed, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	*suppressed = __atomic_exchange_n(&l->suppressed, 0, __ATOMIC_RELAXED);
+	return 1;
+}

@@ -26,4 +26,20 @@ void log_msg(enum kvt_log_level level, int err, const char *fmt, ...)
  */
 int log_every(int64_t *last_ns, int seconds);
 
+/*
+ * As log_every(), for a failure that repeats as fast as clients ask (a
+ * recall with the partner's bucket missing, asked again at each 503's
+ * Retry-After: 1): true the first time, then at most once per `seconds`;
+ * when true, *suppressed is how many times it said false since, for the
+ * line to say so. Zeroed: never logged.
+ */
+#define LOG_REPEAT_SECONDS 60	/* a log_limit()ed line's interval */
+
+struct log_limit {
+	int64_t last_ns;
+	uint64_t suppressed;
+};
+
+int log_limit(struct log_limit *l, int seconds, uint64_t *suppressed);
+
 #endif /* KVT_LOG_H */

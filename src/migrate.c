@@ -2356,9 +2356,20 @@ static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
 	}
 	if (rc == -ENXIO) {
 		/* The partner's bucket is gone or misnamed (cold_s3.c logged
-		 * which): not a copy deleted, nor the store failing. */
-		log_err(0, "cannot recall '%s/%s': the bucket of g4 '%s' does not exist at the"
-			" partner; it stays cold until it does", bucket, key, cold->url);
+		 * which): not a copy deleted, nor the store failing. Said once
+		 * a minute: a gateway's 503 has Retry-After: 1, and a client
+		 * that retries filled the log with two lines a second. */
+		uint64_t more = 0;
+		char also[80] = "";
+
+		if (log_limit(&cold->recall_no_bucket, LOG_REPEAT_SECONDS, &more)) {
+			if (more)
+				snprintf(also, sizeof(also), " (%" PRIu64 " more recalls failed so"
+					 " since this was last said)", more);
+			log_err(0, "cannot recall '%s/%s': the bucket of g4 '%s' does not exist at"
+				" the partner; it stays cold until it does%s", bucket, key,
+				cold->url, also);
+		}
 		goto out;
 	}
 	if (rc == -ENOENT)

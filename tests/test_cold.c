@@ -2633,6 +2633,67 @@ static void test_recall_no_bucket(void **state)
 	test_env_release(&env);
 }
 
+/* Counts the lines of the file at path that hold what. */
+static unsigned lines_with(const char *path, const char *what)
+{
+	char line[2048];
+	unsigned n = 0;
+	FILE *f = fopen(path, "r");
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, what) != NULL;
+	fclose(f);
+	return n;
+}
+
+/*
+ * A recall with the partner's bucket missing logged two lines (the S3
+ * tier's and the recall's), and kvtier-gateway answers it 503 with
+ * Retry-After: 1: a client retrying every second filled the log. Each
+ * line is said the first time, then once a minute, the recall's with the
+ * count of those it left out.
+ */
+static void test_recall_no_bucket_logged_once(void **state)
+{
+	char *nb = s3_err("404 Not Found", "NoSuchBucket"), logpath[600];
+	const char *answers[] = { nb, nb, nb, nb, nb, NULL };
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct fake_s3 f;
+	struct cold *c;
+	int saved, fd;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = cold_one(&env, &plan, 3 * 1024 * 1024);
+	c = fake_s3_start(&f, &env, answers);
+	store_set_cold(st, c);
+	snprintf(logpath, sizeof(logpath), "%s/recall.log", env.dir);
+	saved = dup(STDERR_FILENO);
+	fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	assert_true(saved >= 0 && fd >= 0 && dup2(fd, STDERR_FILENO) >= 0);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(kvt_object_recall(st, "kvs", "s1/a"), -ENXIO);
+	c->recall_no_bucket.last_ns -= (LOG_REPEAT_SECONDS + 1) * 1000000000ll;
+	assert_int_equal(kvt_object_recall(st, "kvs", "s1/a"), -ENXIO);
+	assert_true(dup2(saved, STDERR_FILENO) >= 0);
+	close(saved);
+	close(fd);
+	assert_int_equal(lines_with(logpath, "the bucket 'gone' does not exist at the partner"), 1);
+	assert_int_equal(lines_with(logpath, "cannot recall 'kvs/s1/a': the bucket of g4"), 2);
+	assert_int_equal(lines_with(logpath, "(3 more recalls failed so since this was last said)"),
+			 1);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	cold_dir_again(st, &env);
+	fake_s3_stop(&f);
+	assert_int_equal(test_check(st, "kvs", "s1/a", 3 * 1024 * 1024, 21), 0);
+	kvt_store_close(st);
+	free(nb);
+	test_env_release(&env);
+}
+
 /*
  * The sweep with the partner's bucket missing: each session with deleted
  * keys asked for its manifest and logged its own failure (a store with
@@ -4054,6 +4115,7 @@ int main(void)
 		cmocka_unit_test(test_recall_coalesce_procs),
 		cmocka_unit_test(test_recall_unreachable),
 		cmocka_unit_test(test_recall_no_bucket),
+		cmocka_unit_test(test_recall_no_bucket_logged_once),
 		cmocka_unit_test(test_sweep_no_bucket),
 		cmocka_unit_test(test_recall_disk_full),
 		cmocka_unit_test(test_recall_write_fails),

@@ -182,6 +182,20 @@ poll 300 nb_counted ||
 	fail "/metrics does not count the 503: $(grep requests_total "$T/nb.metrics")"
 grep -q "the bucket of g4 's3://nosuch/kvtier/g4' does not exist at the partner" "$T/nb.err" ||
 	fail "the gateway did not log the missing bucket: $(cat "$T/nb.err")"
+# A client retrying at each Retry-After: 1 got two lines in the log for
+# each try; the first try is said, the next ones within a minute are not.
+for i in 2 3; do
+	kvt_expect 0 curl -s -o "$T/nb.body" -w '%{http_code}' \
+		--aws-sigv4 "aws:amz:us-east-1:s3" --user "$GW_ACCESS:$GW_SECRET" "$nburl/models/nc/c"
+	[ "$(cat "$T/out")" = 503 ] || fail "try $i with the bucket missing answered $(cat "$T/out")"
+done
+nb_logged3() {
+	[ "$(grep -c " GET /models/nc/c 503 GetObject " "$T/nb.access")" -eq 3 ]
+}
+poll 300 nb_logged3 || fail "the access log does not say 503 three times: $(cat "$T/nb.access")"
+[ "$(grep -c "the bucket of g4 's3://nosuch/kvtier/g4' does not exist at the partner" "$T/nb.err")" -eq 1 ] &&
+	[ "$(grep -c "the bucket 'nosuch' does not exist at the partner" "$T/nb.err")" -eq 1 ] ||
+	fail "three recalls with the bucket missing were not logged once: $(cat "$T/nb.err")"
 gw_stop "$nbgw"
 kvt_expect 0 "$K" head models nc/c
 kvt_grep out "^tier: +cold$"

@@ -496,6 +496,30 @@ static void test_log_every(void **state)
 	assert_false(log_every(&last, 10));
 }
 
+/*
+ * log_limit: the first time yes, with none left out; within the interval
+ * no, counted; after it yes, with the count, which starts again.
+ */
+static void test_log_limit(void **state)
+{
+	struct log_limit l = { 0 };
+	uint64_t more = 99;
+
+	(void)state;
+	assert_true(log_limit(&l, 60, &more));
+	assert_int_equal(more, 0);
+	assert_false(log_limit(&l, 60, &more));
+	assert_false(log_limit(&l, 60, &more));
+	assert_false(log_limit(&l, 60, &more));
+	l.last_ns -= 61 * 1000000000ll;	/* as if 61 s had passed */
+	assert_true(log_limit(&l, 60, &more));
+	assert_int_equal(more, 3);
+	assert_false(log_limit(&l, 60, &more));
+	l.last_ns -= 61 * 1000000000ll;
+	assert_true(log_limit(&l, 60, &more));
+	assert_int_equal(more, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -516,6 +540,7 @@ int main(void)
 		cmocka_unit_test(test_big_alloc),
 		cmocka_unit_test(test_thread_start_blocks_signals),
 		cmocka_unit_test(test_log_every),
+		cmocka_unit_test(test_log_limit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
