@@ -134,6 +134,7 @@ struct cold {
 	/* A recall's "the bucket does not exist" (migrate.c, recall_fetch):
 	 * once a minute, with the count of those left out. */
 	struct log_limit recall_no_bucket;
+	struct log_limit recall_no_answer;	/* ... and its "does not answer" */
 };
 
 /* [g4] as cold_new() takes it. */

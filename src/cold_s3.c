@@ -99,6 +99,7 @@ struct cold_s3 {
 				 * put_if asks no more */
 	int no_del_cond;	/* 1: the same for a conditional delete (501 or 400): del_if */
 	struct log_limit no_bucket;	/* s3_perform()'s NoSuchBucket line */
+	struct log_limit no_answer;	/* ... and its line for no answer */
 };
 
 /* One request and what came back. */
@@ -501,7 +502,7 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 {
 	struct curl_slist *h = NULL, *l;
 	CURLM *m = NULL;
-	char *url = NULL, ctype[300], code[128], msg[256];
+	char *url = NULL, ctype[300], code[128], msg[256], also[96] = "";
 	size_t ulen = 0;
 	FILE *f = open_memstream(&url, &ulen);
 	CURLcode cc;
@@ -604,8 +605,13 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		default:
 			rc = -EIO;	/* TLS that does not verify, a bad URL ... */
 		}
-		log_err(0, "s3 %s of '%s' in bucket '%s' failed: %s", what, r->pkey ? r->pkey : "",
-			s->bucket, r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc));
+		/* No answer: said once a minute, as a gateway's clients ask
+		 * again at each 503's Retry-After: 1 while the partner is away. */
+		if (rc != -EHOSTUNREACH ||
+		    log_limit(&s->no_answer, LOG_REPEAT_SECONDS, "requests", also, sizeof(also)))
+			log_err(0, "s3 %s of '%s' in bucket '%s' failed: %s%s", what,
+				r->pkey ? r->pkey : "", s->bucket,
+				r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc), also);
 		goto out;
 	}
 	curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &r->status);
@@ -622,13 +628,7 @@ static int s3_perform(struct cold_s3 *s, struct s3_req *r, const char *what)
 		 * stayed in the real bucket for ever), and a recall said the
 		 * copy was deleted since its demotion. Said once a minute: a
 		 * gateway's clients ask again at each 503's Retry-After: 1. */
-		uint64_t more = 0;
-		char also[80] = "";
-
-		if (log_limit(&s->no_bucket, LOG_REPEAT_SECONDS, &more)) {
-			if (more)
-				snprintf(also, sizeof(also), "; %" PRIu64 " more requests failed"
-					 " so since this was last said", more);
+		if (log_limit(&s->no_bucket, LOG_REPEAT_SECONDS, "requests", also, sizeof(also))) {
 			log_err(0, "s3 %s%s%s%s failed: the bucket '%s' does not exist at the"
 				" partner (HTTP 404 NoSuchBucket; is [g4] url '%s' right?)%s",
 				what, r->pkey ? " of '" : "", r->pkey ? r->pkey : "",

@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -79,12 +80,19 @@ int log_every(int64_t *last_ns, int seconds)
 					   __ATOMIC_RELAXED);
 }
 
-int log_limit(struct log_limit *l, int seconds, uint64_t *suppressed)
+int log_limit(struct log_limit *l, int seconds, const char *what, char *note, size_t n)
 {
+	uint64_t more;
+
 	if (!log_every(&l->last_ns, seconds)) {
 		__atomic_add_fetch(&l->suppressed, 1, __ATOMIC_RELAXED);
 		return 0;
 	}
-	*suppressed = __atomic_exchange_n(&l->suppressed, 0, __ATOMIC_RELAXED);
+	more = __atomic_exchange_n(&l->suppressed, 0, __ATOMIC_RELAXED);
+	if (more)
+		snprintf(note, n, " (%" PRIu64 " more %s failed so since this was last said)",
+			 more, what);
+	else if (n)
+		note[0] = '\0';
 	return 1;
 }

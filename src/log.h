@@ -28,10 +28,11 @@ int log_every(int64_t *last_ns, int seconds);
 
 /*
  * As log_every(), for a failure that repeats as fast as clients ask (a
- * recall with the partner's bucket missing, asked again at each 503's
- * Retry-After: 1): true the first time, then at most once per `seconds`;
- * when true, *suppressed is how many times it said false since, for the
- * line to say so. Zeroed: never logged.
+ * recall with the partner's bucket missing, or the partner not answering,
+ * asked again at each 503's Retry-After: 1): true the first time, then at
+ * most once per `seconds`; when true, note (n bytes) ends the line with
+ * how many times it said false since: " (N more WHAT failed so since this
+ * was last said)", or "" for none. Zeroed: never logged.
  */
 #define LOG_REPEAT_SECONDS 60	/* a log_limit()ed line's interval */
 
@@ -40,6 +41,6 @@ struct log_limit {
 	uint64_t suppressed;
 };
 
-int log_limit(struct log_limit *l, int seconds, uint64_t *suppressed);
+int log_limit(struct log_limit *l, int seconds, const char *what, char *note, size_t n);
 
 #endif /* KVT_LOG_H */

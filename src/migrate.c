@@ -2344,8 +2344,12 @@ static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
 	if (recall_drain(&rs) < 0 && rc == 0)
 		rc = rs.failed;
 	if (rc == -EAGAIN || rc == -EHOSTUNREACH || rc == -ETIMEDOUT || rc == -ECONNRESET) {
-		log_err(rc, "cannot recall '%s/%s': g4 '%s' does not answer; it stays cold, try"
-			" again later", bucket, key, cold->url);
+		char also[96];
+
+		if (log_limit(&cold->recall_no_answer, LOG_REPEAT_SECONDS, "recalls", also,
+			      sizeof(also)))
+			log_err(rc, "cannot recall '%s/%s': g4 '%s' does not answer; it stays cold,"
+				" try again later%s", bucket, key, cold->url, also);
 		rc = -EHOSTUNREACH;
 		goto out;
 	}
@@ -2359,13 +2363,10 @@ static int recall_fetch(struct kvt_store *st, struct cat *c, struct cold *cold,
 		 * which): not a copy deleted, nor the store failing. Said once
 		 * a minute: a gateway's 503 has Retry-After: 1, and a client
 		 * that retries filled the log with two lines a second. */
-		uint64_t more = 0;
-		char also[80] = "";
+		char also[96];
 
-		if (log_limit(&cold->recall_no_bucket, LOG_REPEAT_SECONDS, &more)) {
-			if (more)
-				snprintf(also, sizeof(also), " (%" PRIu64 " more recalls failed so"
-					 " since this was last said)", more);
+		if (log_limit(&cold->recall_no_bucket, LOG_REPEAT_SECONDS, "recalls", also,
+			      sizeof(also))) {
 			log_err(0, "cannot recall '%s/%s': the bucket of g4 '%s' does not exist at"
 				" the partner; it stays cold until it does%s", bucket, key,
 				cold->url, also);

@@ -347,6 +347,23 @@ static void fake_s3_stop(struct fake_s3 *f)
 	close(f->lfd);
 }
 
+/* Standard error into the file at path (emptied) until stderr_back(). */
+static int stderr_to(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int saved = dup(STDERR_FILENO);
+
+	assert_true(fd >= 0 && saved >= 0 && dup2(fd, STDERR_FILENO) >= 0);
+	close(fd);
+	return saved;
+}
+
+static void stderr_back(int saved)
+{
+	assert_true(dup2(saved, STDERR_FILENO) >= 0);
+	close(saved);
+}
+
 /* An S3 error answer: "404 Not Found", "NoSuchKey"; caller frees. */
 static char *s3_err(const char *status, const char *code)
 {
@@ -1678,17 +1695,14 @@ static void test_copied_store_pressure_log(void **state)
 	struct test_env a, b;
 	struct kvt_store *sb;
 	char key[64], path[600], *log = NULL;
-	int fd, saved, rc = 0, written = 0, pressure = 0, copy = 0, full = 0;
+	int saved, rc = 0, written = 0, pressure = 0, copy = 0, full = 0;
 	size_t len = 0;
 	FILE *f;
 
 	(void)state;
 	copied_node(&a, &b);
 	snprintf(path, sizeof(path), "%s/stderr", b.dir);
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	assert_true(fd >= 0);
-	saved = dup(STDERR_FILENO);
-	assert_true(saved >= 0 && dup2(fd, STDERR_FILENO) >= 0);
+	saved = stderr_to(path);
 	sb = test_store_open(&b);
 	for (int i = 0; i < 64 && rc == 0; i++) {
 		snprintf(key, sizeof(key), "p%d/blk", i);
@@ -1696,9 +1710,7 @@ static void test_copied_store_pressure_log(void **state)
 		written += rc == 0;
 	}
 	kvt_store_close(sb);
-	assert_true(dup2(saved, STDERR_FILENO) >= 0);
-	close(saved);
-	close(fd);
+	stderr_back(saved);
 	assert_int_equal(rc, -ENOSPC);
 	assert_true(written > 1);
 	assert_non_null(f = fopen(path, "r"));
@@ -2663,7 +2675,7 @@ static void test_recall_no_bucket_logged_once(void **state)
 	struct kvt_store *st;
 	struct fake_s3 f;
 	struct cold *c;
-	int saved, fd;
+	int saved;
 
 	(void)state;
 	g4_env_init(&env, CAP, SEG);
@@ -2671,16 +2683,12 @@ static void test_recall_no_bucket_logged_once(void **state)
 	c = fake_s3_start(&f, &env, answers);
 	store_set_cold(st, c);
 	snprintf(logpath, sizeof(logpath), "%s/recall.log", env.dir);
-	saved = dup(STDERR_FILENO);
-	fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	assert_true(saved >= 0 && fd >= 0 && dup2(fd, STDERR_FILENO) >= 0);
+	saved = stderr_to(logpath);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(kvt_object_recall(st, "kvs", "s1/a"), -ENXIO);
 	c->recall_no_bucket.last_ns -= (LOG_REPEAT_SECONDS + 1) * 1000000000ll;
 	assert_int_equal(kvt_object_recall(st, "kvs", "s1/a"), -ENXIO);
-	assert_true(dup2(saved, STDERR_FILENO) >= 0);
-	close(saved);
-	close(fd);
+	stderr_back(saved);
 	assert_int_equal(lines_with(logpath, "the bucket 'gone' does not exist at the partner"), 1);
 	assert_int_equal(lines_with(logpath, "cannot recall 'kvs/s1/a': the bucket of g4"), 2);
 	assert_int_equal(lines_with(logpath, "(3 more recalls failed so since this was last said)"),
@@ -2691,6 +2699,48 @@ static void test_recall_no_bucket_logged_once(void **state)
 	assert_int_equal(test_check(st, "kvs", "s1/a", 3 * 1024 * 1024, 21), 0);
 	kvt_store_close(st);
 	free(nb);
+	test_env_release(&env);
+}
+
+/*
+ * The same for a partner that does not answer (here: nothing listens on
+ * its port): each recall logged the S3 tier's "Couldn't connect" and its
+ * own "does not answer", two lines a second for a client that retries at
+ * the gateway's Retry-After: 1. Each is said the first time, then once a
+ * minute, the recall's with the count of those it left out.
+ */
+static void test_recall_unreachable_logged_once(void **state)
+{
+	const char *answers[] = { NULL };
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct fake_s3 f;
+	struct cold *c;
+	char logpath[600];
+	int saved;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = cold_one(&env, &plan, 3 * 1024 * 1024);
+	c = fake_s3_start(&f, &env, answers);
+	fake_s3_stop(&f);	/* its port answers no more */
+	store_set_cold(st, c);
+	snprintf(logpath, sizeof(logpath), "%s/recall.log", env.dir);
+	saved = stderr_to(logpath);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(kvt_object_recall(st, "kvs", "s1/a"), -EHOSTUNREACH);
+	c->recall_no_answer.last_ns -= (LOG_REPEAT_SECONDS + 1) * 1000000000ll;
+	assert_int_equal(kvt_object_recall(st, "kvs", "s1/a"), -EHOSTUNREACH);
+	stderr_back(saved);
+	assert_int_equal(lines_with(logpath, "in bucket 'gone' failed: "), 1);
+	assert_int_equal(lines_with(logpath, "cannot recall 'kvs/s1/a': g4 "), 2);
+	assert_int_equal(lines_with(logpath, "(3 more recalls failed so since this was last said)"),
+			 1);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	cold_dir_again(st, &env);
+	assert_int_equal(test_check(st, "kvs", "s1/a", 3 * 1024 * 1024, 21), 0);
+	kvt_store_close(st);
 	test_env_release(&env);
 }
 
@@ -4116,6 +4166,7 @@ int main(void)
 		cmocka_unit_test(test_recall_unreachable),
 		cmocka_unit_test(test_recall_no_bucket),
 		cmocka_unit_test(test_recall_no_bucket_logged_once),
+		cmocka_unit_test(test_recall_unreachable_logged_once),
 		cmocka_unit_test(test_sweep_no_bucket),
 		cmocka_unit_test(test_recall_disk_full),
 		cmocka_unit_test(test_recall_write_fails),

@@ -503,21 +503,21 @@ static void test_log_every(void **state)
 static void test_log_limit(void **state)
 {
 	struct log_limit l = { 0 };
-	uint64_t more = 99;
+	char note[96] = "stale";
 
 	(void)state;
-	assert_true(log_limit(&l, 60, &more));
-	assert_int_equal(more, 0);
-	assert_false(log_limit(&l, 60, &more));
-	assert_false(log_limit(&l, 60, &more));
-	assert_false(log_limit(&l, 60, &more));
+	assert_true(log_limit(&l, 60, "recalls", note, sizeof(note)));
+	assert_string_equal(note, "");
+	assert_false(log_limit(&l, 60, "recalls", note, sizeof(note)));
+	assert_false(log_limit(&l, 60, "recalls", note, sizeof(note)));
+	assert_false(log_limit(&l, 60, "recalls", note, sizeof(note)));
 	l.last_ns -= 61 * 1000000000ll;	/* as if 61 s had passed */
-	assert_true(log_limit(&l, 60, &more));
-	assert_int_equal(more, 3);
-	assert_false(log_limit(&l, 60, &more));
+	assert_true(log_limit(&l, 60, "recalls", note, sizeof(note)));
+	assert_string_equal(note, " (3 more recalls failed so since this was last said)");
+	assert_false(log_limit(&l, 60, "recalls", note, sizeof(note)));
 	l.last_ns -= 61 * 1000000000ll;
-	assert_true(log_limit(&l, 60, &more));
-	assert_int_equal(more, 1);
+	assert_true(log_limit(&l, 60, "recalls", note, sizeof(note)));
+	assert_string_equal(note, " (1 more recalls failed so since this was last said)");
 }
 
 int main(void)
