@@ -1161,7 +1161,7 @@ static void cli_place(const char *label, const struct kvt_store_place *p)
 		snprintf(when + strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm),
 			 sizeof(when) - 19, ".%09" PRId64 " UTC", p->btime_ns % 1000000000);
 	printf("%-10s machine %016" PRIx64 "%s, directory inode %" PRIu64 ", born %s\n", label,
-	       p->machine, p->machine ? "" : " (no /etc/machine-id)", p->ino, when);
+	       p->machine, p->machine ? "" : " (no /etc/machine-id, or a transient one)", p->ino, when);
 }
 
 /*
