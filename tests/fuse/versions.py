@@ -329,6 +329,16 @@ def held_writer(name, write_after=None):
     return p, hold_w, child
 
 
+def open_seconds(p, what):
+    """How long open(2) of p for reading took; a failure goes to bad."""
+    start = time.monotonic()
+    try:
+        os.close(os.open(p, os.O_RDONLY))
+    except OSError as e:
+        bad.append("%s: %s" % (what, e))
+    return time.monotonic() - start
+
+
 # 12. an open that waits for a late RELEASE waits FH_CLOSED_WAIT_MS (1 s) at most, however
 # often other writers of the file close meanwhile
 p, hold_w, child = held_writer("12")
@@ -347,12 +357,7 @@ def rewrite():
 t = threading.Thread(target=rewrite)
 t.start()
 stop.wait(0.2)              # a few closes first
-start = time.monotonic()
-try:
-    os.close(os.open(p, os.O_RDONLY))
-except OSError as e:
-    bad.append("12. a reader beside a writer that closes again and again: %s" % e)
-took = time.monotonic() - start
+took = open_seconds(p, "12. a reader beside a writer that closes again and again")
 stop.set()
 t.join()
 os.close(hold_w)
@@ -366,12 +371,7 @@ if took > 2.5:
 # when the wait runs out (1 s after the close)
 p, hold_w, child = held_writer("13", write_after=0.1)   # the reader's open waits by then
 os.write(hold_w, b"g")
-start = time.monotonic()
-try:
-    os.close(os.open(p, os.O_RDONLY))
-except OSError as e:
-    bad.append("13. a reader beside a copy of the writer's descriptor that writes: %s" % e)
-took = time.monotonic() - start
+took = open_seconds(p, "13. a reader beside a copy of the writer's descriptor that writes")
 os.close(hold_w)
 os.waitpid(child, 0)
 if took > 0.6:
