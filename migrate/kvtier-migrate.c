@@ -15,8 +15,9 @@
  *
  * One run at a time per store: an flock on DIR/migrate.lock. Exit codes,
  * for cron: 0 done, 1 some objects failed (the rest done) or the partner
- * did not answer, 2 usage or configuration error (or a store not where its
- * id was given, a copy: kvtier store-id), 75 (EX_TEMPFAIL) another run holds the lock. One
+ * did not answer (or, for a recall, G4's bucket is missing), 2 usage or
+ * configuration error (or a store not where its id was given, a copy:
+ * kvtier store-id), 75 (EX_TEMPFAIL) another run holds the lock. One
  * summary line goes to stderr and to syslog; --json prints it as JSON on
  * stdout instead of to stderr.
  */
@@ -288,6 +289,12 @@ int main(int argc, char **argv)
 	/* Opens G4 first: a url, endpoint or key file that fails is configuration.
 	 * Not from a store that is not where its id was given: it only recalls. */
 	rc = ident.matches ? kvt_g4_cleanup(st, &go, &swept) : 0;
+	if (rc == -ENXIO && (mode == OPT_RECALL || mode == OPT_RECALL_KEYS))
+		/* The bucket missing, which the listing's line named: a recall
+		 * asked for gets its own answer, each object failed naming the
+		 * bucket (exit 1), where "cannot open g4" (exit 2) ended the
+		 * run before it tried one. */
+		rc = 0;
 	if (rc == -EHOSTUNREACH || rc == -EAGAIN) {
 		/* A partner that is down or busy is not configuration (it said
 		 * "cannot open g4", exit 2): the next run tries again. */

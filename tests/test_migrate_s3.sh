@@ -199,6 +199,23 @@ poll 300 nb_logged3 || fail "the access log does not say 503 three times: $(cat 
 gw_stop "$nbgw"
 kvt_expect 0 "$K" head models nc/c
 kvt_grep out "^tier: +cold$"
+# A recall asked for: the sweep's listing of multipart uploads found the
+# bucket missing first and the run ended there, "cannot open g4", exit 2,
+# no object tried; it is the recall's answer now, its object failed.
+for how in --recall --recall-keys; do
+	if [ "$how" = --recall ]; then
+		kvt_expect 1 "$M" --recall models/nc
+	else
+		echo models/nc/c >"$T/nc.keys"
+		kvt_expect 1 "$M" --recall-keys "$T/nc.keys"
+	fi
+	kvt_grep err "cannot recall 'models/nc/c': the bucket of g4 's3://nosuch/kvtier/g4' does not exist at the partner"
+	kvt_grep err "^kvtier-migrate: recall: 0 sessions, 0 objects, 0 bytes in .* 1 failures$"
+	! grep -q "cannot open g4" "$T/err" ||
+		fail "$how with the bucket missing ended at the sweep: $(cat "$T/err")"
+done
+kvt_expect 0 "$K" head models nc/c
+kvt_grep out "^tier: +cold$"
 kvt_expect 0 "$K" rm models nb/a
 kvt_expect 0 "$K" rm models nb/b
 kvt_expect 0 "$K" rm models nd/d
