@@ -264,6 +264,7 @@ struct gw_req {
 	bool queued;			/* a response is queued */
 	bool ended;			/* http_end ran */
 	unsigned status;
+	enum s3_code err_code;		/* the S3 error answered (access log, /metrics) */
 	uint64_t bytes_in, bytes_out;
 
 	/* the body */

@@ -217,6 +217,8 @@ void http_send_error(struct gw_req *rq, enum s3_code code, const char *msg)
 		log_info("request %s: %s %s: %u %s: %s", rq->id, rq->method, rq->raw_uri, status,
 			 s3_err_name(code), msg && *msg ? msg : s3_err_message(code));
 	rq->bytes_out += len;
+	if (!rq->queued)
+		rq->err_code = code;	/* a second response is dropped, and not it */
 	http_send(rq, status, resp);
 }
 
@@ -947,6 +949,7 @@ static bool http_too_slow(struct gw_req *rq)
 		 rq->id, (unsigned long long)sent, (double)dt / 1e9, GW_STREAM_MIN_RATE);
 	http_body_fail(rq, S3_REQUEST_TIMEOUT, NULL);
 	rq->status = s3_err_status(S3_REQUEST_TIMEOUT);
+	rq->err_code = S3_REQUEST_TIMEOUT;
 	return true;
 }
 
@@ -1079,12 +1082,19 @@ static void http_access_log(struct gw_req *rq, enum MHD_RequestTerminationCode t
 		clock_gettime(CLOCK_REALTIME, &ts);
 		gw_time_iso(when, sizeof(when), (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
 	}
-	/* One write(2) per line: lines from many threads never interleave. */
-	n = snprintf(line, sizeof(line), "%s %s %s %s %s %.1024s %u %s %llu %llu %.3f %s\n", when,
-		     addr, rq->id, rq->user ? rq->user->access : "-",
+	/*
+	 * One write(2) per line: lines from many threads never interleave.
+	 * The S3 code and its reason last, "-" where there is none: a 503
+	 * alone did not tell the partner's bucket missing from the partner
+	 * down or a full hot tier.
+	 */
+	n = snprintf(line, sizeof(line), "%s %s %s %s %s %.1024s %u %s %llu %llu %.3f %s %s %s\n",
+		     when, addr, rq->id, rq->user ? rq->user->access : "-",
 		     rq->method ? rq->method : "-", rq->raw_uri ? rq->raw_uri : "-", rq->status,
 		     s3_op_name(rq->op), (unsigned long long)rq->bytes_in,
-		     (unsigned long long)rq->bytes_out, (double)dur_ns / 1e6, http_toe_name(toe));
+		     (unsigned long long)rq->bytes_out, (double)dur_ns / 1e6, http_toe_name(toe),
+		     rq->err_code != S3_OK ? s3_err_name(rq->err_code) : "-",
+		     *s3_err_reason(rq->err_code) ? s3_err_reason(rq->err_code) : "-");
 	if (n > (int)sizeof(line) - 1) {
 		n = (int)sizeof(line) - 1;
 		line[n - 1] = '\n';
@@ -1113,7 +1123,7 @@ void http_completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
 	now = util_mono_ns();
 	http_conn_head(conn, now);	/* a kept connection awaits its next head */
 	dur = now - rq->start_ns;
-	metrics_request(rq->op, rq->status, rq->bytes_in, rq->bytes_out, dur);
+	metrics_request(rq->op, rq->status, rq->err_code, rq->bytes_in, rq->bytes_out, dur);
 	http_access_log(rq, toe, dur);
 	http_req_free(rq);
 }

@@ -4,6 +4,9 @@
  * Request counters are a fixed table (operation x status) of relaxed
  * atomics: a request costs a few atomic adds and no lock, and a scrape reads
  * whatever the counters hold (Prometheus counters need only be monotonic).
+ * Errors are counted apart, by the row of s3_error.c's table they were
+ * answered with (its S3 code and reason: a bounded label set), not by
+ * operation, which would multiply the series.
  * The hot tier's figures are read fresh from the engine on every scrape.
  */
 #include "config.h"
@@ -28,6 +31,7 @@ static const double metrics_bounds[] = {
 static uint64_t metrics_requests[S3_OP_COUNT][METRICS_NSTATUS];
 static uint64_t metrics_latency[S3_OP_COUNT][METRICS_NBUCKETS];
 static uint64_t metrics_latency_sum_us[S3_OP_COUNT];
+static uint64_t metrics_errors[S3_CODE_COUNT];
 static uint64_t metrics_bytes_in, metrics_bytes_out;
 /* Keys answered by ?kvtier-lookup: hot, cold (a recall away), missing. */
 static uint64_t metrics_lookup_keys[3];
@@ -42,8 +46,8 @@ static uint64_t metrics_get(const uint64_t *p)
 	return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 
-void metrics_request(enum s3_op op, unsigned status, uint64_t bytes_in, uint64_t bytes_out,
-		     int64_t latency_ns)
+void metrics_request(enum s3_op op, unsigned status, enum s3_code code, uint64_t bytes_in,
+		     uint64_t bytes_out, int64_t latency_ns)
 {
 	size_t s, b;
 	double secs = latency_ns > 0 ? (double)latency_ns / 1e9 : 0;
@@ -55,6 +59,8 @@ void metrics_request(enum s3_op op, unsigned status, uint64_t bytes_in, uint64_t
 	for (b = 0; b < METRICS_NBUCKETS - 1 && secs > metrics_bounds[b]; b++)
 		;
 	metrics_add(&metrics_requests[op][s], 1);
+	if (code != S3_OK && code < S3_CODE_COUNT)
+		metrics_add(&metrics_errors[code], 1);
 	metrics_add(&metrics_latency[op][b], 1);
 	metrics_add(&metrics_latency_sum_us[op], (uint64_t)(latency_ns > 0 ? latency_ns / 1000 : 0));
 	metrics_add(&metrics_bytes_in, bytes_in);
@@ -89,6 +95,18 @@ void metrics_render(struct gw_buf *b, struct kvt_store *st, struct gw_work *w)
 			gw_buf_printf(b, "kvtier_gateway_requests_total{op=\"%s\",status=\"%s\"} %llu\n",
 				      s3_op_name((enum s3_op)op), status, (unsigned long long)v);
 		}
+	}
+	gw_buf_puts(b, "# HELP kvtier_gateway_errors_total S3 error responses, by code and, where "
+		       "one code has several causes, reason.\n"
+		       "# TYPE kvtier_gateway_errors_total counter\n");
+	for (int code = 0; code < S3_CODE_COUNT; code++) {
+		uint64_t v = metrics_get(&metrics_errors[code]);
+		const char *reason = s3_err_reason((enum s3_code)code);
+
+		if (v)
+			gw_buf_printf(b, "kvtier_gateway_errors_total{code=\"%s\"%s%s%s} %llu\n",
+				      s3_err_name((enum s3_code)code), *reason ? ",reason=\"" : "",
+				      reason, *reason ? "\"" : "", (unsigned long long)v);
 	}
 	gw_buf_printf(b, "# HELP kvtier_gateway_received_bytes_total Request body bytes read.\n"
 		      "# TYPE kvtier_gateway_received_bytes_total counter\n"

@@ -7,6 +7,13 @@
  * gives each one an S3 code, with rows specific to what was being done
  * (an -ENOENT is NoSuchBucket when the bucket was asked for, NoSuchKey for
  * an object, NoSuchUpload for a multipart upload) before a catch-all row.
+ *
+ * Where one S3 code stands for causes an operator must tell apart (a 503
+ * ServiceUnavailable for the partner's bucket missing, the partner down, a
+ * read-only store), the row has a reason of its own: the access log and
+ * /metrics (metrics.c) count by code and reason, so their label values are
+ * this table's, a bounded set. No two rows have both the same code and
+ * the same reason: /metrics would list one series twice.
  */
 #include "config.h"
 
@@ -20,6 +27,7 @@ static const struct {
 	const char *name;
 	unsigned status;
 	const char *message;
+	const char *reason;	/* NULL: the code says it all */
 } s3_codes[S3_CODE_COUNT] = {
 	[S3_OK] = { "OK", 200, "OK" },
 	[S3_ACCESS_DENIED] = { "AccessDenied", 403, "Access Denied" },
@@ -86,14 +94,17 @@ static const struct {
 	[S3_SIGNATURE_DOES_NOT_MATCH] = { "SignatureDoesNotMatch", 403,
 		"The request signature we calculated does not match the signature you provided. "
 		"Check your key and signing method." },
-	[S3_SLOW_DOWN] = { "SlowDown", 503,
+	[S3_SLOW_DOWN] = { "SlowDown", 503, "Please reduce your request rate." },
+	/* -ENOSPC: a SlowDown of its own, for the log and /metrics to tell a
+	 * full node from one busy for a moment. */
+	[S3_NO_ROOM] = { "SlowDown", 503,
 		"No room: the hot tier is full and nothing more can be evicted, or the disk under "
-		"the store is full. Please reduce your request rate." },
+		"the store is full. Please reduce your request rate.", "no-room" },
 	[S3_AUTH_HEADER_MALFORMED] = { "AuthorizationHeaderMalformed", 400,
 		"The authorization header is malformed." },
 	[S3_CONTENT_SHA256_MISMATCH] = { "XAmzContentSHA256Mismatch", 400,
 		"The provided 'x-amz-content-sha256' header does not match what was computed." },
-	[S3_EXPIRED_PRESIGNED] = { "AccessDenied", 403, "Request has expired" },
+	[S3_EXPIRED_PRESIGNED] = { "AccessDenied", 403, "Request has expired", "expired" },
 	[S3_CONDITIONAL_CONFLICT] = { "ConditionalRequestConflict", 409,
 		"A conflicting operation occurred during the conditional write. Please retry." },
 	[S3_INVALID_PART_NUMBER] = { "InvalidPartNumber", 416,
@@ -101,12 +112,14 @@ static const struct {
 	/* S3 has no code for it (its limits are not per server); SlowDown with
 	 * Retry-After is what every SDK already backs off on. */
 	[S3_TOO_MANY_UPLOADS] = { "SlowDown", 503,
-		"Too many multipart uploads are open. Complete or abort some, or retry later." },
+		"Too many multipart uploads are open. Complete or abort some, or retry later.",
+		"too-many-uploads" },
 	[S3_READ_ONLY] = { "ServiceUnavailable", 503,
-		"The store is on a read-only file system: it serves reads and refuses writes." },
+		"The store is on a read-only file system: it serves reads and refuses writes.",
+		"read-only" },
 	[S3_PARTNER_UNAVAILABLE] = { "ServiceUnavailable", 503,
 		"The object is in the cold tier, whose partner store cannot be reached now. "
-		"Nothing is lost: retry later." },
+		"Nothing is lost: retry later.", "g4-unreachable" },
 	/* Not the store's InternalError (500: as -EIO it was one), nor the
 	 * partner down: [g4] url names a bucket the partner lacks. A 503
 	 * all the same, which clients retry: nothing is lost, and once the
@@ -114,11 +127,11 @@ static const struct {
 	[S3_PARTNER_NO_BUCKET] = { "ServiceUnavailable", 503,
 		"The object is in the cold tier, and the bucket that holds it does not exist at the "
 		"partner store (deleted, or misnamed in this node's [g4] url). Nothing is lost: the "
-		"object is readable once the bucket is there again." },
+		"object is readable once the bucket is there again.", "g4-no-bucket" },
 	/* A streamed upload that waited too long for a stream slot (gw.h). */
 	[S3_NO_STREAM_SLOT] = { "SlowDown", 503,
 		"Too many uploads are streaming at once and this one waited too long for its turn. "
-		"Please retry later." },
+		"Please retry later.", "no-stream-slot" },
 	/* S3's words; here also a body that arrives too slowly (gw.h). */
 	[S3_REQUEST_TIMEOUT] = { "RequestTimeout", 400,
 		"Your socket connection to the server was not read from or written to within the "
@@ -147,7 +160,7 @@ static const struct {
 	/* -EILSEQ: a key that is not UTF-8 (kvt_key_valid): the client's error. */
 	{ EILSEQ, S3_CTX_ANY, S3_INVALID_ARGUMENT },
 	/* -ENOSPC: reclaim could not make room (pinned data, unsynced sessions). */
-	{ ENOSPC, S3_CTX_ANY, S3_SLOW_DOWN },
+	{ ENOSPC, S3_CTX_ANY, S3_NO_ROOM },
 	{ EAGAIN, S3_CTX_ANY, S3_SLOW_DOWN },
 	{ EBUSY, S3_CTX_ANY, S3_SLOW_DOWN },
 	/* -ESTALE: reclaim took the version being read; a retry reads the new one. */
@@ -177,6 +190,11 @@ const char *s3_err_name(enum s3_code code)
 unsigned s3_err_status(enum s3_code code)
 {
 	return code < S3_CODE_COUNT ? s3_codes[code].status : 500;
+}
+
+const char *s3_err_reason(enum s3_code code)
+{
+	return code < S3_CODE_COUNT && s3_codes[code].reason ? s3_codes[code].reason : "";
 }
 
 const char *s3_err_message(enum s3_code code)

@@ -54,6 +54,7 @@ enum s3_code {
 	S3_PARTNER_NO_BUCKET,
 	S3_NO_STREAM_SLOT,
 	S3_REQUEST_TIMEOUT,
+	S3_NO_ROOM,
 	S3_CODE_COUNT
 };
 
@@ -69,6 +70,9 @@ enum s3_ctx {
 /* "NoSuchKey" */
 const char *s3_err_name(enum s3_code code);
 unsigned s3_err_status(enum s3_code code);
+/* "g4-no-bucket": what tells this row from others of its code (the access
+ * log, /metrics); "" where the code says it all. */
+const char *s3_err_reason(enum s3_code code);
 /* A sentence for <Message>. */
 const char *s3_err_message(enum s3_code code);
 /* The S3 error for a negative errno from the engine. */

@@ -188,6 +188,9 @@ gw_start main 384M 8M --timeout 3 --threads 4
 main_pid=$GW_PID
 main_log=$GW_LOG
 export GW_ENDPOINT GW_SMALL_ENDPOINT GW_PARTS_ENDPOINT
+GW_ACCESS_LOG=$KVT_TMP/main.access
+GW_SMALL_ACCESS_LOG=$KVT_TMP/small.access
+export GW_ACCESS_LOG GW_SMALL_ACCESS_LOG
 GW_TIMEOUT=3
 GW_PID=$main_pid
 export GW_TIMEOUT GW_PID

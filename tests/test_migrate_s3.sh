@@ -145,7 +145,9 @@ grep -q "deleted since it was demoted" "$T/err" &&
 	fail "a missing bucket was read as a deleted copy: $(cat "$T/err")"
 # Through the gateway: a 500 InternalError (the store's own failure, as
 # -EIO) was all a client saw; it is a 503 that says the partner's bucket
-# is missing (clients retry it), in the access log and /metrics as a 503.
+# is missing (clients retry it), in the access log and /metrics as a 503,
+# with its S3 code and the reason that tells it from a partner that does
+# not answer (both are ServiceUnavailable; the two said only 503).
 . "$top_srcdir/tests/gateway/lib.sh"
 trap 'gw_cleanup; s3rver_stop' EXIT
 : >"$T/nb.err"
@@ -171,15 +173,17 @@ kvt_expect 0 curl -s -I -o "$T/nb.head" -w '%{http_code}' \
 # Both written once the answer is sent: as long as that takes (a loaded
 # sanitizer gateway), not at once.
 nb_logged() {
-	grep -q " GET /models/nc/c 503 GetObject " "$T/nb.access"
+	grep -Eq " GET /models/nc/c 503 GetObject .* ServiceUnavailable g4-no-bucket$" "$T/nb.access"
 }
 poll 300 nb_logged || fail "the access log does not say 503: $(cat "$T/nb.access")"
 nb_counted() {
 	curl -s "$nburl/metrics" >"$T/nb.metrics" &&
-		grep -q '^kvtier_gateway_requests_total{op="GetObject",status="503"} 1$' "$T/nb.metrics"
+		grep -q '^kvtier_gateway_requests_total{op="GetObject",status="503"} 1$' "$T/nb.metrics" &&
+		grep -q '^kvtier_gateway_errors_total{code="ServiceUnavailable",reason="g4-no-bucket"} 1$' \
+			"$T/nb.metrics"
 }
 poll 300 nb_counted ||
-	fail "/metrics does not count the 503: $(grep requests_total "$T/nb.metrics")"
+	fail "/metrics does not count the 503: $(grep -E 'requests_total|errors_total' "$T/nb.metrics")"
 grep -q "the bucket of g4 's3://nosuch/kvtier/g4' does not exist at the partner" "$T/nb.err" ||
 	fail "the gateway did not log the missing bucket: $(cat "$T/nb.err")"
 # A client retrying at each Retry-After: 1 got two lines in the log for
@@ -190,7 +194,7 @@ for i in 2 3; do
 	[ "$(cat "$T/out")" = 503 ] || fail "try $i with the bucket missing answered $(cat "$T/out")"
 done
 nb_logged3() {
-	[ "$(grep -c " GET /models/nc/c 503 GetObject " "$T/nb.access")" -eq 3 ]
+	[ "$(grep -c " GET /models/nc/c 503 GetObject .* ServiceUnavailable g4-no-bucket$" "$T/nb.access")" -eq 3 ]
 }
 poll 300 nb_logged3 || fail "the access log does not say 503 three times: $(cat "$T/nb.access")"
 [ "$(grep -c "the bucket of g4 's3://nosuch/kvtier/g4' does not exist at the partner" "$T/nb.err")" -eq 1 ] &&

@@ -11,6 +11,8 @@ Run by tests/test_gateway.sh, which starts the gateway and passes:
   GW_PARTS_ENDPOINT (optional)        a gateway with --min-part-size 1
   GW_TIMEOUT       the gateway's --timeout, seconds
   GW_PID           the gateway's pid, to count its sockets (else that test skips)
+  GW_ACCESS_LOG, GW_SMALL_ACCESS_LOG (optional)  the access logs of the main
+                   and the small gateway, read for the lines of requests made
 Exit status: 0 all passed, 1 a failure.
 """
 import base64
@@ -47,6 +49,8 @@ SCOPED_BUCKET = os.environ.get("GW_SCOPED_BUCKET")
 SMALL_ENDPOINT = os.environ.get("GW_SMALL_ENDPOINT")
 PARTS_ENDPOINT = os.environ.get("GW_PARTS_ENDPOINT")
 TIMEOUT = int(os.environ.get("GW_TIMEOUT", "3"))
+ACCESS_LOG = os.environ.get("GW_ACCESS_LOG")
+SMALL_ACCESS_LOG = os.environ.get("GW_SMALL_ACCESS_LOG")
 HOST = urllib.parse.urlparse(ENDPOINT).hostname
 PORT = urllib.parse.urlparse(ENDPOINT).port
 EMPTY_SHA = hashlib.sha256(b"").hexdigest()
@@ -1412,6 +1416,9 @@ class BadInput(Base):
             request.headers["x-kvtier-pin"] = "true"
         small.meta.events.register("before-sign.s3.PutObject", pin)
         blob = os.urandom(MiB)
+        # A SlowDown of its own: the log and /metrics said only 503.
+        no_room = 'kvtier_gateway_errors_total{code="SlowDown",reason="no-room"}'
+        before = metric(no_room, SMALL_ENDPOINT)
         for i in range(64):
             try:
                 small.put_object(Bucket="fill", Key="pinned/%d" % i, Body=blob)
@@ -1419,6 +1426,15 @@ class BadInput(Base):
                 code, status = err_code(e)
                 self.assertEqual((code, status), ("SlowDown", 503))
                 self.assertEqual(e.response["ResponseMetadata"]["HTTPHeaders"].get("retry-after"), "1")
+                self.assertTrue(e.response["Error"]["Message"].startswith("No room: "),
+                                e.response["Error"])
+                self.assertGreaterEqual(metric_reaching(no_room, before + 1,
+                                                        endpoint=SMALL_ENDPOINT), before + 1)
+                if SMALL_ACCESS_LOG:
+                    line = access_line(SMALL_ACCESS_LOG,
+                                       e.response["ResponseMetadata"]["RequestId"])
+                    self.assertEqual(line[6:8] + line[-2:],
+                                     ["503", "PutObject", "SlowDown", "no-room"], line)
                 # A readiness check reading /health sees it ("writes: ok" it said).
                 body = urllib.request.urlopen(SMALL_ENDPOINT + "/health").read().decode()
                 self.assertTrue(body.startswith("ok\n"), body)
@@ -1427,24 +1443,39 @@ class BadInput(Base):
         self.fail("64 MiB of pinned objects fitted in the small store")
 
 
-def metric(name):
+def metric(name, endpoint=ENDPOINT):
     """The value of one sample of /metrics, 0 when absent."""
-    text = urllib.request.urlopen(ENDPOINT + "/metrics").read().decode()
+    text = urllib.request.urlopen(endpoint + "/metrics").read().decode()
     for line in text.splitlines():
         if line.startswith(name + " "):
             return float(line.split()[-1])
     return 0.0
 
 
-def metric_reaching(name, want, seconds=30):
+def metric_reaching(name, want, seconds=30, endpoint=ENDPOINT):
     """The sample once it reaches want, or its value after seconds.  A request
     is counted when libmicrohttpd reports it complete, which can come a moment
     after its client has the answer (a slow sanitizer build shows it)."""
     deadline = time.monotonic() + seconds
     while True:
-        value = metric(name)
+        value = metric(name, endpoint)
         if value >= want or time.monotonic() > deadline:
             return value
+        time.sleep(0.02)
+
+
+def access_line(path, request_id, seconds=30):
+    """The access-log line of the request, split into its fields; written,
+    like the count, once libmicrohttpd reports the request complete."""
+    deadline = time.monotonic() + seconds
+    while True:
+        with open(path) as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 2 and fields[2] == request_id:
+                    return fields
+        if time.monotonic() > deadline:
+            raise AssertionError("no line of request %s in %s" % (request_id, path))
         time.sleep(0.02)
 
 
@@ -1529,6 +1560,29 @@ class Operator(Base):
                      "kvtier_recalled_objects_total", "kvtier_gateway_lookup_keys_total"):
             self.assertIn(name, m)
 
+    def test_error_codes(self):
+        """A failed request's S3 code is in its access-log line and counted by
+        code on /metrics (both said only "404" or "503": a partner's bucket
+        missing, the partner down and a full hot tier were one 503)."""
+        missing = 'kvtier_gateway_errors_total{code="NoSuchKey"}'
+        before = metric(missing)
+        with self.assertRaises(ClientError) as cm:
+            self.s3.get_object(Bucket=self.bucket, Key="no-such-key")
+        self.assertEqual(err_code(cm.exception), ("NoSuchKey", 404))
+        self.assertGreaterEqual(metric_reaching(missing, before + 1), before + 1)
+        put = self.s3.put_object(Bucket=self.bucket, Key="err-ok", Body=b"x")
+        m = urllib.request.urlopen(ENDPOINT + "/metrics").read().decode()
+        self.assertIn("# TYPE kvtier_gateway_errors_total counter\n", m)
+        # Label values only from s3_error.c's table: an S3 code, a reason.
+        for labels in re.findall(r"^kvtier_gateway_errors_total\{(.*)\} \d+$", m, re.M):
+            self.assertRegex(labels, r'^code="[A-Za-z0-9]+"(,reason="[a-z0-9-]+")?$')
+        if not ACCESS_LOG:
+            return
+        line = access_line(ACCESS_LOG, cm.exception.response["ResponseMetadata"]["RequestId"])
+        self.assertEqual(line[6:8] + line[-2:], ["404", "GetObject", "NoSuchKey", "-"], line)
+        line = access_line(ACCESS_LOG, put["ResponseMetadata"]["RequestId"])
+        self.assertEqual(line[6:8] + line[-2:], ["200", "PutObject", "-", "-"], line)
+
     def test_dashboard_metrics_exist(self):
         """Every series etc/grafana/kvtier.json plots is one /metrics exports."""
         top = os.environ.get("top_srcdir",
@@ -1537,6 +1591,12 @@ class Operator(Base):
             exprs = [t["expr"] for p in json.load(f)["panels"] for t in p["targets"]]
         names = set(re.findall(r"kvtier_[a-z_]+", " ".join(exprs)))
         self.assertGreater(len(names), 8)
+        # Errors are listed once one is answered (this class may run first).
+        missing = 'kvtier_gateway_errors_total{code="NoSuchKey"}'
+        before = metric(missing)
+        with self.assertRaises(ClientError):
+            self.s3.get_object(Bucket=self.bucket, Key="no-such-key")
+        metric_reaching(missing, before + 1)
         m = urllib.request.urlopen(ENDPOINT + "/metrics").read().decode()
         exported = set(re.findall(r"^(kvtier_[a-z_]+)", m, re.M))
         self.assertEqual(names - exported, set())
