@@ -1781,22 +1781,39 @@ static int store_place_check(struct kvt_store *st, struct cat *c, struct cat_pla
 	return store_place_same(was, here);
 }
 
+/*
+ * How long a refusal stands before store_g4_owned() asks again. Asking
+ * (/etc/machine-id read, the directory statx'd, the catalog's place
+ * read) cost 25 us, at every call: a demoter pass asks once a session,
+ * each second while a copy is full, a quarter of its time with 3000
+ * sessions. What can change meanwhile is the catalog, by `kvtier
+ * store-id` in another process: a running one sees it within this.
+ */
+#define STORE_PLACE_RECHECK_NS 1000000000LL
+
 int store_g4_owned(struct kvt_store *st)
 {
-	static int warned;
 	struct cat_place was, here;
 	struct cat *c;
+	int64_t now, asked;
 	int recorded, rc;
 
 	if (!__atomic_load_n(&st->place_moved, __ATOMIC_RELAXED))
 		return 0;
+	now = util_mono_ns();
+	asked = __atomic_load_n(&st->place_asked_ns, __ATOMIC_RELAXED);
+	if (asked && now - asked < STORE_PLACE_RECHECK_NS)
+		return -EREMCHG;
 	c = store_cat(st);
 	rc = c ? store_place_check(st, c, &was, &here, &recorded) : -ENOMEM;
 	if (rc == 1) {
 		__atomic_store_n(&st->place_moved, 0, __ATOMIC_RELAXED);
 		return 0;
 	}
-	if (rc == 0 && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+	if (rc == 0)
+		__atomic_store_n(&st->place_asked_ns, now, __ATOMIC_RELAXED);
+	/* Once a store: once a process said nothing of a second copy. */
+	if (rc == 0 && !__atomic_exchange_n(&st->place_warned, 1, __ATOMIC_RELAXED))
 		log_err(0, "the store in '%s' is not where its id was given (a copy, or the store"
 			" moved): nothing is written to or deleted from g4 until 'kvtier store-id"
 			" --new' (a copy) or 'kvtier store-id --keep' (moved) says whose it is",

@@ -110,6 +110,8 @@ struct kvt_store {
 	/* The store is not where its id was given (store_place_check()):
 	 * nothing is written to G4 (atomic; store_g4_owned()). */
 	int place_moved;
+	int64_t place_asked_ns;		/* when store_g4_owned() last found it so (atomic) */
+	int place_warned;		/* it logged the refusal (atomic) */
 	/* The last write here that wanted a segment found none reclaim could
 	 * free (atomic; kvt_store_writes_full()): set and cleared by
 	 * store_alloc_within(). */
@@ -157,8 +159,9 @@ struct kvt_store {
 /*
  * 0 when this store may write and delete in G4 as the owner its id names;
  * -EREMCHG when it is not where the id was given (a copy of the store, or
- * the store moved): logged once a process. Asks the catalog again then,
- * so a `kvtier store-id` meanwhile is seen; otherwise costs one load.
+ * the store moved): logged once a store. Asks the catalog again then at
+ * most once a second, so a `kvtier store-id` in another process is seen
+ * within one; otherwise (and between) it costs a load or two.
  */
 int store_g4_owned(struct kvt_store *st);
 /* Where the machine's id is read from (tests point it elsewhere). */
