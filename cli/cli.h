@@ -14,6 +14,7 @@ enum {
 	CLI_FAIL = 1,		/* the operation failed (object missing, I/O error) */
 	CLI_USAGE = 2,		/* bad command line or configuration */
 	CLI_DAMAGED = 3,	/* fsck found problems it did not repair */
+	CLI_MOVED = 4,		/* store-id: the store is not where its id was given */
 };
 
 /*

@@ -12,7 +12,8 @@
  * looks like `aws s3 ls`, `stat --json` is one JSON object), and a failure is
  * one line on stderr, "kvtier: get: no such object 'b/k'", with an exit
  * status from cli.h: 0 done, 1 the operation failed, 2 a bad command line or
- * configuration, 3 fsck found damage it did not repair.
+ * configuration, 3 fsck found damage it did not repair, 4 store-id found
+ * the store not where its id was given.
  *
  * `put` streams its input into a writer, so nothing is visible until the
  * whole input has been read and committed. `get` writes FILE.tmp-PID and
@@ -1234,7 +1235,8 @@ static int cmd_store_id(struct cli *c, int argc, char **argv)
 	printf("matches:   %s\n", id.matches ? "yes" :
 	       "no: a copy of a store ('kvtier store-id --new'), or the store moved"
 	       " ('kvtier store-id --keep'); nothing is written to g4 until then");
-	return CLI_OK;
+	/* A status of its own: monitoring need not read 'matches:'. */
+	return id.matches ? CLI_OK : CLI_MOVED;
 }
 
 static int cmd_bench(struct cli *c, int argc, char **argv)

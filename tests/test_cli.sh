@@ -371,6 +371,20 @@ kvt_expect 0 "$K" store-id --new --force
 kvt_grep out "^id: +[0-9a-f]{16} \(new\)$"
 ! grep -q "^id: *$id" "$KVT_TMP/out" || fail "store-id --new --force kept the id $id"
 
+step "store-id exits 4 on a store that is not where its id was given, 0 once --new or --keep says whose it is"
+# It exited 0 either way: monitoring had to read 'matches:'.
+for how in new keep; do
+	rm -rf "$T/copy"
+	cp -a "$KVT_DIR" "$T/copy"
+	kvt_write_config "$T/copy.conf" "$T/copy"
+	kvt_expect 4 "$K" -c "$T/copy.conf" store-id
+	kvt_grep out "^matches: +no: a copy of a store"
+	kvt_expect 0 "$K" -c "$T/copy.conf" store-id --$how
+	kvt_grep out "^matches: +yes$"
+	kvt_expect 0 "$K" -c "$T/copy.conf" store-id
+done
+rm -rf "$T/copy"
+
 step "store-id: a machine-id systemd mounts at boot (transient) moves no store"
 # A machine whose /etc/machine-id is empty or read-only gets a random one
 # mounted over it at each boot: its store was not where its id was given

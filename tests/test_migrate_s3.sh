@@ -391,7 +391,7 @@ kvt_expect 0 "$M" --idle 0s
 kvt_expect 0 "$K" store-id
 kvt_grep out "^matches: +yes$"
 id=$(sed -n 's/^id: *\([0-9a-f]*\)$/\1/p' "$T/out")
-kvt_expect 0 "$K" -c "$CP" store-id
+kvt_expect 4 "$K" -c "$CP" store-id
 kvt_grep out "^id: +$id$"
 kvt_grep out "^matches: +no"
 kvt_expect 0 "$K" -c "$CP" store-id --new
