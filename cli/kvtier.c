@@ -880,7 +880,7 @@ static const char *cli_crc_base64(uint32_t crc, char *buf)
 static int cmd_head(struct cli *c, int argc, char **argv)
 {
 	struct kvt_object *o = NULL;
-	char when[48], b64[9];
+	char when[48], b64[9], *g4 = NULL;
 	int i, rc, status = CLI_OK;
 
 	if ((i = cli_plain_args(c, argc, argv, 2, 2, &status)) < 0)
@@ -900,8 +900,12 @@ static int cmd_head(struct cli *c, int argc, char **argv)
 	printf("session:       %s\n", o->session ? o->session : "-");
 	printf("tier:          %s\n", kvt_tier_name(o->tier));
 	printf("pinned:        %s\n", o->pinned ? "yes" : "no");
+	/* Where an operator finds its copy in the partner bucket. */
+	kvt_object_g4_name(c->st, argv[i], argv[i + 1], &g4);
+	printf("g4:            %s\n", g4 ? g4 : "-");
 	for (size_t m = 0; m < o->nmeta; m++)
 		printf("meta:          %s=%s\n", o->meta[m].name, o->meta[m].value);
+	free(g4);
 	kvt_object_free(o);
 	return CLI_OK;
 }

@@ -691,6 +691,10 @@ int kvt_g4_recall_keys(struct kvt_store *st, const char *const *keys, size_t n,
 		       const struct kvt_g4_opts *opts, struct kvt_g4_report *rep);
 /* Brings one cold object back; 0 if it is hot already. */
 int kvt_object_recall(struct kvt_store *st, const char *bucket, const char *key);
+/* Where G4 holds the copy of the object's version: its name under [g4] url
+ * (*name, caller frees), as a manifest's g4_key gives it. -ENOENT if there
+ * is no such object, or G4 holds no copy of its version. */
+int kvt_object_g4_name(struct kvt_store *st, const char *bucket, const char *key, char **name);
 /* Removes what interrupted uploads of this host left in G4, and the copies
  * of what was deleted here; opts->retries (NULL: none) more tries of the
  * listing of multipart uploads that the partner failed with 500, 503 or no

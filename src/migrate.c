@@ -2548,6 +2548,29 @@ int kvt_object_recall(struct kvt_store *st, const char *bucket, const char *key)
 	return rc < 0 ? rc : recall_object(st, bucket, key);
 }
 
+int kvt_object_g4_name(struct kvt_store *st, const char *bucket, const char *key, char **name)
+{
+	struct cat *c = store_cat(st);
+	struct cat_object *co = NULL;
+	struct cat_g4_obj *go = NULL;
+	int rc = c ? kvt_key_valid(key) : -ENOMEM;
+
+	*name = NULL;
+	if (rc == 0)
+		rc = cat_object_lookup(c, bucket, key, 0, &co);
+	if (rc == 0)
+		rc = cat_g4_object(c, co->id, co->vid, &go);
+	if (rc == 0 && go->g4_vid != go->co->vid)
+		rc = -ENOENT;
+	if (rc == 0) {
+		*name = g4_name(bucket, key, go->g4_key);
+		rc = *name ? 0 : -ENOMEM;
+	}
+	cat_g4_objs_free(go, go ? 1 : 0);
+	cat_object_free(co);
+	return rc;
+}
+
 static void job_recall_one(struct g4_job *j, const char *bucket, const char *key, uint64_t size)
 {
 	struct kvt_g4_report r = { 0 };

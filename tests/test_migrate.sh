@@ -36,6 +36,12 @@ g4_files()	# objects G4 holds (not manifests, not temporaries)
 	find "$G4" -path "$G4/.kvtier" -prune -o -type f -print | wc -l
 }
 
+g4_name()	# BUCKET KEY [CONF]: the name of its G4 copy, as kvtier head gives it
+{
+	kvt_expect 0 "$K" -c "${3:-$KVTIER_CONF}" head "$1" "$2"
+	sed -n 's/^g4: *//p' "$KVT_TMP/out"
+}
+
 g4_tmp_files()
 {
 	find "$G4/.kvtier/tmp" -type f 2>/dev/null | wc -l
@@ -117,6 +123,9 @@ for s in s1 s2 s3 s4; do
 done
 tier_is models s1/pinned hot
 [ "$(g4_files)" -eq "$n" ] || fail "G4 holds $(g4_files) objects, expected $n"
+[ "$(g4_name models s2/blk1048577)" = models/s2/blk1048577 ] ||
+	fail "kvtier head names the copy of s2/blk1048577 '$(g4_name models s2/blk1048577)'"
+[ "$(g4_name models s1/pinned)" = - ] || fail "kvtier head names a copy of s1/pinned"
 grep -q '"key": "s2/blk1048577", "g4_key": "models/s2/blk1048577", "size": 1048577' \
 	"$G4/.kvtier/manifests/models/s2.json%" || fail "manifest of s2 lacks blk1048577"
 kvt_expect 0 "$K" stat
