@@ -121,6 +121,11 @@ struct cold_ops {
 	 * the journal recorded them); -ENOENT if the partner knows none, NULL
 	 * where puts are not multipart. */
 	int (*abort_upload)(struct cold *c, const char *pkey, const char *upload_id);
+	/* 1 if the partner can hold an object named key, 0 if the name is too
+	 * long for it (S3: more than 1024 bytes with the prefix; a directory:
+	 * a component over NAME_MAX, or the path over PATH_MAX, once
+	 * encoded). NULL: any name. */
+	int (*key_fits)(struct cold *c, const char *key);
 	/* Hands the journal on to a wrapped tier; NULL where nothing is wrapped. */
 	void (*set_journal)(struct cold *c, const struct cold_journal *j);
 	void (*free)(struct cold *c);
@@ -280,6 +285,11 @@ static inline int cold_del_if(struct cold *c, const char *key, const char *match
 static inline int cold_cleanup(struct cold *c)
 {
 	return c->ops->cleanup ? c->ops->cleanup(c) : 0;
+}
+
+static inline int cold_key_fits(struct cold *c, const char *key)
+{
+	return c->ops->key_fits ? c->ops->key_fits(c, key) : 1;
 }
 
 static inline int cold_abort_upload(struct cold *c, const char *pkey, const char *upload_id)

@@ -304,6 +304,11 @@ static void cfa_free(struct cold *c)
 	free(f);
 }
 
+static int cfa_key_fits(struct cold *c, const char *key)
+{
+	return cold_key_fits(((struct cold_fault *)c)->inner, key);
+}
+
 static void cfa_set_journal(struct cold *c, const struct cold_journal *j)
 {
 	cold_set_journal(((struct cold_fault *)c)->inner, j);
@@ -320,6 +325,7 @@ static const struct cold_ops cold_fault_ops = {
 	.del_if = cfa_del_if,
 	.cleanup = cfa_cleanup,
 	.abort_upload = cfa_abort_upload,
+	.key_fits = cfa_key_fits,
 	.set_journal = cfa_set_journal,
 	.free = cfa_free,
 };

@@ -25,6 +25,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -415,6 +416,30 @@ static int cf_cleanup(struct cold *c)
 	return 0;
 }
 
+/* A name whose file name, or one of whose encoded components, the file
+ * system refuses (ENAMETOOLONG) does not fit: each percent-encoded byte is
+ * three. */
+static int cf_key_fits(struct cold *c, const char *key)
+{
+	char *path = cf_path((struct cold_file *)c, key);
+	const char *comp;
+	int fits;
+
+	if (!path)
+		return 1;	/* the put says -ENOMEM */
+	fits = strlen(path) < PATH_MAX;
+	comp = path + strlen(((struct cold_file *)c)->dir) + 1;
+	while (fits && *comp) {
+		const char *slash = strchr(comp, '/');
+		size_t clen = slash ? (size_t)(slash - comp) : strlen(comp);
+
+		fits = clen <= NAME_MAX;
+		comp += clen + !!slash;
+	}
+	free(path);
+	return fits;
+}
+
 static void cf_free(struct cold *c)
 {
 	struct cold_file *cf = (struct cold_file *)c;
@@ -434,6 +459,7 @@ static const struct cold_ops cold_file_ops = {
 	.del = cf_del,
 	.del_if = cf_del_if,
 	.cleanup = cf_cleanup,
+	.key_fits = cf_key_fits,
 	.free = cf_free,
 };
 

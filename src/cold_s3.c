@@ -1398,6 +1398,19 @@ static int s3_cleanup(struct cold *cold)
 	return 0;
 }
 
+/* S3 keys are at most 1024 bytes of UTF-8, the prefix and its '/'
+ * included. */
+#define S3_KEY_MAX 1024
+
+static int s3_key_fits(struct cold *cold, const char *key)
+{
+	char *k = cold_s3_key(((struct cold_s3 *)cold)->prefix, key);
+	int fits = !k || strlen(k) <= S3_KEY_MAX;	/* no memory: the put says so */
+
+	free(k);
+	return fits;
+}
+
 static void s3_free(struct cold *cold)
 {
 	struct cold_s3 *s = (struct cold_s3 *)cold;
@@ -1427,6 +1440,7 @@ static const struct cold_ops cold_s3_ops = {
 	.del_if = s3_del_if,
 	.cleanup = s3_cleanup,
 	.abort_upload = s3_abort_upload,
+	.key_fits = s3_key_fits,
 	.free = s3_free,
 };
 

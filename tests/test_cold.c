@@ -3756,6 +3756,54 @@ static void test_rename_cold_schema4_etag(void **state)
 	test_env_release(&env);
 }
 
+/* Whether the partner can hold a name: S3's 1024 bytes, the prefix and
+ * its '/' with it, after the key mapping (cold_s3_key()); a directory's
+ * NAME_MAX for a component once encoded, its trailing '%' with it. */
+static void test_key_fits(void **state)
+{
+	const char *answers[] = { NULL };
+	struct test_env env;
+	struct fake_s3 f;
+	struct cold *c;
+	char key[1100];
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	snprintf(key, sizeof(key), "%s/g4", env.cfg.store.dir);
+	assert_int_equal(cold_file_new(key, &c), 0);
+	memset(key, 'k', sizeof(key));
+	memcpy(key, "b/", 2);
+	key[2 + 254] = '\0';		/* 254 bytes and '%' */
+	assert_int_equal(cold_key_fits(c, key), 1);
+	key[2 + 254] = 'k';
+	key[2 + 255] = '\0';
+	assert_int_equal(cold_key_fits(c, key), 0);
+	key[2] = ' ';			/* "%20": two bytes more */
+	key[2 + 252] = '\0';
+	assert_int_equal(cold_key_fits(c, key), 1);
+	key[2 + 252] = 'k';
+	key[2 + 253] = '\0';
+	assert_int_equal(cold_key_fits(c, key), 0);
+	cold_free(c);
+
+	c = fake_s3_start(&f, &env, answers);
+	memset(key, 'k', sizeof(key));
+	key[1020] = '\0';		/* "pfx/" and 1020 bytes: 1024 */
+	assert_int_equal(cold_key_fits(c, key), 1);
+	key[1020] = 'k';
+	key[1021] = '\0';
+	assert_int_equal(cold_key_fits(c, key), 0);
+	key[0] = '%';			/* "%25": two bytes more */
+	key[1018] = '\0';
+	assert_int_equal(cold_key_fits(c, key), 1);
+	key[1018] = 'k';
+	key[1019] = '\0';
+	assert_int_equal(cold_key_fits(c, key), 0);
+	fake_s3_stop(&f);
+	cold_free(c);
+	test_env_release(&env);
+}
+
 /* A copy gone from G4 (or not the object's): the read is an I/O error. */
 static void test_recall_copy_missing(void **state)
 {
@@ -4259,6 +4307,7 @@ int main(void)
 		cmocka_unit_test(test_copied_store_pressure_log),
 		cmocka_unit_test(test_copied_store_owned_cost),
 		cmocka_unit_test(test_store_id_new_unnamed_manifest),
+		cmocka_unit_test(test_key_fits),
 	};
 
 	if (getenv("KVT_TEST_FILTER"))	/* e.g. "test_pressure_*" */
