@@ -424,11 +424,19 @@ static int bm_latency(struct bm *b, unsigned char *src)
 		goto out;
 	}
 	for (unsigned i = 0; i < b->o.samples; i++) {
-		char key[128], g4key[256];
+		char key[128], g4key[256], *name = NULL;
 		int64_t ns[2];
 
 		snprintf(key, sizeof(key), "%s/blk-%05u", session, i);
-		snprintf(g4key, sizeof(g4key), BM_G4PREFIX "/" BM_BUCKET "/%s", key);
+		/* The partner's name of the copy the recall fetches. */
+		rc = kvt_object_g4_name(st, BM_BUCKET, key, &name);
+		if (rc < 0) {
+			fprintf(stderr, "kvtier: bench migrate: g4 holds no copy of '%s': %s\n", key,
+				strerror(-rc));
+			goto out;
+		}
+		snprintf(g4key, sizeof(g4key), BM_G4PREFIX "/%s", name);
+		free(name);
 		/* Alternate who goes first: the partner warms up to both. */
 		for (int k = 0; k < 2; k++) {
 			int who = (int)((i + (unsigned)k) % 2);

@@ -7,7 +7,8 @@
  * libcurl with SigV4) and a fault injector that wraps another
  * (cold_fault.c, for tests).
  *
- * Keys are G4 keys, S3 style: "BUCKET/KEY" for an object, and
+ * Keys are G4 keys, S3 style: the name migrate.c gives an object's copy
+ * (".kvtier/stores/STORE/BUCKET/KEY~VID"; "BUCKET/KEY" before), and
  * COLD_MANIFEST_PREFIX "BUCKET/SESSION.json" for a session's manifest.
  * A put is atomic: a reader sees the whole new object or the old one (or
  * none), never a part; so re-running an interrupted put leaves no

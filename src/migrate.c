@@ -26,11 +26,27 @@
  * Reclaim turns such an object cold instead of dropping it (catalog.c,
  * cat_object_drop), once g4_victim_copy_holds() has proven the copy.
  *
- * G4 names: an object's copy is "BUCKET/KEY", unless the catalog records
- * another (objects.g4_key): a cold object renamed keeps its copy under its
- * old name, and an upload whose own name holds such a copy goes to
- * ".kvtier/versions/BUCKET/VID" (g4_name(), demote_upload_once()). The
- * manifest lists each object's name as g4_key; import keeps it.
+ * G4 names: a store puts each version it uploads under a name of its own,
+ * ".kvtier/stores/STORE/BUCKET/KEY~VID", or, where the partner cannot hold
+ * one that long (cold_key_fits(): S3's 1024 bytes, prefix included),
+ * ".kvtier/stores/STORE/.versions/BUCKET/VID" (g4_upload_name()). No
+ * bucket starts with '.', so none is ever an object's "BUCKET/KEY"; an
+ * operator browsing the partner bucket reads whose copy of which key it
+ * is. The store, because two stores over one G4 (two nodes, or a store
+ * and its copy after kvtier store-id --new, which share VIDs too) that
+ * each demoted an object at one key put both to "BUCKET/KEY": the second
+ * went over the first's copy, and one's sweep deleted the other's. The
+ * version, because a name kept for a key's next version writes over the
+ * copy of the one before, which another store that imported the session
+ * may still read (import keeps names), and which a dead row still names.
+ * So a copy is written by one store, for one version, and no upload goes
+ * over another object's. The catalog records the name (objects.g4_key),
+ * the manifest lists it as g4_key and import keeps it (g4_name_parse()
+ * checks it is one of the bucket's). Copies from before are read,
+ * imported, swept and demoted again where they are: "BUCKET/KEY" (g4_key
+ * NULL; a cold object renamed records it, catalog migration 5) and
+ * ".kvtier/versions/BUCKET/VID". The sweep deletes a copy another store
+ * wrote only for a session this store owns by its manifest (sweep_copy()).
  *
  * Concurrent recalls of one object coalesce into one fetch, across threads
  * and processes (g4_lock(), recall_object()); so do two demotions of one
@@ -67,8 +83,11 @@
 
 #define MANIFEST_MAX (64u << 20)
 /* "kvtier_manifest" of what manifest_write() writes; one of a larger
- * number is a newer kvtier's, which this one refuses (manifest_read()). */
-#define MANIFEST_FORMAT 1
+ * number is a newer kvtier's, which this one refuses (manifest_read()).
+ * 2: a g4_key may be a per-store name (".kvtier/stores/"), which a kvtier
+ * of format 1 took for another bucket's and failed the import on; by the
+ * format it says to upgrade instead. Format 1 is read as ever. */
+#define MANIFEST_FORMAT 2
 
 /* The cold tier's journal of multipart uploads is the catalog's g4_uploads. */
 static int g4_journal_begin(void *arg, const char *url, const char *pkey, const char *upload_id)
@@ -339,17 +358,137 @@ static char *g4_name(const char *bucket, const char *key, const char *g4_key)
 	return g4_key ? strdup(g4_key) : g4_object_key(bucket, key);
 }
 
-/* The name of version vid when its own is held by another object's copy
- * (a cold object renamed away from it): no bucket starts with '.', so no
- * object's own name is ever one of these. Caller frees. */
-static char *g4_version_key(const char *bucket, uint64_t vid)
+/* Where store `store` puts its copies (see the head comment). */
+#define G4_STORES ".kvtier/stores/"
+/* ... of versions whose name would not fit the partner; no bucket starts
+ * with '.', so none is ever taken for one. */
+#define G4_STORE_VERSIONS ".versions/"
+/* Where a kvtier from before per-store names put a version whose own name
+ * another object's copy held (a cold object renamed away from it). */
+#define G4_VERSIONS ".kvtier/versions/"
+
+/* ".kvtier/stores/STORE/BUCKET/KEY~VID" or, with !key,
+ * ".kvtier/stores/STORE/.versions/BUCKET/VID". Caller frees. */
+static char *g4_store_key(uint64_t store, const char *bucket, const char *key, uint64_t vid)
 {
-	size_t len = strlen(bucket) + 48;
+	size_t len = strlen(G4_STORES G4_STORE_VERSIONS) + strlen(bucket) +
+		     (key ? strlen(key) : 0) + 40;
 	char *k = malloc(len);
 
-	if (k)
-		snprintf(k, len, ".kvtier/versions/%s/%016" PRIx64, bucket, vid);
+	if (k && key)
+		snprintf(k, len, G4_STORES "%016" PRIx64 "/%s/%s~%016" PRIx64, store, bucket, key,
+			 vid);
+	else if (k)
+		snprintf(k, len, G4_STORES "%016" PRIx64 "/" G4_STORE_VERSIONS "%s/%016" PRIx64,
+			 store, bucket, vid);
 	return k;
+}
+
+/* Whether s is 16 lower-case hex digits (an id, a version), into *v. */
+static int g4_hex16(const char *s, size_t len, uint64_t *v)
+{
+	if (len != 16 || strspn(s, "0123456789abcdef") < 16)
+		return 0;
+	*v = strtoull(s, NULL, 16);
+	return 1;
+}
+
+/* What a G4 name of bucket's copies is. */
+enum g4_kind {
+	G4_OWN,			/* "BUCKET/KEY", from before per-store names */
+	G4_VERSION,		/* ".kvtier/versions/BUCKET/VID", from before them too */
+	G4_STORE,		/* ".kvtier/stores/STORE/BUCKET/KEY~VID" */
+	G4_STORE_VERSION,	/* ".kvtier/stores/STORE/.versions/BUCKET/VID" */
+};
+
+/*
+ * The one reader of G4 names (import's check of a manifest's g4_key, the
+ * sweep's of whose copy it deletes): the kind of name, *store the store
+ * whose per-store name it is (0 for the two older kinds), and *key,
+ * *keylen the key inside it (G4_OWN, G4_STORE; else NULL). -EINVAL if it
+ * names no copy of bucket's: the manifest is whoever can write the
+ * partner bucket, and must not point recall at another bucket's bytes
+ * (docs/security.md, G4).
+ */
+static int g4_name_parse(const char *name, const char *bucket, uint64_t *store,
+			 const char **key, size_t *keylen)
+{
+	size_t blen = strlen(bucket), n;
+	const char *p;
+	uint64_t v;
+
+	*store = 0;
+	*key = NULL;
+	*keylen = 0;
+	if (!strncmp(name, bucket, blen) && name[blen] == '/') {
+		if (kvt_key_valid(name + blen + 1) < 0)
+			return -EINVAL;
+		*key = name + blen + 1;
+		*keylen = strlen(*key);
+		return G4_OWN;
+	}
+	if (!strncmp(name, G4_VERSIONS, strlen(G4_VERSIONS))) {
+		p = name + strlen(G4_VERSIONS);
+		return !strncmp(p, bucket, blen) && p[blen] == '/' &&
+		       g4_hex16(p + blen + 1, strlen(p + blen + 1), &v) ? G4_VERSION : -EINVAL;
+	}
+	if (strncmp(name, G4_STORES, strlen(G4_STORES)) != 0)
+		return -EINVAL;
+	p = name + strlen(G4_STORES);
+	if (!g4_hex16(p, MIN(strlen(p), (size_t)16), store) || p[16] != '/' || !*store)
+		return -EINVAL;
+	p += 17;
+	if (!strncmp(p, G4_STORE_VERSIONS, strlen(G4_STORE_VERSIONS))) {
+		p += strlen(G4_STORE_VERSIONS);
+		return !strncmp(p, bucket, blen) && p[blen] == '/' &&
+		       g4_hex16(p + blen + 1, strlen(p + blen + 1), &v) ? G4_STORE_VERSION : -EINVAL;
+	}
+	if (strncmp(p, bucket, blen) != 0 || p[blen] != '/')
+		return -EINVAL;
+	p += blen + 1;
+	n = strlen(p);
+	if (n < 18 || p[n - 17] != '~' || !g4_hex16(p + n - 16, 16, &v))
+		return -EINVAL;
+	{
+		char *k = strndup(p, n - 17);
+		int valid = k && kvt_key_valid(k) == 0;
+
+		free(k);
+		if (!valid)
+			return -EINVAL;
+	}
+	*key = p;
+	*keylen = n - 17;
+	return G4_STORE;
+}
+
+/*
+ * The name an upload of co by store self gets: ".kvtier/stores/SELF/
+ * BUCKET/KEY~VID", unless the partner cannot hold one that long
+ * (cold_key_fits()) or an object of this store names it already; then
+ * ".kvtier/stores/SELF/.versions/BUCKET/VID". Caller frees *out.
+ */
+static int g4_upload_name(struct cat *c, struct cold *cold, uint64_t self, const char *bucket,
+			  const struct cat_object *co, char **out)
+{
+	char *k = g4_store_key(self, bucket, co->obj->key, co->vid);
+	int rc = k ? 0 : -ENOMEM;
+
+	if (rc == 0 && cold_key_fits(cold, k))
+		rc = cat_g4_name_taken(c, co->bucket_id, co->id, k, NULL);
+	else if (rc == 0)
+		rc = 1;
+	if (rc == 1) {
+		free(k);
+		k = g4_store_key(self, bucket, NULL, co->vid);
+		rc = k ? 0 : -ENOMEM;
+	}
+	if (rc < 0) {
+		free(k);
+		return rc;
+	}
+	*out = k;
+	return 0;
 }
 
 static char *g4_manifest_key(const char *bucket, const char *session)
@@ -433,33 +572,32 @@ static int crc_sink(void *arg, const void *buf, size_t len)
  * object's (size and CRC32C of what the hot tier served), and the partner
  * stored exactly them (its ETag is the MD5 of what was sent: cold.h,
  * cold_put_info). Only a partner that gives nothing to compare is read back
- * (size and CRC32C). Then the catalog says G4 holds it. -ENOENT: it changed
- * meanwhile. Under the key's lock (and demote_session()'s), so that
- * g4_sweep() never deletes a copy that an upload has just made, nor the
- * one it is making: the copy is recorded dead before the put
- * (cat_g4_put_pending()) and claimed with the record.
+ * (size and CRC32C). Then the catalog says G4 holds it, under the name this
+ * store gave it (g4_upload_name()). -ENOENT: it changed meanwhile. Under
+ * the key's lock (and demote_session()'s), so that g4_sweep() never
+ * deletes a copy that an upload has just made, nor the one it is making:
+ * the copy is recorded dead before the put (cat_g4_put_pending()) and
+ * claimed with the record.
  */
-static int g4_claim_unproven(struct cat *c, struct cold *cold, int64_t bucket_id,
-			     const char *bucket, const char *key);
-
 struct g4_pending {
 	int64_t id;		/* its g4_dead row, 0: none yet */
-	int versioned;		/* 1: the row names g4_version_key(), 0: "BUCKET/KEY" */
+	char *name;		/* the copy that row names */
 };
 
 static int demote_upload_once(struct kvt_store *st, struct cold *cold, const char *bucket,
-			      struct cat_g4_obj *go, struct g4_ctl *ctl, struct g4_pending *pend)
+			      uint64_t self, struct cat_g4_obj *go, struct g4_ctl *ctl,
+			      struct g4_pending *pend)
 {
 	struct cat *c = store_cat(st);
 	struct kvt_object *o = go->co->obj;
 	struct extent_src es = { .st = st, .ctl = ctl };
 	struct crc_sink cs = { .ctl = ctl };
 	struct cold_put_info info = { .verified = 0 };
-	char *gkey = g4_object_key(bucket, o->key), *alt = NULL;
+	char *gkey = NULL;
 	uint64_t got = 0;
 	int rc, lock = -1;
 
-	if (!c || !gkey) {
+	if (!c) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -475,44 +613,25 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 		rc = -ENOENT;
 		goto out;
 	}
-	/* A row a kvtier of schema 4 left may name the only copy of a cold
-	 * object renamed away from this name (catalog migration 10): claimed
-	 * first, so that the check below sees it. */
-	rc = cat_g4_dead_unproven(c, go->co->bucket_id, o->key);
-	if (rc == 1)
-		rc = g4_claim_unproven(c, cold, go->co->bucket_id, bucket, o->key);
+	rc = g4_upload_name(c, cold, self, bucket, go->co, &gkey);
 	if (rc < 0)
 		goto out;
-	/* Its own name holds the copy of a cold object renamed away from it
-	 * (catalog migration 5): putting there would overwrite that object's
-	 * only copy. */
-	rc = cat_g4_name_taken(c, go->co->bucket_id, go->co->id, gkey, NULL);
-	if (rc < 0)
-		goto out;
-	if (rc == 1) {
-		alt = g4_version_key(bucket, go->co->vid);
-		if (!alt) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		free(gkey);
-		gkey = strdup(alt);
-		if (!gkey) {
-			rc = -ENOMEM;
-			goto out;
-		}
-	}
 	rc = store_io_get(st, &es.io);
 	if (rc < 0)
 		goto out;
 	/* Dead until recorded: a kill between the put and the record left a
 	 * copy no row named, never deleted. A put that fails leaves it too: a
 	 * partner may keep a cut PUT. One row for all the tries of a name. */
-	if (!pend->id || pend->versioned != (alt != NULL)) {
-		rc = cat_g4_put_pending(c, go->co, alt, &pend->id);
-		if (rc < 0)
+	if (!pend->id || strcmp(pend->name, gkey) != 0) {
+		char *name = strdup(gkey);
+
+		rc = name ? cat_g4_put_pending(c, go->co, gkey, &pend->id) : -ENOMEM;
+		if (rc < 0) {
+			free(name);
 			goto out;
-		pend->versioned = alt != NULL;
+		}
+		free(pend->name);
+		pend->name = name;
 	}
 	rc = cold_put(cold, gkey, o->size, o->content_type, extent_source, &es, &info);
 	if (rc < 0) {
@@ -540,16 +659,15 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 			goto out;
 		}
 	}
-	rc = cat_g4_set_uploaded(c, go->co, info.etag, alt, pend->id);
+	rc = cat_g4_set_uploaded(c, go->co, info.etag, gkey, pend->id);
 	if (rc == 0) {
 		go->g4_vid = go->co->vid;
 		snprintf(go->g4_etag, sizeof(go->g4_etag), "%s", info.etag);
 		free(go->g4_key);
-		go->g4_key = alt;
-		alt = NULL;
+		go->g4_key = gkey;
+		gkey = NULL;
 	}
 out:
-	free(alt);
 	g4_unlock(lock);
 	store_io_put(st, es.io);
 	cat_object_free(es.co);
@@ -568,19 +686,21 @@ out:
 #define DEMOTE_STALE_TRIES 3
 
 static int demote_upload(struct kvt_store *st, struct cold *cold, const char *bucket,
-			 struct cat_g4_obj *go, struct g4_ctl *ctl)
+			 uint64_t self, struct cat_g4_obj *go, struct g4_ctl *ctl)
 {
 	struct g4_pending pend = { 0 };
 	unsigned attempt = 0, stale = 0;
 	int rc;
 
 	for (;;) {
-		rc = demote_upload_once(st, cold, bucket, go, ctl, &pend);
+		rc = demote_upload_once(st, cold, bucket, self, go, ctl, &pend);
 		if (rc == -ESTALE && stale++ < DEMOTE_STALE_TRIES)
 			continue;
 		if (!g4_backoff(ctl, attempt++, rc, go->co->obj->key))
-			return rc;
+			break;
 	}
+	free(pend.name);
+	return rc;
 }
 
 /* ---- manifests: JSON, written and read here only ---------------------------- */
@@ -1206,6 +1326,7 @@ struct demote_step {
 	const struct kvt_g4_opts *o;
 	struct g4_ctl *ctl;
 	struct cat_g4_obj *v;
+	uint64_t self;		/* this store's id: its uploads' names */
 	atomic_uint failures;
 };
 
@@ -1306,8 +1427,9 @@ out:
  * size and ETag, or, with no ETag, by size and the CRC32C of a read of the
  * copy (only if an object of its size could take it); then the rows are
  * proven, so this runs once per row. Caller holds the key lock of
- * (bucket, key), as the sweep and demote_upload_once() take it. Objects
- * claimed, or -errno (then the copy must stay, and the rows unproven).
+ * (bucket, key), as the sweep takes it. Objects claimed, or -errno (then
+ * the copy must stay, and the rows unproven). An upload never goes to
+ * "BUCKET/KEY" any more, so a demotion no longer claims first.
  */
 static int g4_claim_unproven(struct cat *c, struct cold *cold, int64_t bucket_id,
 			     const char *bucket, const char *key)
@@ -1431,7 +1553,7 @@ static void demote_step_one(void *arg, size_t i)
 			return;
 		}
 	}
-	rc = demote_upload(d->st, d->cold, d->s->bucket, go, d->ctl);
+	rc = demote_upload(d->st, d->cold, d->s->bucket, d->self, go, d->ctl);
 	if (rc < 0 && rc != -ENOENT)	/* -ENOENT: overwritten or deleted meanwhile */
 		demote_step_fail(d, c, go, rc);
 }
@@ -1550,7 +1672,7 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	/* 1. Upload and verify what G4 does not hold yet, several at once. */
 	{
 		struct demote_step d = { .st = st, .cold = cold, .s = s, .o = o, .ctl = ctl,
-					 .v = v };
+					 .v = v, .self = self };
 
 		g4_parallel(ctl ? ctl->object_jobs : 1, n, demote_step_one, &d);
 		rep->failures += atomic_load(&d.failures);
@@ -1867,28 +1989,50 @@ static int sweep_unproven(struct kvt_store *st, struct cat *c, struct cold *cold
 	return 0;
 }
 
-/* One dead entry's copy, deleted unless an object names it; then forgotten. */
+/*
+ * One dead entry's copy, deleted unless an object names it; then
+ * forgotten. A copy another store wrote (its id in the name) is deleted
+ * only when this store owns the session by its manifest (ours): then the
+ * session came here by an import, with the names that store gave. Else
+ * the copy is that store's still (this one a copy of it, with its
+ * objects; or an import that never took the session), and may stand for
+ * an object there that moved to another session: left to it, forgotten.
+ */
 static int sweep_copy(struct kvt_store *st, struct cat *c, struct cold *cold,
-		      const struct dead_ref *d)
+		      const struct dead_ref *d, uint64_t self, int ours)
 {
-	char *gkey = g4_name(d->bucket, d->key, d->g4_key);
-	size_t blen = strlen(d->bucket);
-	/* The key whose own name gkey is, as demote_upload_once() locks it;
-	 * NULL for a version's name. */
-	const char *nkey = gkey && !strncmp(gkey, d->bucket, blen) && gkey[blen] == '/' ?
-			   gkey + blen + 1 : NULL;
-	int klock, rc;
+	char *gkey = g4_name(d->bucket, d->key, d->g4_key), *lkey = NULL;
+	const char *in = NULL;
+	uint64_t writer = 0;
+	size_t inlen = 0;
+	int kind, klock, rc;
 
 	if (!gkey)
 		return -ENOMEM;
-	klock = g4_lock(st, "key", d->bucket, nkey ? nkey : gkey, 1);
+	kind = g4_name_parse(gkey, d->bucket, &writer, &in, &inlen);
+	if (writer && writer != self && !ours) {
+		log_info("'%s' in g4 is a copy store %016" PRIx64 " wrote, and session '%s' of"
+			 " bucket '%s' is not this store's by its manifest: left to that store",
+			 gkey, writer, d->session, d->bucket);
+		free(gkey);
+		return cat_g4_dead_done(c, d->id);
+	}
+	/* The key whose upload writes gkey, as demote_upload_once() locks it:
+	 * the one in the name, else (a version's name) the row's. */
+	lkey = in ? strndup(in, inlen) : strdup(d->key);
+	if (!lkey) {
+		free(gkey);
+		return -ENOMEM;
+	}
+	klock = g4_lock(st, "key", d->bucket, lkey, 1);
 	if (klock < 0) {
+		free(lkey);
 		free(gkey);
 		return klock;
 	}
-	/* Not while an object names it: a cold one renamed away, or a new
-	 * version at the key that G4 holds there. */
-	rc = cat_g4_name_taken(c, d->bucket_id, 0, gkey, nkey);
+	/* Not while an object names it: a cold one renamed away, or (for
+	 * "BUCKET/KEY") a new version at the key that G4 holds there. */
+	rc = cat_g4_name_taken(c, d->bucket_id, 0, gkey, kind == G4_OWN ? lkey : NULL);
 	if (rc == 0) {
 		rc = cold_del(cold, gkey);
 		if (rc == -ENOENT)
@@ -1897,6 +2041,7 @@ static int sweep_copy(struct kvt_store *st, struct cat *c, struct cold *cold,
 			log_err(rc, "cannot delete '%s' from g4", gkey);
 	}
 	g4_unlock(klock);
+	free(lkey);
 	free(gkey);
 	return rc < 0 ? rc : cat_g4_dead_done(c, d->id);
 }
@@ -1955,7 +2100,8 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold, uint
 				 first->bucket, owner);
 		for (; r == 0 && i < j; i++) {
 			int gone = owner && owner != self ? cat_g4_dead_done(c, l.v[i].id) :
-				   l.v[i].unproven < 0 ? -EAGAIN : sweep_copy(st, c, cold, &l.v[i]);
+				   l.v[i].unproven < 0 ? -EAGAIN :
+				   sweep_copy(st, c, cold, &l.v[i], self, owner == self);
 
 			*failed += gone < 0;
 			nobucket += gone == -ENXIO && !nobucket;
@@ -2701,32 +2847,27 @@ static uint32_t import_mode(uint64_t mode, enum kvt_kind kind)
 }
 
 /*
- * Where G4 holds an imported entry: NULL (*g4_key) for "BUCKET/KEY", else
- * the manifest's g4_key, if it names a copy of this bucket (a renamed
- * object's old name, or a version's): the manifest is whoever can write
- * the partner bucket, and must not point recall at another bucket's bytes
- * (docs/security.md, G4).
+ * Where G4 holds an imported entry: NULL (*g4_key) for "BUCKET/KEY" of its
+ * own key, else the manifest's g4_key, if it names a copy of this bucket
+ * (g4_name_parse(): the exporter's per-store name, a renamed object's old
+ * name, a version's name).
  */
 static int import_g4_key(const char *bucket, const char *key, const char *given,
 			 const char **g4_key)
 {
-	size_t blen = strlen(bucket), vlen;
-	char vpre[128];
+	const char *in;
+	uint64_t store;
+	size_t inlen;
+	int kind;
 
 	*g4_key = NULL;
 	if (!given)
 		return 0;
-	snprintf(vpre, sizeof(vpre), ".kvtier/versions/%s/", bucket);
-	vlen = strlen(vpre);
-	if (!strncmp(given, bucket, blen) && given[blen] == '/') {
-		if (strcmp(given + blen + 1, key) == 0)
-			return 0;	/* its own name */
-		if (kvt_key_valid(given + blen + 1) < 0)
-			return -EINVAL;
-	} else if (strncmp(given, vpre, vlen) != 0 || strlen(given) != vlen + 16 ||
-		   strspn(given + vlen, "0123456789abcdef") != 16) {
-		return -EINVAL;
-	}
+	kind = g4_name_parse(given, bucket, &store, &in, &inlen);
+	if (kind < 0)
+		return kind;
+	if (kind == G4_OWN && strcmp(in, key) == 0)
+		return 0;	/* its own name */
 	*g4_key = given;
 	return 0;
 }

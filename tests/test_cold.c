@@ -43,9 +43,8 @@ static void g4_env_init(struct test_env *env, uint64_t capacity, uint64_t segmen
 	env->cfg.g4.url = NULL;
 }
 
-/* Two stores, a's and b's, that share one G4 directory (under a's). */
-static void two_nodes(struct test_env *a, struct test_env *b, struct kvt_store **sa,
-		      struct kvt_store **sb)
+/* The scratch stores of a and b, that share one G4 directory (under a's). */
+static void two_envs(struct test_env *a, struct test_env *b)
 {
 	char url[600];
 
@@ -54,6 +53,13 @@ static void two_nodes(struct test_env *a, struct test_env *b, struct kvt_store *
 	snprintf(url, sizeof(url), "file://%s/shared-g4", a->dir);
 	a->cfg.g4.url = strdup(url);
 	b->cfg.g4.url = strdup(url);
+}
+
+/* Two stores, a's and b's, that share one G4 directory (under a's). */
+static void two_nodes(struct test_env *a, struct test_env *b, struct kvt_store **sa,
+		      struct kvt_store **sb)
+{
+	two_envs(a, b);
 	*sa = test_store_open(a);
 	*sb = test_store_open(b);
 }
@@ -778,6 +784,54 @@ static enum kvt_tier tier_of(struct kvt_store *st, const char *b, const char *k)
 	return t;
 }
 
+/* Where G4 holds the copy of b/k's version (kvt_object_g4_name()); caller frees. */
+static char *g4_name_of(struct kvt_store *st, const char *b, const char *k)
+{
+	char *name = NULL;
+
+	assert_int_equal(kvt_object_g4_name(st, b, k, &name), 0);
+	return name;
+}
+
+/* The file that holds it in the file:// G4 directory gdir; caller frees. */
+static char *g4_file_of(struct kvt_store *st, const char *gdir, const char *b, const char *k)
+{
+	char *name = g4_name_of(st, b, k), *path = cold_file_name(gdir, name);
+
+	assert_non_null(path);
+	free(name);
+	return path;
+}
+
+/* The file an upload of b/k's version by st makes in the file:// G4
+ * directory gdir, whether or not the catalog has recorded it yet:
+ * ".kvtier/stores/STORE/BUCKET/KEY~VID" (migrate.c). Caller frees. */
+static char *g4_upload_file(struct kvt_store *st, const char *gdir, const char *b,
+			    const char *k)
+{
+	struct cat_object *co = NULL;
+	char name[1200], *path;
+	uint64_t id = 0;
+
+	assert_int_equal(cat_store_id(store_cat(st), &id), 0);
+	assert_int_equal(cat_object_lookup(store_cat(st), b, k, 0, &co), 0);
+	snprintf(name, sizeof(name), ".kvtier/stores/%016" PRIx64 "/%s/%s~%016" PRIx64, id, b, k,
+		 co->vid);
+	cat_object_free(co);
+	path = cold_file_name(gdir, name);
+	assert_non_null(path);
+	return path;
+}
+
+/* The G4 directory of env's store (the default, file://<store dir>/g4). */
+static const char *g4_dir(const struct test_env *env)
+{
+	static __thread char dir[600];
+
+	snprintf(dir, sizeof(dir), "%s/g4", env->cfg.store.dir);
+	return dir;
+}
+
 static struct kvt_g4_opts session_opts(const char *b, const char *s)
 {
 	return (struct kvt_g4_opts){ .bucket = b, .session = s };
@@ -828,14 +882,23 @@ static void test_demote_recall(void **state)
 	/* Recalled objects go back without an upload, unless G4 lost them. */
 	{
 		struct cold *cold = NULL;
+		char *name = g4_name_of(st, "kvs", "s1/big");
+		uint64_t id = 0;
 
+		/* Under this store's id, a name for this version of its own. */
+		assert_int_equal(cat_store_id(store_cat(st), &id), 0);
+		assert_int_equal(strncmp(name, ".kvtier/stores/", 15), 0);
+		assert_int_equal(strtoull(name + 15, NULL, 16), id);
+		assert_int_equal(strncmp(name + 31, "/kvs/s1/big~", 12), 0);
+		assert_int_equal(strlen(name), 31 + 12 + 16);
 		assert_int_equal(store_cold(st, &cold), 0);
-		assert_int_equal(cold_del(cold, "kvs/s1/big"), 0);
+		assert_int_equal(cold_del(cold, name), 0);
 		o = session_opts("kvs", "s1");
 		assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 		assert_int_equal(rep.objects, 3);
-		assert_int_equal(cold_head(cold, "kvs/s1/big", NULL), 0);
+		assert_int_equal(cold_head(cold, name, NULL), 0);
 		assert_int_equal(test_check(st, "kvs", "s1/big", 5 * 1024 * 1024 + 17, 1), 0);
+		free(name);
 	}
 
 	/* An overwritten cold object is simply the new hot one. */
@@ -1071,14 +1134,15 @@ static void test_redemote_after_recall(void **state)
 	test_env_release(&env);
 }
 
-/* Changes 4 bytes of the file G4 holds as key, keeping its size. */
-static void damage_g4_copy(struct test_env *env, const char *key)
+/* Changes 4 bytes of the file G4 holds as b/k's copy, keeping its size. */
+static void damage_g4_copy(struct test_env *env, struct kvt_store *st, const char *b,
+			   const char *k)
 {
-	char path[600];
+	char *path = g4_file_of(st, g4_dir(env), b, k);
 	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/g4/%s%%", env->cfg.store.dir, key);
 	f = fopen(path, "r+");
+	free(path);
 	assert_non_null(f);
 	assert_int_equal(fseek(f, 5000, SEEK_SET), 0);
 	assert_int_equal(fwrite("XXXX", 1, 4, f), 4);
@@ -1113,7 +1177,7 @@ static void test_redemote_damaged_copy(void **state)
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
 
 	/* file://: read back, found damaged, uploaded again. */
-	damage_g4_copy(&env, "kvs/s1/a");
+	damage_g4_copy(&env, st, "kvs", "s1/a");
 	puts = plan.puts;
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
@@ -1132,7 +1196,7 @@ static void test_redemote_damaged_copy(void **state)
 	assert_int_equal(plan.gets, gets + 2);	/* the manifest's owner, twice */
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
 	assert_int_equal(test_check(st, "kvs", "s1/a", 100000, 6), 0);
-	damage_g4_copy(&env, "kvs/s1/a");
+	damage_g4_copy(&env, st, "kvs", "s1/a");
 	puts = plan.puts;
 	gets = plan.gets;
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
@@ -1158,7 +1222,7 @@ static void test_redemote_damaged_renamed_copy(void **state)
 	struct kvt_g4_report rep;
 	struct kvt_g4_opts o = session_opts("kvs", "s1");
 	struct stat sb;
-	char path[600];
+	char *path, *now;
 
 	(void)state;
 	g4_env_init(&env, CAP, SEG);
@@ -1166,19 +1230,24 @@ static void test_redemote_damaged_renamed_copy(void **state)
 	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
 	assert_int_equal(test_put(st, "kvs", "s1/a", 100000, 7), 0);
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	path = g4_file_of(st, g4_dir(&env), "kvs", "s1/a");
 	assert_int_equal(kvt_object_rename(st, "kvs", "s1/a", "s1/b", 0), 0);
 	/* The rename's dead row, done: the cold object still names the copy. */
 	assert_int_equal(kvt_g4_cleanup(st, NULL, NULL), 0);
 	assert_int_equal(test_check(st, "kvs", "s1/b", 100000, 7), 0);	/* recalled */
-	damage_g4_copy(&env, "kvs/s1/a");
+	damage_g4_copy(&env, st, "kvs", "s1/b");
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
 	assert_int_equal(tier_of(st, "kvs", "s1/b"), KVT_TIER_COLD);
+	now = g4_file_of(st, g4_dir(&env), "kvs", "s1/b");
+	assert_string_not_equal(now, path);
 	assert_int_equal(kvt_g4_cleanup(st, NULL, NULL), 0);
-	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", env.cfg.store.dir);
 	assert_int_equal(stat(path, &sb), -1);
 	assert_int_equal(errno, ENOENT);
+	assert_true(file_exists(now));
 	assert_int_equal(test_check(st, "kvs", "s1/b", 100000, 7), 0);
+	free(path);
+	free(now);
 	kvt_store_close(st);
 	test_env_release(&env);
 }
@@ -1230,7 +1299,7 @@ static void test_reclaim_damaged_copy(void **state)
 	 * next put) and reclaimed: read back, found damaged, uploaded again. */
 	assert_int_equal(test_check(st, "kvs", "s1/a", size, 6), 0);	/* recalled */
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
-	damage_g4_copy(&env, "kvs/s1/a");
+	damage_g4_copy(&env, st, "kvs", "s1/a");
 	assert_int_equal(test_put(st, "kvs", "other1", 1000, 2), 0);
 	puts = plan.puts;
 	reclaim_all(st);
@@ -1250,7 +1319,7 @@ static void test_reclaim_damaged_copy(void **state)
 	assert_int_equal(plan.gets, gets);
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
 	assert_int_equal(test_check(st, "kvs", "s1/a", size, 6), 0);
-	damage_g4_copy(&env, "kvs/s1/a");
+	damage_g4_copy(&env, st, "kvs", "s1/a");
 	assert_int_equal(test_put(st, "kvs", "other3", 1000, 4), 0);
 	puts = plan.puts;
 	gets = plan.gets;
@@ -1506,13 +1575,9 @@ static void copied_node(struct test_env *a, struct test_env *b)
 	struct kvt_g4_opts o = session_opts("kvs", "s1");
 	struct kvt_g4_report rep;
 	struct kvt_store *st;
-	char url[600], cmd[700];
+	char cmd[700];
 
-	g4_env_init(a, CAP, SEG);
-	g4_env_init(b, CAP, SEG);
-	snprintf(url, sizeof(url), "file://%s/shared-g4", a->dir);
-	a->cfg.g4.url = strdup(url);
-	b->cfg.g4.url = strdup(url);
+	two_envs(a, b);
 	st = test_store_open(a);
 	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
 	assert_int_equal(test_put(st, "kvs", "s1/a", 70000, 1), 0);
@@ -1600,6 +1665,159 @@ static void test_store_id_new_unnamed_manifest(void **state)
 	kvt_store_close(sa);
 	test_env_release(&a);
 	test_env_release(&b);
+}
+
+/* Writes len bytes of seed as bucket/key in session `session`. */
+static int put_in_session(struct kvt_store *st, const char *b, const char *k, size_t len,
+			  uint64_t seed, const char *session)
+{
+	struct kvt_put_opts po = { .session = session };
+
+	return test_put_opts(st, b, k, len, seed, &po);
+}
+
+/*
+ * Two stores over one G4, each with its own object at one key: a
+ * conversation's key on node A, the same key on node B in a session of
+ * its own (set by the client, or another session_depth). G4 named both
+ * copies "BUCKET/KEY": B's upload went over A's copy, and A's recall then
+ * failed its CRC32C, A's committed object lost. Each store's copies are
+ * its own.
+ */
+static void test_two_stores_one_key(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o;
+
+	(void)state;
+	two_nodes(&a, &b, &sa, &sb);
+	assert_int_equal(kvt_bucket_create(sa, "llama"), 0);
+	assert_int_equal(kvt_bucket_create(sb, "llama"), 0);
+	assert_int_equal(test_put(sa, "llama", "conv-1/b0", 70000, 1), 0);
+	assert_int_equal(put_in_session(sb, "llama", "conv-1/b0", 70000, 2, "b-1"), 0);
+	o = session_opts("llama", "conv-1");
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	o = session_opts("llama", "b-1");
+	assert_int_equal(kvt_g4_demote(sb, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(tier_of(sa, "llama", "conv-1/b0"), KVT_TIER_COLD);
+	assert_int_equal(tier_of(sb, "llama", "conv-1/b0"), KVT_TIER_COLD);
+	assert_int_equal(test_check(sa, "llama", "conv-1/b0", 70000, 1), 0);
+	assert_int_equal(test_check(sb, "llama", "conv-1/b0", 70000, 2), 0);
+	test_fsck_clean(sa);
+	test_fsck_clean(sb);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
+/*
+ * The same, B first: then A's upload went over B's copy, and when B
+ * deleted its object, B's sweep deleted "BUCKET/KEY", A's only copy.
+ */
+static void test_two_stores_one_key_swept(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o;
+
+	(void)state;
+	two_nodes(&a, &b, &sa, &sb);
+	assert_int_equal(kvt_bucket_create(sa, "llama"), 0);
+	assert_int_equal(kvt_bucket_create(sb, "llama"), 0);
+	assert_int_equal(test_put(sa, "llama", "conv-2/b0", 70000, 3), 0);
+	assert_int_equal(put_in_session(sb, "llama", "conv-2/b0", 70000, 4, "b-2"), 0);
+	o = session_opts("llama", "b-2");
+	assert_int_equal(kvt_g4_demote(sb, &o, &rep), 0);
+	o = session_opts("llama", "conv-2");
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(kvt_object_delete(sb, "llama", "conv-2/b0"), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	assert_int_equal(tier_of(sa, "llama", "conv-2/b0"), KVT_TIER_COLD);
+	assert_int_equal(test_check(sa, "llama", "conv-2/b0", 70000, 3), 0);
+	test_fsck_clean(sa);
+	test_fsck_clean(sb);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
+/*
+ * The same between a store and its copy given kvtier store-id --new: both
+ * hold one version of conv-1/b0, hot, and each demotes it in a session of
+ * its own. Both uploads went to "BUCKET/KEY", and the copy's sweep of its
+ * deleted object deleted the original's only copy.
+ */
+static void test_store_id_new_one_key(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o;
+	char cmd[700];
+
+	(void)state;
+	two_envs(&a, &b);
+	sa = test_store_open(&a);
+	assert_int_equal(kvt_bucket_create(sa, "llama"), 0);
+	assert_int_equal(test_put(sa, "llama", "conv-1/b0", 70000, 1), 0);
+	kvt_store_close(sa);
+	snprintf(cmd, sizeof(cmd), "cp -a '%s' '%s'", a.cfg.store.dir, b.cfg.store.dir);
+	assert_int_equal(system(cmd), 0);
+	sa = test_store_open(&a);
+	sb = test_store_open(&b);
+	assert_int_equal(kvt_store_identity_set(sb, KVT_IDENTITY_NEW, NULL), 0);
+	assert_int_equal(kvt_object_set_session(sb, "llama", "conv-1/b0", "copy"), 0);
+
+	o = session_opts("llama", "conv-1");
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	o = session_opts("llama", "copy");
+	assert_int_equal(kvt_g4_demote(sb, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(kvt_object_delete(sb, "llama", "conv-1/b0"), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	assert_int_equal(tier_of(sa, "llama", "conv-1/b0"), KVT_TIER_COLD);
+	assert_int_equal(test_check(sa, "llama", "conv-1/b0", 70000, 1), 0);
+	test_fsck_clean(sa);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
+/*
+ * A copy given a new id keeps the original's cold objects, named by the
+ * original's copies. The original moves them to another session, and its
+ * sweep deletes the old session's manifest (it lists nothing now) and
+ * keeps the copies, which its objects still name. The copy then deletes
+ * one: with no manifest to name an owner, its sweep deleted the copy the
+ * original still reads. A copy another store wrote goes only with a
+ * session this store took over (its manifest names this store).
+ */
+static void test_store_id_new_moved_session(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct cold *cold;
+	char *text = NULL;
+	size_t len = 0;
+
+	(void)state;
+	copied_node(&a, &b);
+	sa = test_store_open(&a);
+	sb = test_store_open(&b);
+	assert_int_equal(kvt_store_identity_set(sb, KVT_IDENTITY_NEW, NULL), 0);
+	assert_int_equal(kvt_object_set_session(sa, "kvs", "s1/a", "s2"), 0);
+	assert_int_equal(kvt_object_set_session(sa, "kvs", "s1/b", "s2"), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
+	assert_int_equal(store_cold(sa, &cold), 0);
+	assert_int_equal(cold_get_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", 1 << 20, &text,
+				      &len), -ENOENT);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 70000, 1), 0);	/* recalled */
+	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/a"), 0);
+	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/b"), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	assert_int_equal(tier_of(sa, "kvs", "s1/b"), KVT_TIER_COLD);
+	assert_int_equal(test_check(sa, "kvs", "s1/b", 5000, 2), 0);
+	two_nodes_close(&a, &b, sa, sb);
 }
 
 /*
@@ -1804,7 +2022,15 @@ static void manifest_damage_b(struct cold *cold, char **orig)
 				      &len), 0);
 	if (orig)
 		*orig = strdup(text);
-	text_replace(&text, "\"g4_key\": \"kvs/s1/b\"", "\"g4_key\": \"other/x\"");
+	{
+		const char *at = strstr(text, "\"key\": \"s1/b\", \"g4_key\": \"");
+		char from[600];
+
+		assert_non_null(at);
+		at += strlen("\"key\": \"s1/b\", ");
+		snprintf(from, sizeof(from), "%.*s", (int)(strchr(at + 11, '"') + 1 - at), at);
+		text_replace(&text, from, "\"g4_key\": \"other/x\"");
+	}
 	assert_int_equal(cold_put_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", text, strlen(text),
 				      "application/json"), 0);
 	free(text);
@@ -2687,6 +2913,7 @@ static void test_recall_no_bucket(void **state)
 	struct kvt_store *st;
 	struct kvt_reader *r = NULL;
 	struct fake_s3 f;
+	char *name, want[400];
 
 	(void)state;
 	g4_env_init(&env, CAP, SEG);
@@ -2698,8 +2925,11 @@ static void test_recall_no_bucket(void **state)
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
 	cold_dir_again(st, &env);
 	fake_s3_stop(&f);
-	assert_string_equal(f.log, "GET /gone/pfx/kvs/s1/a HTTP/1.1 \n"
-				   "GET /gone/pfx/kvs/s1/a HTTP/1.1 \n");
+	name = g4_name_of(st, "kvs", "s1/a");
+	snprintf(want, sizeof(want), "GET /gone/pfx/%s HTTP/1.1 \nGET /gone/pfx/%s HTTP/1.1 \n",
+		 name, name);
+	free(name);
+	assert_string_equal(f.log, want);
 	assert_int_equal(test_check(st, "kvs", "s1/a", 3 * 1024 * 1024, 21), 0);
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
 	test_fsck_clean(st);
@@ -2825,7 +3055,7 @@ static void test_sweep_no_bucket(void **state)
 	struct kvt_store *st;
 	struct fake_s3 f;
 	size_t dead = 0;
-	char key[32], path[600], *gpath;
+	char key[32], *gpath = NULL;
 
 	(void)state;
 	g4_env_init(&env, CAP, SEG);
@@ -2841,6 +3071,8 @@ static void test_sweep_no_bucket(void **state)
 		assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 		assert_int_equal(rep.objects, 1);
 		snprintf(key, sizeof(key), "s%d/a", i);
+		if (i == 0)
+			gpath = g4_file_of(st, g4_dir(&env), "kvs", key);
 		assert_int_equal(kvt_object_delete(st, "kvs", key), 0);
 	}
 	store_set_cold(st, fake_s3_start(&f, &env, answers));
@@ -2853,9 +3085,6 @@ static void test_sweep_no_bucket(void **state)
 				   "GET /gone/?prefix=pfx%2F&uploads= HTTP/1.1 \n");
 	assert_int_equal(cat_g4_dead(store_cat(st), dead_count, &dead), 0);
 	assert_int_equal(dead, 3);
-	snprintf(path, sizeof(path), "%s/g4", env.cfg.store.dir);
-	gpath = cold_file_name(path, "kvs/s0/a");
-	assert_non_null(gpath);
 	assert_true(file_exists(gpath));
 	assert_int_equal(kvt_g4_cleanup(st, NULL, &rep), 0);
 	assert_int_equal(rep.failures, 0);
@@ -3155,15 +3384,16 @@ static void test_g4_none(void **state)
 }
 
 
-/* Number of object files (their names end in '%') under dir, recursively. */
+/* Number of object files (their names end in '%') under dir, recursively;
+ * manifests and temporary files aside. */
 static int count_objects(const char *dir)
 {
 	char cmd[1200];
 	FILE *p;
 	int n = -1;
 
-	snprintf(cmd, sizeof(cmd), "find '%s' -path '*/.kvtier' -prune -o -type f -name '*%%' -print"
-		 " | wc -l", dir);
+	snprintf(cmd, sizeof(cmd), "find '%s' \\( -path '*/.kvtier/manifests' -o -path"
+		 " '*/.kvtier/tmp' \\) -prune -o -type f -name '*%%' -print | wc -l", dir);
 	p = popen(cmd, "r");
 	assert_non_null(p);
 	assert_int_equal(fscanf(p, "%d", &n), 1);
@@ -3264,7 +3494,7 @@ static void test_deleted_stay_deleted(void **state)
 	struct kvt_g4_opts o = session_opts("kvs", "s1");
 	struct kvt_object *obj = NULL;
 	struct cold *cold = NULL;
-	char *text = NULL;
+	char *text = NULL, *deleted, *overwritten, *renamed, *kept, *renamed2;
 	size_t len = 0;
 
 	(void)state;
@@ -3279,6 +3509,10 @@ static void test_deleted_stay_deleted(void **state)
 	/* Recall one, so that it is hot while G4 still holds it. */
 	assert_int_equal(test_check(sa, "kvs", "s1/renamed", 70000, 3), 0);
 	assert_int_equal(store_cold(sa, &cold), 0);
+	deleted = g4_name_of(sa, "kvs", "s1/deleted");
+	overwritten = g4_name_of(sa, "kvs", "s1/overwritten");
+	renamed = g4_name_of(sa, "kvs", "s1/renamed");
+	kept = g4_name_of(sa, "kvs", "s1/kept");
 
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/deleted"), 0);
 	assert_int_equal(test_put(sa, "kvs", "s1/overwritten", 5000, 22), 0);
@@ -3296,13 +3530,13 @@ static void test_deleted_stay_deleted(void **state)
 	assert_null(strstr(text, "\"s1/renamed\""));
 	assert_non_null(strstr(text, "\"s1/kept\""));
 	free(text);
-	assert_int_equal(cold_head(cold, "kvs/s1/deleted", NULL), -ENOENT);
-	assert_int_equal(cold_head(cold, "kvs/s1/renamed", NULL), -ENOENT);
+	assert_int_equal(cold_head(cold, deleted, NULL), -ENOENT);
+	assert_int_equal(cold_head(cold, renamed, NULL), -ENOENT);
 	/* The new version is not in G4: nothing stands for the old copy. Kept,
 	 * it stayed in G4 for good once the key was deleted (no trigger fires
 	 * for a version G4 never had). */
-	assert_int_equal(cold_head(cold, "kvs/s1/overwritten", NULL), -ENOENT);
-	assert_int_equal(cold_head(cold, "kvs/s1/kept", NULL), 0);
+	assert_int_equal(cold_head(cold, overwritten, NULL), -ENOENT);
+	assert_int_equal(cold_head(cold, kept, NULL), 0);
 	/* A second sweep has nothing left to do. */
 	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 
@@ -3321,17 +3555,25 @@ static void test_deleted_stay_deleted(void **state)
 	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
 	assert_int_equal(tier_of(sa, "kvs", "s1/renamed2"), KVT_TIER_COLD);
-	assert_int_equal(cold_head(cold, "kvs/s1/renamed2", NULL), 0);
+	renamed2 = g4_name_of(sa, "kvs", "s1/renamed2");
+	assert_int_equal(cold_head(cold, renamed2, NULL), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/renamed2", 70000, 3), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/overwritten", 5000, 22), 0);
 	assert_int_equal(kvt_object_head(sa, "kvs", "s1/deleted", &obj), -ENOENT);
 
 	/* Overwritten, swept, then deleted: its copy goes (a helper's case). */
+	free(overwritten);
+	overwritten = g4_name_of(sa, "kvs", "s1/overwritten");
 	assert_int_equal(test_put(sa, "kvs", "s1/overwritten", 6000, 23), 0);
 	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/overwritten"), 0);
 	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
-	assert_int_equal(cold_head(cold, "kvs/s1/overwritten", NULL), -ENOENT);
+	assert_int_equal(cold_head(cold, overwritten, NULL), -ENOENT);
+	free(deleted);
+	free(overwritten);
+	free(renamed);
+	free(renamed2);
+	free(kept);
 	two_nodes_close(&a, &b, sa, sb);
 }
 
@@ -3380,7 +3622,7 @@ static void test_killed_after_put(void **state)
 	struct kvt_store *st;
 	struct kvt_g4_report rep;
 	struct kvt_g4_opts o = session_opts("kvs", "s1");
-	char path[600];
+	char *path;
 
 	(void)state;
 	g4_env_init(&env, CAP, SEG);
@@ -3394,9 +3636,9 @@ static void test_killed_after_put(void **state)
 	 * sweep after it (the killed run's row still there) leaves the copies
 	 * they went cold on. */
 	demote_killed_after_put(&env);
-	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", env.cfg.store.dir);
-	assert_true(file_exists(path));
 	st = test_store_open(&env);
+	path = g4_upload_file(st, g4_dir(&env), "kvs", "s1/a");
+	assert_true(file_exists(path));
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_DEMOTING);
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(rep.failures, 0);
@@ -3404,6 +3646,7 @@ static void test_killed_after_put(void **state)
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
 	assert_int_equal(tier_of(st, "kvs", "s1/b"), KVT_TIER_COLD);
 	assert_true(file_exists(path));
+	free(path);
 	assert_int_equal(test_check(st, "kvs", "s1/a", 70000, 1), 0);
 	assert_int_equal(test_check(st, "kvs", "s1/b", 80000, 2), 0);
 
@@ -3412,16 +3655,16 @@ static void test_killed_after_put(void **state)
 	assert_int_equal(test_put(st, "kvs", "s1/c", 90000, 3), 0);
 	kvt_store_close(st);
 	demote_killed_after_put(&env);
-	snprintf(path, sizeof(path), "%s/g4/kvs/s1/c%%", env.cfg.store.dir);
-	assert_true(file_exists(path));
 	st = test_store_open(&env);
+	path = g4_upload_file(st, g4_dir(&env), "kvs", "s1/c");
+	assert_true(file_exists(path));
 	assert_int_equal(kvt_object_delete(st, "kvs", "s1/c"), 0);
 	assert_int_equal(kvt_g4_cleanup(st, NULL, NULL), 0);
 	assert_false(file_exists(path));
+	free(path);
 	assert_int_equal(test_check(st, "kvs", "s1/a", 70000, 1), 0);
 	assert_int_equal(test_check(st, "kvs", "s1/b", 80000, 2), 0);
-	snprintf(path, sizeof(path), "%s/g4", env.cfg.store.dir);
-	assert_int_equal(count_objects(path), 2);
+	assert_int_equal(count_objects(g4_dir(&env)), 2);
 	kvt_store_close(st);
 	test_env_release(&env);
 }
@@ -3630,6 +3873,51 @@ static void catalog_to_schema4(const char *dir)
 	sqlite3_close(db);
 }
 
+/*
+ * G4 as a kvtier from before per-store names left it for st's demoted
+ * objects keys[] of bucket b's session: each copy at "BUCKET/KEY" (no
+ * g4_key in the catalog) and the manifest, of format 1, naming them so.
+ * The copies this kvtier made are moved there.
+ */
+static void g4_to_legacy(const struct test_env *env, struct kvt_store *st, const char *gdir,
+			 const char *b, const char *session, const char *const *keys, size_t n)
+{
+	struct cold *cold = NULL;
+	char mkey[300], *text = NULL;
+	size_t len = 0;
+
+	assert_int_equal(store_cold(st, &cold), 0);
+	snprintf(mkey, sizeof(mkey), COLD_MANIFEST_PREFIX "%s/%s.json", b, session);
+	assert_int_equal(cold_get_buf(cold, mkey, 1 << 20, &text, &len), 0);
+	text_replace(&text, "\"kvtier_manifest\": 2,", "\"kvtier_manifest\": 1,");
+	for (size_t i = 0; i < n; i++) {
+		char *name = g4_name_of(st, b, keys[i]), legacy[600], from[1300], to[700];
+		char *src = cold_file_name(gdir, name), *dst, *slash, *sql;
+
+		snprintf(legacy, sizeof(legacy), "%s/%s", b, keys[i]);
+		dst = cold_file_name(gdir, legacy);
+		assert_non_null(src);
+		assert_non_null(dst);
+		slash = strrchr(dst, '/');
+		*slash = '\0';
+		assert_int_equal(util_mkdir_p(dst), 0);
+		*slash = '/';
+		assert_int_equal(rename(src, dst), 0);
+		snprintf(from, sizeof(from), "\"g4_key\": \"%s\"", name);
+		snprintf(to, sizeof(to), "\"g4_key\": \"%s\"", legacy);
+		text_replace(&text, from, to);
+		sql = sqlite3_mprintf("UPDATE objects SET g4_key = NULL WHERE key = %Q AND bucket ="
+				      " (SELECT id FROM buckets WHERE name = %Q)", keys[i], b);
+		test_catalog_exec(env, sql);
+		sqlite3_free(sql);
+		free(src);
+		free(dst);
+		free(name);
+	}
+	assert_int_equal(cold_put_buf(cold, mkey, text, strlen(text), "application/json"), 0);
+	free(text);
+}
+
 /* SQL on the catalog at dir; it must succeed. */
 static void catalog_exec(const char *dir, const char *sql)
 {
@@ -3647,14 +3935,16 @@ static void catalog_exec(const char *dir, const char *sql)
  * their only G4 copy under the old name, known only from that name's
  * g4_dead row. After the upgrade (catalog migrations 5 and on) recall
  * looked for the new name (EIO) and the first sweep deleted the old one.
- * Now each is found where G4 holds it: by a read (a2), by a demotion of a
- * new object at the old name, which must not put over it (b2), by the
- * sweep, which must not delete it (c2); an object deleted there still has
+ * Now each is found where G4 holds it: by a read (a2), by the sweep
+ * after a demotion of a new object at the old name (b2; the new one goes
+ * to a name of its own), by the sweep, which must not delete it (c2); an
+ * object deleted there still has
  * its copy swept (d), and every read is byte-exact, on this store and on
  * a second one that imports the session from the manifest.
  */
 static void test_rename_cold_schema4(void **state)
 {
+	static const char *const keys[] = { "s1/a", "s1/b", "s1/c", "s1/d" };
 	struct test_env a, b;
 	struct kvt_store *sa, *sb;
 	struct kvt_g4_report rep;
@@ -3671,6 +3961,8 @@ static void test_rename_cold_schema4(void **state)
 	assert_int_equal(test_put(sa, "kvs", "s1/d", 7000, 4), 0);
 	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
 	assert_int_equal(rep.objects, 4);
+	snprintf(path, sizeof(path), "%s/shared-g4", a.dir);
+	g4_to_legacy(&a, sa, path, "kvs", "s1", keys, 4);
 	kvt_store_close(sa);
 
 	/* The schema-4 kvtier: the mount renames three, deletes one. */
@@ -3719,6 +4011,7 @@ static void test_rename_cold_schema4(void **state)
  */
 static void test_rename_cold_schema4_etag(void **state)
 {
+	static const char *const keys[] = { "s1/a", "s1/b" };
 	struct test_env env;
 	struct kvt_store *st;
 	struct kvt_g4_report rep;
@@ -3735,6 +4028,7 @@ static void test_rename_cold_schema4_etag(void **state)
 	assert_int_equal(test_put(st, "kvs", "s1/b", 100000, 2), 0);
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(rep.objects, 2);
+	g4_to_legacy(&env, st, g4_dir(&env), "kvs", "s1", keys, 2);
 	kvt_store_close(st);
 	catalog_to_schema4(env.cfg.store.dir);
 	catalog_exec(env.cfg.store.dir, "UPDATE objects SET key = 's1/a2' WHERE key = 's1/a'");
@@ -3756,6 +4050,196 @@ static void test_rename_cold_schema4_etag(void **state)
 	test_env_release(&env);
 }
 
+/* ".kvtier/stores/STORE/BUCKET/KEY~VID" of st's b/k as it is now. */
+static void g4_name_want(struct kvt_store *st, const char *b, const char *k, int version,
+			 char *want, size_t len)
+{
+	struct cat_object *co = NULL;
+	uint64_t id = 0;
+
+	assert_int_equal(cat_store_id(store_cat(st), &id), 0);
+	assert_int_equal(cat_object_lookup(store_cat(st), b, k, 0, &co), 0);
+	if (version)
+		snprintf(want, len, ".kvtier/stores/%016" PRIx64 "/.versions/%s/%016" PRIx64, id,
+			 b, co->vid);
+	else
+		snprintf(want, len, ".kvtier/stores/%016" PRIx64 "/%s/%s~%016" PRIx64, id, b, k,
+			 co->vid);
+	cat_object_free(co);
+}
+
+/*
+ * The names of G4 copies (migrate.c's head comment): under the store's id,
+ * the key and the version; where that would not fit the partner (here a
+ * last component over NAME_MAX once "~VID" is added), under the store's id
+ * and the version alone. Another node imports them as they are, and once
+ * the session is its own, its sweep deletes them with its objects.
+ */
+static void test_g4_names(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	char lkey[300], want[1400], *name, *fa, *fl;
+
+	(void)state;
+	two_nodes(&a, &b, &sa, &sb);
+	snprintf(lkey, sizeof(lkey), "s1/%0240d", 7);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 5000, 1), 0);
+	assert_int_equal(test_put(sa, "kvs", lkey, 6000, 2), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	assert_int_equal(rep.failures, 0);
+	name = g4_name_of(sa, "kvs", "s1/a");
+	g4_name_want(sa, "kvs", "s1/a", 0, want, sizeof(want));
+	assert_string_equal(name, want);
+	free(name);
+	name = g4_name_of(sa, "kvs", lkey);
+	g4_name_want(sa, "kvs", lkey, 1, want, sizeof(want));
+	assert_string_equal(name, want);
+	free(name);
+	assert_int_equal(test_check(sa, "kvs", lkey, 6000, 2), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 5000, 1), 0);
+	all_cold(sa, (const char *const[]){ "s1/a" }, 1);
+
+	/* B imports both names as A gave them, and reads through them. */
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	name = g4_name_of(sb, "kvs", "s1/a");
+	g4_name_want(sa, "kvs", "s1/a", 0, want, sizeof(want));
+	assert_string_equal(name, want);
+	free(name);
+	assert_int_equal(test_check(sb, "kvs", "s1/a", 5000, 1), 0);
+	assert_int_equal(test_check(sb, "kvs", lkey, 6000, 2), 0);
+	/* The session is B's: what B deletes, its sweep deletes in G4. */
+	snprintf(want, sizeof(want), "%s/shared-g4", a.dir);
+	fa = g4_file_of(sb, want, "kvs", "s1/a");
+	fl = g4_file_of(sb, want, "kvs", lkey);
+	assert_true(file_exists(fa) && file_exists(fl));
+	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/a"), 0);
+	assert_int_equal(kvt_object_delete(sb, "kvs", lkey), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	assert_false(file_exists(fa));
+	assert_false(file_exists(fl));
+	free(fa);
+	free(fl);
+	test_fsck_clean(sa);
+	test_fsck_clean(sb);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
+/*
+ * kvtier store-id --new on a copy: what it uploads from then on goes
+ * under its new id, beside the original's copies under the old one.
+ */
+static void test_store_id_new_names(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_store_identity ib;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s2");
+	char want[600], *name;
+
+	(void)state;
+	copied_node(&a, &b);
+	sa = test_store_open(&a);
+	sb = test_store_open(&b);
+	assert_int_equal(kvt_store_identity_set(sb, KVT_IDENTITY_NEW, &ib), 0);
+	assert_int_equal(test_put(sb, "kvs", "s2/a", 3000, 3), 0);
+	assert_int_equal(kvt_g4_demote(sb, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	name = g4_name_of(sb, "kvs", "s2/a");
+	snprintf(want, sizeof(want), ".kvtier/stores/%016" PRIx64 "/kvs/s2/a~", ib.id);
+	assert_int_equal(strncmp(name, want, strlen(want)), 0);
+	free(name);
+	/* The original's copies stay under its id, for both. */
+	name = g4_name_of(sb, "kvs", "s1/b");
+	g4_name_want(sa, "kvs", "s1/b", 0, want, sizeof(want));
+	assert_string_equal(name, want);
+	free(name);
+	assert_int_equal(test_check(sb, "kvs", "s2/a", 3000, 3), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/b", 5000, 2), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/b", 5000, 2), 0);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
+/*
+ * G4 as a kvtier from before per-store names left it: copies at
+ * "BUCKET/KEY", a manifest of format 1 naming them so. They recall, are
+ * demoted again after a recall without an upload, import on another node
+ * and recall there; a new version goes to a name of its own, and the sweep
+ * of the session's owner deletes the old copy.
+ */
+static void test_legacy_names(void **state)
+{
+	static const char *const keys[] = { "s1/a", "s1/b" };
+	struct cold_fault_plan plan = { 0 };
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	char gdir[600], *name, *old;
+	unsigned puts;
+
+	(void)state;
+	g4_env_init(&a, CAP, SEG);
+	g4_env_init(&b, CAP, SEG);
+	snprintf(gdir, sizeof(gdir), "file://%s/g4", a.cfg.store.dir);
+	b.cfg.g4.url = strdup(gdir);
+	snprintf(gdir, sizeof(gdir), "%s/g4", a.cfg.store.dir);
+	sa = open_faulty(&a, &plan);
+	sb = test_store_open(&b);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/b", 5000, 2), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	g4_to_legacy(&a, sa, gdir, "kvs", "s1", keys, 2);
+
+	name = g4_name_of(sa, "kvs", "s1/a");
+	assert_string_equal(name, "kvs/s1/a");
+	free(name);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 70000, 1), 0);
+	puts = plan.puts;
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(plan.puts, puts + 1);	/* the manifest only */
+	assert_int_equal(tier_of(sa, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 70000, 1), 0);
+
+	/* Another node imports the manifest, of format 1 as it was. */
+	g4_to_legacy(&a, sa, gdir, "kvs", "s1", keys, 0);
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	assert_int_equal(rep.failures, 0);
+	name = g4_name_of(sb, "kvs", "s1/b");
+	assert_string_equal(name, "kvs/s1/b");
+	free(name);
+	assert_int_equal(test_check(sb, "kvs", "s1/b", 5000, 2), 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
+
+	/* A takes it back and overwrites one: the new version goes under A's
+	 * name, and A's sweep deletes "kvs/s1/b". */
+	assert_int_equal(kvt_g4_import_session(sa, "kvs", "s1", NULL, &rep), 0);
+	old = cold_file_name(gdir, "kvs/s1/b");
+	assert_true(file_exists(old));
+	assert_int_equal(test_put(sa, "kvs", "s1/b", 6000, 12), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	name = g4_name_of(sa, "kvs", "s1/b");
+	assert_int_equal(strncmp(name, ".kvtier/stores/", 15), 0);
+	free(name);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
+	assert_false(file_exists(old));
+	free(old);
+	assert_int_equal(test_check(sa, "kvs", "s1/b", 6000, 12), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 70000, 1), 0);
+	test_fsck_clean(sa);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
 /* Whether the partner can hold a name: S3's 1024 bytes, the prefix and
  * its '/' with it, after the key mapping (cold_s3_key()); a directory's
  * NAME_MAX for a component once encoded, its trailing '%' with it. */
@@ -3769,8 +4253,7 @@ static void test_key_fits(void **state)
 
 	(void)state;
 	g4_env_init(&env, CAP, SEG);
-	snprintf(key, sizeof(key), "%s/g4", env.cfg.store.dir);
-	assert_int_equal(cold_file_new(key, &c), 0);
+	assert_int_equal(cold_file_new(g4_dir(&env), &c), 0);
 	memset(key, 'k', sizeof(key));
 	memcpy(key, "b/", 2);
 	key[2 + 254] = '\0';		/* 254 bytes and '%' */
@@ -3804,6 +4287,78 @@ static void test_key_fits(void **state)
 	test_env_release(&env);
 }
 
+/*
+ * A manifest's g4_key is whoever can write the partner bucket: import
+ * takes the forms kvtier writes, of this bucket only (g4_name_parse()),
+ * and refuses the whole session for any other.
+ */
+static void test_import_g4_names(void **state)
+{
+	static const char *const good[] = {
+		".kvtier/stores/3e2fd2e0f6d68521/kvs/s1/old/a~00000000000000a1",
+		".kvtier/stores/3e2fd2e0f6d68521/kvs/s1/a~b~00000000000000a1",
+		".kvtier/stores/3e2fd2e0f6d68521/.versions/kvs/00000000000000a1",
+		".kvtier/versions/kvs/00000000000000a1",
+		"kvs/s1/old",
+	};
+	static const char *const bad[] = {
+		".kvtier/stores/3E2FD2E0F6D68521/kvs/s1/a~00000000000000a1",
+		".kvtier/stores/3e2fd2e0f6d6852/kvs/s1/a~00000000000000a1",
+		".kvtier/stores/0000000000000000/kvs/s1/a~00000000000000a1",
+		".kvtier/stores/3e2fd2e0f6d68521/other/s1/a~00000000000000a1",
+		".kvtier/stores/3e2fd2e0f6d68521/kvs/s1/a",
+		".kvtier/stores/3e2fd2e0f6d68521/kvs/~00000000000000a1",
+		".kvtier/stores/3e2fd2e0f6d68521/kvs/s1/a~00000000000000A1",
+		".kvtier/stores/3e2fd2e0f6d68521/.versions/other/00000000000000a1",
+		".kvtier/stores/3e2fd2e0f6d68521/.versions/kvs/a1",
+		".kvtier/versions/other/00000000000000a1",
+		".kvtier/manifests/kvs/s1.json",
+		"other/s1/a",
+	};
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct cold *cold = NULL;
+	char *orig = NULL, *name, from[600], to[600];
+	size_t len = 0;
+
+	(void)state;
+	two_nodes(&a, &b, &sa, &sb);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 5000, 1), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(store_cold(sa, &cold), 0);
+	assert_int_equal(cold_get_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", 1 << 20, &orig,
+				      &len), 0);
+	name = g4_name_of(sa, "kvs", "s1/a");
+	snprintf(from, sizeof(from), "\"g4_key\": \"%s\"", name);
+	free(name);
+	for (size_t i = 0; i < ARRAY_SIZE(good) + ARRAY_SIZE(bad); i++) {
+		int ok = i < ARRAY_SIZE(good);
+		char *text = strdup(orig), *g4 = NULL;
+
+		snprintf(to, sizeof(to), "\"g4_key\": \"%s\"",
+			 ok ? good[i] : bad[i - ARRAY_SIZE(good)]);
+		text_replace(&text, from, to);
+		assert_int_equal(cold_put_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", text,
+					      strlen(text), "application/json"), 0);
+		free(text);
+		assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+		assert_int_equal(rep.objects, ok);
+		assert_int_equal(rep.failures, !ok);
+		if (!ok)
+			continue;
+		assert_int_equal(kvt_object_g4_name(sb, "kvs", "s1/a", &g4), 0);
+		assert_string_equal(g4, good[i]);
+		free(g4);
+		assert_int_equal(kvt_object_delete(sb, "kvs", "s1/a"), 0);
+		test_catalog_exec(&b, "DELETE FROM g4_dead");
+	}
+	free(orig);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
 /* A copy gone from G4 (or not the object's): the read is an I/O error. */
 static void test_recall_copy_missing(void **state)
 {
@@ -3812,7 +4367,7 @@ static void test_recall_copy_missing(void **state)
 	struct kvt_reader *r = NULL;
 	struct kvt_g4_report rep;
 	struct kvt_g4_opts o = session_opts("kvs", "s1");
-	char path[600];
+	char *path;
 
 	(void)state;
 	g4_env_init(&env, CAP, SEG);
@@ -3822,12 +4377,14 @@ static void test_recall_copy_missing(void **state)
 	assert_int_equal(test_put(st, "kvs", "s1/b", 20000, 2), 0);
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(rep.objects, 2);
-	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", env.cfg.store.dir);
+	path = g4_file_of(st, g4_dir(&env), "kvs", "s1/a");
 	assert_int_equal(unlink(path), 0);
+	free(path);
 	assert_int_equal(kvt_reader_open(st, "kvs", "s1/a", &r), -EIO);
 	/* More bytes than the object has: another object's. */
-	snprintf(path, sizeof(path), "%s/g4/kvs/s1/b%%", env.cfg.store.dir);
+	path = g4_file_of(st, g4_dir(&env), "kvs", "s1/b");
 	assert_int_equal(truncate(path, 40000), 0);
+	free(path);
 	assert_int_equal(kvt_reader_open(st, "kvs", "s1/b", &r), -EIO);
 	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
 	assert_int_equal(tier_of(st, "kvs", "s1/b"), KVT_TIER_COLD);
@@ -3955,7 +4512,7 @@ static void test_handover_at_manifest_write(void **state)
 	struct test_env a, b;
 	struct kvt_store *sa;
 	struct cold *g4 = NULL;
-	char url[600], path[700], *text = NULL;
+	char url[600], path[700], *text = NULL, *gpath;
 	size_t len = 0;
 
 	(void)state;
@@ -3990,10 +4547,11 @@ static void test_handover_at_manifest_write(void **state)
 	cold_free(g4);
 
 	/* This store's sweep leaves the importer's copies alone. */
+	gpath = g4_file_of(sa, g4_dir(&a), "kvs", "s1/a");
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/a"), 0);
 	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
-	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", a.cfg.store.dir);
-	assert_true(file_exists(path));
+	assert_true(file_exists(gpath));
+	free(gpath);
 	assert_int_equal(test_check(h.st, "kvs", "s1/a", 70000, 1), 0);
 	assert_int_equal(test_check(sa, "kvs", "s1/b", 5000, 2), 0);
 	kvt_store_close(sa);
@@ -4020,7 +4578,7 @@ static void test_handover_at_manifest_delete(void **state)
 	struct test_env a, b;
 	struct kvt_store *sa;
 	struct cold *g4 = NULL;
-	char url[600], path[700], owner[40], *text = NULL;
+	char url[600], path[700], owner[40], *text = NULL, *gpath;
 	uint64_t idb = 0;
 	size_t len = 0;
 
@@ -4035,6 +4593,7 @@ static void test_handover_at_manifest_delete(void **state)
 	assert_int_equal(test_put(sa, "kvs", "s1/a", 70000, 1), 0);
 	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
 	assert_int_equal(rep.objects, 1);
+	gpath = g4_file_of(sa, g4_dir(&a), "kvs", "s1/a");
 	assert_int_equal(kvt_object_delete(sa, "kvs", "s1/a"), 0);
 	plan.before_del = import_before_manifest;
 	plan.before_del_arg = &h;
@@ -4053,8 +4612,8 @@ static void test_handover_at_manifest_delete(void **state)
 	assert_non_null(strstr(text, owner));
 	free(text);
 	cold_free(g4);
-	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", a.cfg.store.dir);
-	assert_true(file_exists(path));
+	assert_true(file_exists(gpath));
+	free(gpath);
 	assert_int_equal(test_check(h.st, "kvs", "s1/a", 70000, 1), 0);
 	kvt_store_close(sa);
 	kvt_store_close(h.st);
@@ -4140,7 +4699,7 @@ static void test_rename_during_upload(void **state)
 	struct kvt_g4_opts o9 = session_opts("kvs", "s9");
 	struct kvt_g4_report rep;
 	struct test_env env;
-	char path[600], path2[600];
+	char *path, *path2;
 	pthread_t th;
 
 	(void)state;
@@ -4150,6 +4709,8 @@ static void test_rename_during_upload(void **state)
 	assert_int_equal(test_put(d.st, "kvs", "s1/a", 300000, 1), 0);
 	assert_int_equal(test_put(d.st, "kvs", "s1/dir/c", 200000, 2), 0);
 	assert_int_equal(test_put(d.st, "kvs", "s1/d", 100000, 3), 0);
+	path = g4_upload_file(d.st, g4_dir(&env), "kvs", "s1/a");
+	path2 = g4_upload_file(d.st, g4_dir(&env), "kvs", "s1/dir/c");
 	assert_int_equal(pthread_create(&th, NULL, demote_thread, &d), 0);
 	/* The partner holds each upload: these land during them. */
 	wait_held(&plan, 3);
@@ -4173,13 +4734,13 @@ static void test_rename_during_upload(void **state)
 	/* The copies under the old names were recorded dead: the sweep
 	 * deletes them. The next runs upload under the new names. */
 	plan.stall_ms = 0;
-	snprintf(path, sizeof(path), "%s/g4/kvs/s1/a%%", env.cfg.store.dir);
 	assert_int_equal(access(path, F_OK), 0);
-	snprintf(path2, sizeof(path2), "%s/g4/kvs/s1/dir/c%%", env.cfg.store.dir);
 	assert_int_equal(access(path2, F_OK), 0);
 	assert_int_equal(kvt_g4_cleanup(d.st, NULL, NULL), 0);
 	assert_int_equal(access(path, F_OK), -1);
 	assert_int_equal(access(path2, F_OK), -1);
+	free(path);
+	free(path2);
 	all_cold(d.st, cold, 2);
 	assert_int_equal(kvt_g4_demote(d.st, &o9, &rep), 0);
 	assert_int_equal(rep.failures, 0);
@@ -4307,7 +4868,15 @@ int main(void)
 		cmocka_unit_test(test_copied_store_pressure_log),
 		cmocka_unit_test(test_copied_store_owned_cost),
 		cmocka_unit_test(test_store_id_new_unnamed_manifest),
+		cmocka_unit_test(test_two_stores_one_key),
+		cmocka_unit_test(test_two_stores_one_key_swept),
+		cmocka_unit_test(test_store_id_new_one_key),
+		cmocka_unit_test(test_store_id_new_moved_session),
+		cmocka_unit_test(test_g4_names),
+		cmocka_unit_test(test_store_id_new_names),
+		cmocka_unit_test(test_legacy_names),
 		cmocka_unit_test(test_key_fits),
+		cmocka_unit_test(test_import_g4_names),
 	};
 
 	if (getenv("KVT_TEST_FILTER"))	/* e.g. "test_pressure_*" */

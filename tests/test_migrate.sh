@@ -33,7 +33,8 @@ tier_is()	# BUCKET KEY TIER
 
 g4_files()	# objects G4 holds (not manifests, not temporaries)
 {
-	find "$G4" -path "$G4/.kvtier" -prune -o -type f -print | wc -l
+	find "$G4" \( -path "$G4/.kvtier/manifests" -o -path "$G4/.kvtier/tmp" \) -prune \
+		-o -type f -name '*%' -print | wc -l
 }
 
 g4_name()	# BUCKET KEY [CONF]: the name of its G4 copy, as kvtier head gives it
@@ -123,10 +124,14 @@ for s in s1 s2 s3 s4; do
 done
 tier_is models s1/pinned hot
 [ "$(g4_files)" -eq "$n" ] || fail "G4 holds $(g4_files) objects, expected $n"
-[ "$(g4_name models s2/blk1048577)" = models/s2/blk1048577 ] ||
-	fail "kvtier head names the copy of s2/blk1048577 '$(g4_name models s2/blk1048577)'"
+# Each copy is under the store's id, its key and its version.
+id=$("$K" store-id | sed -n 's/^id: *//p')
+name=$(g4_name models s2/blk1048577)
+echo "$name" | grep -Eq "^\.kvtier/stores/$id/models/s2/blk1048577~[0-9a-f]{16}$" ||
+	fail "the copy of s2/blk1048577 is named '$name'"
+[ -f "$G4/$name%" ] || fail "G4 holds no '$name'"
 [ "$(g4_name models s1/pinned)" = - ] || fail "kvtier head names a copy of s1/pinned"
-grep -q '"key": "s2/blk1048577", "g4_key": "models/s2/blk1048577", "size": 1048577' \
+grep -q "\"key\": \"s2/blk1048577\", \"g4_key\": \"$name\", \"size\": 1048577" \
 	"$G4/.kvtier/manifests/models/s2.json%" || fail "manifest of s2 lacks blk1048577"
 kvt_expect 0 "$K" stat
 kvt_grep out "tiers: +1 hot, 0 demoting, $n cold, 0 recalling"
@@ -224,18 +229,47 @@ done
 kvt_expect 0 "$K" -c "$B" head models s3/blk3000000
 kvt_grep out "^tier: +hot$"
 
+step "two stores with an object each at one key keep their own G4 copies"
+# Both copies were named BUCKET/KEY: store B's upload of its conv-1/b0 (in
+# a session of its own) went over A's copy, and A's read failed its
+# CRC32C; B's sweep of its deleted conv-2/b0 deleted A's copy.
+for f in a1 b1 a2 b2; do
+	head -c 70000 /dev/urandom >"$T/in.$f"
+done
+kvt_expect 0 "$K" mb llama
+kvt_expect 0 "$K" -c "$B" mb llama
+kvt_expect 0 "$K" put llama conv-1/b0 "$T/in.a1"
+kvt_expect 0 "$K" -c "$B" put --session b-1 llama conv-1/b0 "$T/in.b1"
+kvt_expect 0 "$M" --session llama/conv-1
+kvt_expect 0 "$M" -c "$B" --session llama/b-1
+tier_is llama conv-1/b0 cold
+kvt_expect 0 "$K" get llama conv-1/b0 "$T/back"
+cmp "$T/in.a1" "$T/back" || fail "A's conv-1/b0 differs once B demoted its own"
+kvt_expect 0 "$K" -c "$B" get llama conv-1/b0 "$T/back"
+cmp "$T/in.b1" "$T/back" || fail "B's conv-1/b0 differs"
+kvt_expect 0 "$K" put llama conv-2/b0 "$T/in.a2"
+kvt_expect 0 "$K" -c "$B" put --session b-2 llama conv-2/b0 "$T/in.b2"
+kvt_expect 0 "$M" -c "$B" --session llama/b-2
+kvt_expect 0 "$M" --session llama/conv-2
+kvt_expect 0 "$K" -c "$B" rm llama conv-2/b0
+kvt_expect 0 "$M" -c "$B" --idle 0s
+tier_is llama conv-2/b0 cold
+kvt_expect 0 "$K" get llama conv-2/b0 "$T/back"
+cmp "$T/in.a2" "$T/back" || fail "A's conv-2/b0 differs once B swept its own"
+
 step "a recall of a copy put over or deleted in G4 says so"
 # Over one G4, another node may put over a copy or sweep it away: the read
 # said "File too large" or "No such file or directory", naming no copy.
 tier_is models s3/blk4096 cold
-C4="$G4/models/s3/blk4096%"
+name=$(g4_name models s3/blk4096)
+C4="$G4/$name%"
 cp "$C4" "$T/c4"
 cat "$T/c4" "$T/c4" >"$C4"
 kvt_expect 1 "$K" get models s3/blk4096 "$T/back"
-kvt_grep err "cannot recall 'models/s3/blk4096': g4's copy 'models/s3/blk4096' is longer than its 4096 bytes, so not this object's"
+kvt_grep err "cannot recall 'models/s3/blk4096': g4's copy '$name' is longer than its 4096 bytes, so not this object's"
 mv "$C4" "$T/c4.long"
 kvt_expect 1 "$K" get models s3/blk4096 "$T/back"
-kvt_grep err "cannot recall 'models/s3/blk4096': g4 'file://$G4' holds no copy 'models/s3/blk4096' \(deleted since it was demoted\)"
+kvt_grep err "cannot recall 'models/s3/blk4096': g4 'file://$G4' holds no copy '$name' \(deleted since it was demoted\)"
 cp "$T/c4" "$C4"
 kvt_expect 0 "$K" get models s3/blk4096 "$T/back"
 cmp "$T/in.s3.4096" "$T/back" || fail "s3/blk4096 differs once its copy is back"
@@ -247,17 +281,18 @@ step "a G4 copy the sweep cannot delete does not stop later runs"
 echo sweep >"$T/in.sweep"
 kvt_expect 0 "$K" put models s5/gone "$T/in.sweep"
 kvt_expect 0 "$M" --session models/s5
+name=$(g4_name models s5/gone)
 kvt_expect 0 "$K" rm models s5/gone
-rm -f "$G4/models/s5/gone%"
-mkdir -p "$G4/models/s5/gone%/blocker"
+rm -f "$G4/$name%"
+mkdir -p "$G4/$name%/blocker"
 kvt_expect 0 "$K" put models s6/new "$T/in.sweep"
 # The run goes on, but fails: only logged, it said "0 failures" and exited
 # 0, and a nightly cron job never told that a deleted key stayed in G4.
 kvt_expect 1 "$M" --idle 0s
-kvt_grep err "cannot delete 'models/s5/gone' from g4"
+kvt_grep err "cannot delete '$name' from g4"
 kvt_grep err "^kvtier-migrate: demote: [0-9]+ sessions, [0-9]+ objects, .*, 1 failures$"
 tier_is models s6/new cold
-rm -rf "$G4/models/s5/gone%"
+rm -rf "$G4/$name%"
 kvt_expect 0 "$M" --idle 0s
 kvt_run grep -q "cannot delete" "$KVT_TMP/err"
 [ "$rc" -ne 0 ] || fail "the sweep still fails once the copy can go: $(cat "$KVT_TMP/err")"
@@ -268,14 +303,15 @@ step "--dry-run tidies nothing in G4: a deleted key's copy and manifest stay unt
 # to leave.
 kvt_expect 0 "$K" put models s8/gone "$T/in.sweep"
 kvt_expect 0 "$M" --session models/s8
-[ -f "$G4/models/s8/gone%" ] || fail "s8/gone was not demoted"
+C8="$G4/$(g4_name models s8/gone)%"
+[ -f "$C8" ] || fail "s8/gone was not demoted"
 kvt_expect 0 "$K" rm models s8/gone
 kvt_expect 0 "$M" --idle 0s --dry-run
 kvt_grep err "^kvtier-migrate: demote \(dry run\): .*, 0 failures$"
-[ -f "$G4/models/s8/gone%" ] || fail "--dry-run deleted the G4 copy of s8/gone"
+[ -f "$C8" ] || fail "--dry-run deleted the G4 copy of s8/gone"
 [ -f "$G4/.kvtier/manifests/models/s8.json%" ] || fail "--dry-run deleted the manifest of s8"
 kvt_expect 0 "$M" --idle 0s
-[ ! -e "$G4/models/s8/gone%" ] || fail "the run after the dry run left the copy of s8/gone"
+[ ! -e "$C8" ] || fail "the run after the dry run left the copy of s8/gone"
 [ ! -e "$G4/.kvtier/manifests/models/s8.json%" ] || fail "s8's manifest outlived its last object"
 
 step "a manifest of a newer format is refused, neither imported nor written over"
@@ -286,10 +322,10 @@ echo newer >"$T/in.newer"
 kvt_expect 0 "$K" put models s7/a "$T/in.newer"
 kvt_expect 0 "$M" --session models/s7
 MF="$G4/.kvtier/manifests/models/s7.json%"
-sed -i 's/"kvtier_manifest": 1,/"kvtier_manifest": 2,/' "$MF"
+sed -i 's/"kvtier_manifest": 2,/"kvtier_manifest": 3,/' "$MF"
 cp "$MF" "$T/mf.newer"
 kvt_expect 1 "$M" -c "$B" --import models/s7
-kvt_grep err "the manifest '.kvtier/manifests/models/s7.json' in g4 is of format 2, which a newer kvtier wrote; this one reads format 1"
+kvt_grep err "the manifest '.kvtier/manifests/models/s7.json' in g4 is of format 3, which a newer kvtier wrote; this one reads format 2"
 kvt_expect 1 "$K" -c "$B" head models s7/a
 kvt_expect 0 "$K" put models s7/b "$T/in.newer"
 # A run that cannot demote a session fails, counting what stays hot: it
@@ -298,7 +334,7 @@ kvt_expect 0 "$K" put models s7/b "$T/in.newer"
 echo other >"$T/in.other"
 kvt_expect 0 "$K" put models s8/a "$T/in.other"
 kvt_expect 1 "$M" --idle 0s
-kvt_grep err "is of format 2, which a newer kvtier wrote; this one reads format 1: session 's7' of bucket 'models' is left alone"
+kvt_grep err "is of format 3, which a newer kvtier wrote; this one reads format 2: session 's7' of bucket 'models' is left alone"
 kvt_grep err "cannot demote session 's7' of bucket 'models'"
 kvt_grep err "^kvtier-migrate: demote: [0-9]+ sessions, [0-9]+ objects, .*, 1 failures$"
 cmp -s "$MF" "$T/mf.newer" || fail "the newer manifest was written over: $(cat "$MF")"
@@ -307,7 +343,7 @@ tier_is models s8/a cold
 kvt_expect 1 "$M" --session models/s7 --json
 kvt_grep out "\"action\":\"demote\",.*\"objects\":0,.*\"failures\":1,"
 # Put back in this format for the steps that follow.
-sed -i 's/"kvtier_manifest": 2,/"kvtier_manifest": 1,/' "$MF"
+sed -i 's/"kvtier_manifest": 3,/"kvtier_manifest": 2,/' "$MF"
 
 step "a key without '/' is plain cache to reclaim, but a session of its own here"
 # docs/operations.md said it had no session; head, stat and the migrator
@@ -456,9 +492,10 @@ kvt_run "$M" -c "$T/cas.conf" --session kvs/s1
 race=$rc
 cp "$KVT_TMP/err" "$T/race.err"
 [ ! -e "$T/race.arm" ] || fail "the demotion wrote no manifest"
+name=$(g4_name kvs s1/a "$T/cas.conf")
 kvt_expect 0 "$K" -c "$T/cas.conf" rm kvs s1/a
 kvt_run "$M" -c "$T/cas.conf" --idle 0s
-if grep -q "^DELETE /g4bucket/kvtier/kvs/s1/a$" "$T/cas.log"; then
+if grep -qF "DELETE /g4bucket/kvtier/$name" "$T/cas.log"; then
 	fail "the sweep deleted the importer's copy of s1/a (the demotion exited $race:" \
 		"$(cat "$T/race.err"))"
 fi

@@ -53,6 +53,17 @@ endpoint = http://127.0.0.1:$PORT
 credentials = $T/keys
 EOF
 
+g4_name()	# BUCKET KEY [CONF]: the name of its G4 copy, as kvtier head gives it
+{
+	kvt_expect 0 "$K" -c "${3:-$KVTIER_CONF}" head "$1" "$2"
+	sed -n 's/^g4: *//p' "$KVT_TMP/out"
+}
+
+s3_file()	# BUCKET KEY: the file s3rver keeps its G4 copy in
+{
+	echo "$T/s3/g4bucket/kvtier/g4/$(g4_name "$1" "$2")._S3rver_object"
+}
+
 step "credentials readable by others are refused"
 chmod 644 "$T/keys"
 kvt_expect 0 "$K" init
@@ -77,7 +88,11 @@ kvt_expect 0 "$K" head models s2/blk2097153
 kvt_grep out "^tier: +cold$"
 [ -f "$T/s3/g4bucket/kvtier/g4/.kvtier/manifests/models/s2.json._S3rver_object" ] ||
 	fail "no manifest of s2 in the bucket"
-[ -f "$T/s3/g4bucket/kvtier/g4/models/s2/blk2097153._S3rver_object" ] ||
+id=$("$K" store-id | sed -n 's/^id: *//p')
+name=$(g4_name models s2/blk2097153)
+echo "$name" | grep -Eq "^\.kvtier/stores/$id/models/s2/blk2097153~[0-9a-f]{16}$" ||
+	fail "the copy of s2/blk2097153 is named '$name'"
+[ -f "$T/s3/g4bucket/kvtier/g4/$name._S3rver_object" ] ||
 	fail "no object s2/blk2097153 in the bucket"
 
 step "kvtier get recalls from S3 byte-exact"
@@ -87,7 +102,8 @@ for size in 0 1 65536 2097153; do
 done
 
 step "recalled objects go cold again on their ETag; a copy put over since is uploaded again"
-obj=$T/s3/g4bucket/kvtier/g4/models/s1/blk65536._S3rver_object
+name=$(g4_name models s1/blk65536)
+obj=$T/s3/g4bucket/kvtier/g4/$name._S3rver_object
 before=$(stat -c %y "$obj")
 kvt_expect 0 "$M" --session models/s1
 kvt_grep err " 0 failures$"
@@ -98,10 +114,10 @@ kvt_expect 0 "$K" get models s1/blk65536 "$T/back"
 # a size check took it for this object's, which went cold on it and was lost.
 head -c 65536 /dev/urandom >"$T/other"
 curl -sf -X PUT --data-binary @"$T/other" \
-	"http://127.0.0.1:$PORT/g4bucket/kvtier/g4/models/s1/blk65536" >/dev/null ||
+	"http://127.0.0.1:$PORT/g4bucket/kvtier/g4/$name" >/dev/null ||
 	fail "cannot put over the copy of s1/blk65536"
 kvt_expect 0 "$M" --session models/s1
-kvt_grep err "g4 holds 'models/s1/blk65536' with ETag .* uploading it again"
+kvt_grep err "g4 holds '$name' with ETag .* uploading it again"
 kvt_grep err " 0 failures$"
 kvt_expect 0 "$K" head models s1/blk65536
 kvt_grep out "^tier: +cold$"
@@ -109,9 +125,10 @@ kvt_expect 0 "$K" get models s1/blk65536 "$T/back"
 cmp "$T/in.s1.65536" "$T/back" || fail "s1/blk65536 lost to the copy put over it"
 
 step "partner down: the read fails clearly, nothing is lost; back up: it works"
+name=$(g4_name models s2/blk65536)
 s3rver_stop
 kvt_expect 1 "$K" get models s2/blk65536 "$T/back"
-kvt_grep err "s3 get of 'kvtier/g4/models/s2/blk65536'"
+kvt_grep err "s3 get of 'kvtier/g4/$name'"
 kvt_expect 0 "$K" head models s2/blk65536
 kvt_grep out "^tier: +cold$"
 s3rver_start
@@ -134,10 +151,10 @@ kvt_expect 0 "$M" --session models/nc
 kvt_grep err " 0 failures$"
 kvt_expect 0 "$M" --session models/nd
 kvt_grep err " 0 failures$"
-nb=$T/s3/g4bucket/kvtier/g4/models/nb
-nd=$T/s3/g4bucket/kvtier/g4/models/nd
-[ -f "$nb/a._S3rver_object" ] && [ -f "$nb/b._S3rver_object" ] && [ -f "$nd/d._S3rver_object" ] ||
-	fail "nb, nd not demoted"
+nba=$(s3_file models nb/a)
+nbb=$(s3_file models nb/b)
+ndd=$(s3_file models nd/d)
+[ -f "$nba" ] && [ -f "$nbb" ] && [ -f "$ndd" ] || fail "nb, nd not demoted"
 sed -i 's|^url = .*|url = s3://nosuch/kvtier/g4|' "$KVTIER_CONF"
 kvt_expect 1 "$K" get models nc/c "$T/back"
 kvt_grep err "the bucket 'nosuch' does not exist at the partner .*s3://nosuch/kvtier/g4"
@@ -231,11 +248,10 @@ kvt_grep err "the deleted keys of 2 sessions stay recorded"
 [ "$(grep -c "manifest" "$T/err")" -eq 1 ] ||
 	fail "the sweep logged each session with the bucket missing: $(cat "$T/err")"
 kvt_grep err "cannot open g4 's3://nosuch/kvtier/g4' \(see \[g4\] in "
-[ -f "$nb/a._S3rver_object" ] && [ -f "$nb/b._S3rver_object" ] && [ -f "$nd/d._S3rver_object" ] ||
-	fail "the copies went with the bucket misnamed"
+[ -f "$nba" ] && [ -f "$nbb" ] && [ -f "$ndd" ] || fail "the copies went with the bucket misnamed"
 sed -i 's|^url = .*|url = s3://g4bucket/kvtier/g4|' "$KVTIER_CONF"
 kvt_expect 0 "$M" --idle 0s
-if [ -f "$nb/a._S3rver_object" ] || [ -f "$nb/b._S3rver_object" ] || [ -f "$nd/d._S3rver_object" ]; then
+if [ -f "$nba" ] || [ -f "$nbb" ] || [ -f "$ndd" ]; then
 	fail "the copies of deleted keys stayed in g4bucket (their dead entries were forgotten)"
 fi
 kvt_expect 0 "$K" get models nc/c "$T/back"
@@ -371,10 +387,11 @@ step "a copy of the store (cp -a) writes nothing to g4 until store-id --new; the
 # deleted the g4 copies of what was deleted in the copy, which the original
 # still named cold (its reads failed), and its demotions wrote over the
 # original's manifests.
-O=$T/s3/g4bucket/kvtier/g4/models
 CP=$T/copy.conf
 sed "s|^dir = .*|dir = $T/datacopy|" "$KVTIER_CONF" >"$CP"
 cp -a "$T/data" "$T/datacopy"
+O65536=$(s3_file models s2/blk65536)
+O1=$(s3_file models s2/blk1)
 kvt_expect 0 "$K" -c "$CP" rm models s2/blk65536
 for mode in "--idle 0s" "--session models/s2" "--import models/s1"; do
 	# shellcheck disable=SC2086 # the mode is two words
@@ -382,7 +399,7 @@ for mode in "--idle 0s" "--session models/s2" "--import models/s1"; do
 	kvt_grep err "^kvtier-migrate: [a-z]+: the store in '$T/datacopy' is not where its id [0-9a-f]{16} was given .* run 'kvtier -c $CP store-id --new' if it is a copy, or 'kvtier -c $CP store-id --keep'"
 	[ "$(wc -l <"$T/err")" = 1 ] || fail "the copy's refusal ($mode) is not one line: $(cat "$T/err")"
 done
-[ -f "$O/s2/blk65536._S3rver_object" ] || fail "the copy's sweep deleted the original's copy"
+[ -f "$O65536" ] || fail "the copy's sweep deleted the original's copy"
 kvt_expect 0 "$K" -c "$CP" get models s1/blk65536 "$T/back"	# a recall goes on
 cmp "$T/in.s1.65536" "$T/back" || fail "s1/blk65536 recalled by the copy differs"
 kvt_expect 0 "$K" get models s2/blk65536 "$T/back"
@@ -401,7 +418,7 @@ kvt_grep out "^matches: +yes$"
 kvt_expect 0 "$K" -c "$CP" rm models s2/blk1
 kvt_expect 0 "$M" -c "$CP" --idle 7d
 kvt_grep err "session 's2' of bucket 'models' belongs to store $id"
-[ -f "$O/s2/blk1._S3rver_object" ] || fail "the copy's sweep after --new deleted the original's copy"
+[ -f "$O1" ] || fail "the copy's sweep after --new deleted the original's copy"
 kvt_expect 0 "$K" get models s2/blk1 "$T/back"
 cmp "$T/in.s2.1" "$T/back" || fail "s2/blk1 differs on the original"
 rm -rf "$T/datacopy"
@@ -481,16 +498,20 @@ EOC
 head -c 23068673 /dev/urandom >"$T/in.mp"
 kvt_expect 0 "$K" put models mp/big "$T/in.mp"
 kvt_expect 0 "$M" --session models/mp -v
-kvt_grep err "multipart upload of 'kvtier/g4/models/mp/big': 5 parts of 5242880 bytes, 4 in parallel"
-kvt_grep err "demote: 1 sessions, 1 objects, 23068673 bytes"
+cp "$T/err" "$T/mp.err"
+name=$(g4_name models mp/big)
+grep -qF "multipart upload of 'kvtier/g4/$name': 5 parts of 5242880 bytes, 4 in parallel" \
+	"$T/mp.err" || fail "no multipart upload of '$name': $(cat "$T/mp.err")"
+grep -q "demote: 1 sessions, 1 objects, 23068673 bytes" "$T/mp.err" ||
+	fail "the multipart demotion: $(cat "$T/mp.err")"
 kvt_expect 0 "$K" head models mp/big
 kvt_grep out "^tier: +cold$"
 # s3rver logs each answer (the line's start, with the method, cut off):
 # five part uploads, and no request for the object itself, so no read-back
 # (its answer, the MD5 of what it stored, was compared instead).
-[ "$(grep -c "models/mp/big?partNumber=" "$T/s3rver.log")" -eq 5 ] ||
+[ "$(grep -cF "$name?partNumber=" "$T/s3rver.log")" -eq 5 ] ||
 	fail "not five part uploads in the s3rver log: $(grep "mp/big" "$T/s3rver.log")"
-if grep -Eq "models/mp/big [0-9]{3} " "$T/s3rver.log"; then
+if grep -qF "$name " "$T/s3rver.log"; then
 	fail "the demotion read the object back: $(grep "mp/big" "$T/s3rver.log")"
 fi
 kvt_expect 0 "$K" get models mp/big "$T/back"
@@ -531,12 +552,31 @@ kvt_expect 0 "$M" --session models/k
 kvt_grep err "demote: 1 sessions, 5 objects"
 [ -z "$(find "$T/s3" -name '*_S3rver_object' ! -path "$T/s3/g4bucket/kvtier/g4/*")" ] ||
 	fail "an object landed outside the prefix: $(find "$T/s3" -name '*_S3rver_object' ! -path "$T/s3/g4bucket/kvtier/g4/*")"
-[ -f "$T/s3/g4bucket/kvtier/g4/models/k/%2E%2E/esc._S3rver_object" ] ||
-	fail "k/../esc is not where cold_s3_key() puts it"
+name=$(g4_name models k/../esc)
+[ -f "$T/s3/g4bucket/kvtier/g4/$(echo "$name" | sed 's|/\.\./|/%2E%2E/|')._S3rver_object" ] ||
+	fail "k/../esc ('$name') is not where cold_s3_key() puts it"
 for k in "k/../esc" "k/./dot" "k//empty" "k/%2E%2E/pct" "k/../../../../../top"; do
 	kvt_expect 0 "$K" get models "$k" "$T/back"
 	[ "$(cat "$T/back")" = "$k" ] || fail "'$k' came back as '$(cat "$T/back")'"
 done
+
+step "a name over S3's 1024 bytes goes under the store's id and the version alone"
+# ".kvtier/stores/STORE/models/KEY~VID" under the prefix is 58 bytes more
+# than the key: for a key of 1000 bytes, 1068.
+long=long
+for i in 1 2 3 4 5; do
+	long="$long/$(printf '%0198d' "$i")"
+done
+printf 'long' >"$T/in.long"
+kvt_expect 0 "$K" put models "$long" "$T/in.long"
+kvt_expect 0 "$M" --session models/long
+kvt_grep err "demote: 1 sessions, 1 objects, 4 bytes .* 0 failures$"
+name=$(g4_name models "$long")
+echo "$name" | grep -Eq "^\.kvtier/stores/$id/\.versions/models/[0-9a-f]{16}$" ||
+	fail "the copy of a key of ${#long} bytes is named '$name'"
+[ -f "$T/s3/g4bucket/kvtier/g4/$name._S3rver_object" ] || fail "no copy '$name' in the bucket"
+kvt_expect 0 "$K" get models "$long" "$T/back"
+cmp "$T/in.long" "$T/back" || fail "the object of a long key came back different"
 
 step "s3rver over TLS, trusted through [g4] ca_file"
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/tls.key" -out "$T/tls.crt" -days 1 \
@@ -626,7 +666,7 @@ wait "$pid" 2>/dev/null || true
 n=$(list_uploads) || fail "boto3 cannot list the partner's multipart uploads"
 [ "$n" = 1 ] || fail "expected the killed run's upload at the partner, found $n"
 kvt_expect 0 "$M" -c "$G" --session models/gw2
-kvt_grep err "aborted the multipart upload '.*' of 'pfx/models/gw2/big', left by an interrupted run"
+kvt_grep err "aborted the multipart upload '.*' of 'pfx/\.kvtier/stores/[0-9a-f]{16}/models/gw2/big~[0-9a-f]{16}', left by an interrupted run"
 kvt_grep err "demote: 1 sessions, 1 objects, 26214401 bytes"
 n=$(list_uploads)
 [ "$n" = 0 ] || fail "$n multipart uploads left at the partner after the second run"
@@ -637,23 +677,28 @@ cmp "$T/in.gw2" "$T/back" || fail "gw2/big came back different from the gateway"
 
 step "a key with '%' demoted under its old partner name is recalled from it"
 # Before cold_s3_key() encoded '%' as "%25", the libs3 client stored G4 key
-# "models/pct/a%b" as "pfx/models/pct/a%b"; the new name is
-# "pfx/models/pct/a%25b". Such a copy is moved back to the old name here,
-# as an older kvtier-migrate would have left it.
+# "models/pct/a%b" (a copy's name before per-store names) as
+# "pfx/models/pct/a%b"; that name is "pfx/models/pct/a%25b" now. Such a
+# copy is moved to the old name here, and the catalog's record of its name
+# dropped, as an older kvtier-migrate would have left them.
 head -c 300001 /dev/urandom >"$T/in.pct"
 kvt_expect 0 "$K" -c "$G" put models 'pct/a%b' "$T/in.pct"
 kvt_expect 0 "$M" -c "$G" --session models/pct
 kvt_grep err "demote: 1 sessions, 1 objects, 300001 bytes"
-python3 - "$gport" "$T/tls.crt" <<'PY' || fail "boto3 cannot move the copy to its old name"
+name=$(g4_name models 'pct/a%b' "$G")
+python3 - "$gport" "$T/tls.crt" "pfx/$(echo "$name" | sed 's/%/%25/g')" <<'PY' ||
 import os, sys, boto3
 s3 = boto3.client("s3", endpoint_url="https://127.0.0.1:%s" % sys.argv[1], verify=sys.argv[2],
                   region_name="eu-west-3", aws_access_key_id=os.environ["GW_ACCESS"],
                   aws_secret_access_key=os.environ["GW_SECRET"])
-s3.head_object(Bucket="g4bucket", Key="pfx/models/pct/a%25b")
+s3.head_object(Bucket="g4bucket", Key=sys.argv[3])
 s3.copy_object(Bucket="g4bucket", Key="pfx/models/pct/a%b",
-               CopySource={"Bucket": "g4bucket", "Key": "pfx/models/pct/a%25b"})
-s3.delete_object(Bucket="g4bucket", Key="pfx/models/pct/a%25b")
+               CopySource={"Bucket": "g4bucket", "Key": sys.argv[3]})
+s3.delete_object(Bucket="g4bucket", Key=sys.argv[3])
 PY
+	fail "boto3 cannot move the copy to its old name"
+sqlite3 "$T/datag/catalog.db" "UPDATE objects SET g4_key = NULL WHERE key = 'pct/a%b'" ||
+	fail "cannot drop the record of the copy's name"
 kvt_expect 0 "$K" -c "$G" head models 'pct/a%b'
 kvt_grep out "^tier: +cold$"
 kvt_expect 0 "$K" -c "$G" get models 'pct/a%b' "$T/back"
