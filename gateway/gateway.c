@@ -20,12 +20,10 @@
  */
 #include "config.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <malloc.h>
-#include <netdb.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <signal.h>
@@ -45,6 +43,10 @@
 #ifndef SYSCONFDIR
 #define SYSCONFDIR "/etc"
 #endif
+
+/* What kvt_parse_listen() takes, for --listen and --metrics-listen. */
+#define GW_LISTEN_FORMS "expected ADDR:PORT (IPv4, dotted decimal), [ADDR6]:PORT or PORT, " \
+	"numeric, PORT from 0 to 65535"
 
 
 static void gw_usage(FILE *f)
@@ -89,46 +91,6 @@ static void gw_usage(FILE *f)
 		"  -f, --foreground       stay in the foreground (the default)\n"
 		"  -d, --daemon           detach from the terminal\n"
 		"  -v, --verbose          log every error response\n");
-}
-
-/* "127.0.0.1:9000", "[::1]:9000", ":9000", "9000". */
-static int gw_parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *len)
-{
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE };
-	struct addrinfo *res = NULL;
-	char host[256] = "", port[16];
-	const char *colon;
-	int rc;
-
-	if (s[0] == '[') {
-		const char *end = strchr(s, ']');
-
-		if (!end || end[1] != ':' || (size_t)(end - s - 1) >= sizeof(host))
-			return -EINVAL;
-		memcpy(host, s + 1, (size_t)(end - s - 1));
-		host[end - s - 1] = '\0';
-		colon = end + 1;
-	} else {
-		colon = strrchr(s, ':');
-		if (colon) {
-			if ((size_t)(colon - s) >= sizeof(host))
-				return -EINVAL;
-			memcpy(host, s, (size_t)(colon - s));
-			host[colon - s] = '\0';
-		} else {
-			colon = s - 1;	/* a bare port */
-		}
-	}
-	if (snprintf(port, sizeof(port), "%s", colon + 1) >= (int)sizeof(port) || !port[0])
-		return -EINVAL;
-	rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
-	if (rc != 0 || !res)
-		return -EINVAL;
-	memcpy(ss, res->ai_addr, res->ai_addrlen);
-	*len = res->ai_addrlen;
-	freeaddrinfo(res);
-	return 0;
 }
 
 /* A PEM file into memory, for libmicrohttpd; NULL (and a message) on failure. */
@@ -516,15 +478,14 @@ int main(int argc, char **argv)
 		status = 2;
 		goto out;
 	}
-	if (o->metrics_listen && gw_parse_listen(o->metrics_listen, &maddr, &addrlen) < 0) {
-		fprintf(stderr, "kvtier-gateway: metrics listen '%s': expected ADDR:PORT\n",
+	if (o->metrics_listen && kvt_parse_listen(o->metrics_listen, &maddr, &addrlen) < 0) {
+		fprintf(stderr, "kvtier-gateway: metrics listen '%s': " GW_LISTEN_FORMS "\n",
 			o->metrics_listen);
 		status = 2;
 		goto out;
 	}
-	if (gw_parse_listen(o->listen, &addr, &addrlen) < 0) {
-		fprintf(stderr, "kvtier-gateway: listen '%s': expected ADDR:PORT, [ADDR6]:PORT "
-			"or PORT with a numeric address\n", o->listen);
+	if (kvt_parse_listen(o->listen, &addr, &addrlen) < 0) {
+		fprintf(stderr, "kvtier-gateway: listen '%s': " GW_LISTEN_FORMS "\n", o->listen);
 		status = 2;
 		goto out;
 	}

@@ -40,10 +40,14 @@
  */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
 #include <inttypes.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -69,6 +73,7 @@ enum cfg_type {
 	CFG_TYPE_UNSIGNED,	/* unsigned in [min, max] */
 	CFG_TYPE_DURATION,	/* uint64_t seconds in [min, max], kvt_parse_duration() */
 	CFG_TYPE_MODE,		/* unsigned permission bits, octal: 0644 */
+	CFG_TYPE_LISTEN,	/* char *, an address to listen on, kvt_parse_listen() */
 };
 
 struct cfg_key {
@@ -115,6 +120,8 @@ struct cfg_key {
 
 #define CFG_MODE(sec, key, m, d) \
 	{ .section = sec, .name = key, .type = CFG_TYPE_MODE, .offset = CFG_AT(m, unsigned), .def = d }
+#define CFG_LISTEN(sec, key, m, d) \
+	{ .section = sec, .name = key, .type = CFG_TYPE_LISTEN, .offset = CFG_AT(m, char *), .def = d }
 
 /* In the order of enum kvt_io_kind. */
 static const char *const cfg_io_names[] = { "uring", "sync", NULL };
@@ -135,12 +142,12 @@ static const struct cfg_key cfg_keys[] = {
 	CFG_UNSIGNED("store", "access_flush_ms", store.access_flush_ms, "1000", 1, 86400000),
 	CFG_SIZE("store", "cached_read_max", store.cached_read_max, "256K"),
 	CFG_DURATION("store", "space_wait", store.space_wait, "30s"),
-	CFG_STRING("gateway", "listen", gateway.listen, "127.0.0.1:9000"),
+	CFG_LISTEN("gateway", "listen", gateway.listen, "127.0.0.1:9000"),
 	CFG_UNSIGNED("gateway", "threads", gateway.threads, "4", 1, KVT_GW_THREADS_MAX),
 	CFG_PATH("gateway", "credentials", gateway.credentials, NULL),
 	CFG_PATH("gateway", "tls_cert", gateway.tls_cert, NULL),
 	CFG_PATH("gateway", "tls_key", gateway.tls_key, NULL),
-	CFG_STRING("gateway", "metrics_listen", gateway.metrics_listen, NULL),
+	CFG_LISTEN("gateway", "metrics_listen", gateway.metrics_listen, NULL),
 	CFG_STRING("gateway", "region", gateway.region, "us-east-1"),
 	CFG_STRING("gateway", "domain", gateway.domain, "localhost"),
 	CFG_DURATION_RANGE("gateway", "timeout", gateway.timeout, "60s", 0, KVT_GW_TIMEOUT_MAX),
@@ -271,6 +278,81 @@ int kvt_parse_duration(const char *s, uint64_t *seconds)
 }
 
 /*
+ * "127.0.0.1:9000", "[::1]:9000", "[fe80::1%eth0]:9000", ":9000" or "9000"
+ * (the last two: every IPv4 address). Numeric, and strictly: getaddrinfo()
+ * alone, which this used to be, took "127.1", "2130706433" and "010.0.0.1"
+ * (octal, 8.0.0.1) for IPv4 addresses, " 80" and "+80" for ports, and
+ * wrapped a port past 65535 (70000 was 4464, and 65536 was 0, any port the
+ * kernel picks). An IPv4 address is dotted decimal (inet_pton), an IPv6 one
+ * is in brackets, as in a URL, since "::1:9000" is an address of its own,
+ * and the port is 0 to 65535 in decimal.
+ */
+int kvt_parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *len)
+{
+	struct sockaddr_in *in = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *in6;
+	struct addrinfo *res = NULL;
+	char host[INET6_ADDRSTRLEN + IF_NAMESIZE + 1];
+	const char *h = s, *port, *end;
+	size_t hlen;
+	uint64_t p;
+
+	memset(ss, 0, sizeof(*ss));
+	if (s[0] == '[') {
+		const char *close = strchr(s, ']');
+
+		if (!close || close[1] != ':')
+			return -EINVAL;
+		h = s + 1;
+		hlen = (size_t)(close - h);
+		port = close + 2;
+	} else {
+		const char *colon = strrchr(s, ':');
+
+		hlen = colon ? (size_t)(colon - s) : 0;
+		port = colon ? colon + 1 : s;
+		if (memchr(s, ':', hlen))
+			return -EINVAL;	/* IPv6 without brackets */
+	}
+	if (cfg_parse_u64(port, &p, &end) < 0 || *end != '\0' || p > 65535 ||
+	    hlen >= sizeof(host) || (s[0] == '[' && hlen == 0))
+		return -EINVAL;
+	memcpy(host, h, hlen);
+	host[hlen] = '\0';
+	if (s[0] == '[') {
+		/* getaddrinfo(), not inet_pton(): it knows scope ids, "%eth0". */
+		const struct addrinfo hints = { .ai_family = AF_INET6, .ai_socktype = SOCK_STREAM,
+						.ai_flags = AI_NUMERICHOST };
+
+		if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res ||
+		    res->ai_addrlen > sizeof(*ss)) {
+			if (res)
+				freeaddrinfo(res);
+			return -EINVAL;
+		}
+		memcpy(ss, res->ai_addr, res->ai_addrlen);
+		*len = res->ai_addrlen;
+		freeaddrinfo(res);
+		in6 = (struct sockaddr_in6 *)ss;
+		/* The kernel binds a scope only for a link-local address, and
+		 * ignores any other's: "[::1%eth0]" is no address to give. */
+		if (in6->sin6_scope_id && !IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr) &&
+		    !IN6_IS_ADDR_MC_LINKLOCAL(&in6->sin6_addr))
+			return -EINVAL;
+		in6->sin6_port = htons((uint16_t)p);
+		return 0;
+	}
+	in->sin_family = AF_INET;
+	in->sin_port = htons((uint16_t)p);
+	if (hlen == 0)
+		in->sin_addr.s_addr = htonl(INADDR_ANY);
+	else if (inet_pton(AF_INET, host, &in->sin_addr) != 1)
+		return -EINVAL;
+	*len = sizeof(*in);
+	return 0;
+}
+
+/*
  * "0.9", ".9", "90%", "85.5%". Parsed by hand, not with strtod(), which
  * follows the locale's decimal point and also takes "nan", "1e-1" and hex.
  * The digits are kept as an integer and divided once by a power of ten, both
@@ -350,8 +432,14 @@ static int cfg_set(struct kvt_config *cfg, const struct cfg_key *k, const char *
 		*(char **)field = s;
 		return 0;
 	case CFG_TYPE_STRING:
+	case CFG_TYPE_LISTEN: {
+		struct sockaddr_storage ss;
+		socklen_t sslen;
+
 		/* One word: a value with a space in it is a typo, not a name. */
 		if (!*text || strpbrk(text, " \t\"'"))
+			return -EINVAL;
+		if (k->type == CFG_TYPE_LISTEN && kvt_parse_listen(text, &ss, &sslen) < 0)
 			return -EINVAL;
 		s = strdup(text);
 		if (!s)
@@ -359,6 +447,7 @@ static int cfg_set(struct kvt_config *cfg, const struct cfg_key *k, const char *
 		free(*(char **)field);
 		*(char **)field = s;
 		return 0;
+	}
 	case CFG_TYPE_SIZE:
 		rc = kvt_parse_size(text, &u);
 		if (rc < 0 || u < k->min || u > k->max)
@@ -451,6 +540,10 @@ static void cfg_expect(const struct cfg_key *k, char *buf, size_t len)
 		return;
 	case CFG_TYPE_MODE:
 		snprintf(buf, len, "expected octal permission bits like 0644");
+		return;
+	case CFG_TYPE_LISTEN:
+		snprintf(buf, len, "expected ADDR:PORT (IPv4, dotted decimal), [ADDR6]:PORT or "
+			 "PORT, numeric, PORT from 0 to 65535");
 		return;
 	}
 	snprintf(buf, len, "unknown type");
@@ -735,7 +828,7 @@ static int (*const cfg_checks[])(const struct kvt_config *cfg, const int *seen, 
 /* Keys whose field is a heap string. */
 static int cfg_is_text(const struct cfg_key *k)
 {
-	return k->type == CFG_TYPE_PATH || k->type == CFG_TYPE_STRING;
+	return k->type == CFG_TYPE_PATH || k->type == CFG_TYPE_STRING || k->type == CFG_TYPE_LISTEN;
 }
 
 /* A deep copy of src; on failure dst holds nothing to release. */

@@ -20,6 +20,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -128,6 +129,14 @@ int kvt_parse_size(const char *s, uint64_t *out);
  */
 #define KVT_DURATION_MAX (36500ull * 86400)	/* 100 years */
 int kvt_parse_duration(const char *s, uint64_t *seconds);
+
+/*
+ * Parse an address to listen on ([gateway] listen, metrics_listen, and
+ * kvtier-gateway's flags): "ADDR:PORT" with a dotted-decimal IPv4 ADDR,
+ * "[ADDR6]:PORT", ":PORT" or "PORT" (every IPv4 address); PORT is 0 (the
+ * kernel picks one) to 65535. Fills ss and its length, or -EINVAL.
+ */
+int kvt_parse_listen(const char *s, struct sockaddr_storage *ss, socklen_t *len);
 
 /* ---- logging (log.c) -------------------------------------------------- */
 

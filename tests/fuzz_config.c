@@ -7,7 +7,9 @@
  * memfd costs no disk and leaves nothing behind. Besides "no crash, no
  * leak" (ASan and LeakSanitizer see to those), the target checks what the
  * loader promises, and aborts if a promise is broken:
- *  - on success, every cross-check holds in the result;
+ *  - on success, every cross-check holds in the result, and the addresses
+ *    of [gateway] listen and metrics_listen are ones the gateway can bind
+ *    (fuzz_listen checks that parser on its own);
  *  - on failure, the message names the file and cfg is left exactly as it
  *    was (loading is all or nothing).
  *
@@ -71,6 +73,8 @@ static void fuzz_write(const uint8_t *data, size_t size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct kvt_config cfg, def;
+	struct sockaddr_storage ss;
+	socklen_t sslen;
 	char err[512];
 	int rc;
 
@@ -94,6 +98,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz_require(cfg.store.session_depth >= 1 && cfg.store.session_depth <= 16,
 			     "session_depth in 1..16", err);
 		fuzz_require(cfg.store.access_flush_ms >= 1, "access_flush_ms >= 1", err);
+		fuzz_require(cfg.gateway.listen && kvt_parse_listen(cfg.gateway.listen, &ss, &sslen) == 0,
+			     "listen is an address", err);
+		fuzz_require(!cfg.gateway.metrics_listen ||
+			     kvt_parse_listen(cfg.gateway.metrics_listen, &ss, &sslen) == 0,
+			     "metrics_listen is an address", err);
 	} else {
 		size_t plen = strlen(fuzz_path);
 

@@ -8,7 +8,9 @@
  */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,6 +312,80 @@ static void test_gateway_ranges(void **state)
 	assert_int_equal(conf_load(&cfg, "[gateway]\ntimeout = 0\n", err, sizeof(err)), 0);
 	assert_true(cfg.gateway.timeout == 0);
 	kvt_config_release(&cfg);
+}
+
+/*
+ * Listen addresses are numeric and strict: getaddrinfo(), which the gateway
+ * used alone, wrapped port 65536 to 0 and 70000 to 4464, read 010.0.0.1 as
+ * 8.0.0.1 and 127.1 as 127.0.0.1, and took ::1:9000 for [::1]:9000; and a
+ * bad address in kvtier.conf is refused at load, naming its line, as every
+ * other bad value.
+ */
+static void test_listen(void **state)
+{
+	static const struct { const char *s; int family; const char *addr; unsigned port; } ok[] = {
+		{ "127.0.0.1:9000", AF_INET, "127.0.0.1", 9000 },
+		{ "0.0.0.0:65535", AF_INET, "0.0.0.0", 65535 },
+		{ "10.1.2.3:0", AF_INET, "10.1.2.3", 0 },
+		{ ":9000", AF_INET, "0.0.0.0", 9000 },
+		{ "9000", AF_INET, "0.0.0.0", 9000 },
+		{ "0", AF_INET, "0.0.0.0", 0 },
+		{ "[::1]:9000", AF_INET6, "::1", 9000 },
+		{ "[::]:00080", AF_INET6, "::", 80 },
+		{ "[0:0::1]:1", AF_INET6, "::1", 1 },
+		{ "[::ffff:1.2.3.4]:5", AF_INET6, "::ffff:1.2.3.4", 5 },
+	};
+	static const char *const bad[] = {
+		"127.0.0.1:65536", "127.0.0.1:70000", "127.0.0.1:99999999999999999999",
+		"010.0.0.1:80", "127.1:80", "2130706433:80", "0x7f.0.0.1:80", "1:80",
+		"127.0.0.1:+80", "127.0.0.1: 80", "127.0.0.1:-1", "127.0.0.1:0x50", "127.0.0.1:",
+		"127.0.0.1", "127.0.0.1 :80", "localhost:80", "::1:9000", "::1", "[::1]", "[::1]:",
+		"[::1]9000", "[127.0.0.1]:80", "[]:80", "[::1:80", "", ":", "[", "]:80",
+	};
+	struct sockaddr_storage ss;
+	socklen_t len;
+	struct kvt_config cfg;
+	char text[256], suffix[512], err[512], addr[64];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		const void *a;
+		unsigned port;
+
+		len = 0;
+		if (kvt_parse_listen(ok[i].s, &ss, &len) != 0)
+			fail_msg("'%s' refused", ok[i].s);
+		assert_int_equal(ss.ss_family, ok[i].family);
+		if (ok[i].family == AF_INET) {
+			a = &((struct sockaddr_in *)&ss)->sin_addr;
+			port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+			assert_int_equal(len, sizeof(struct sockaddr_in));
+		} else {
+			a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+			port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+			assert_int_equal(len, sizeof(struct sockaddr_in6));
+		}
+		assert_non_null(inet_ntop(ok[i].family, a, addr, sizeof(addr)));
+		assert_string_equal(addr, ok[i].addr);
+		assert_int_equal(port, ok[i].port);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (kvt_parse_listen(bad[i], &ss, &len) != -EINVAL)
+			fail_msg("'%s' taken", bad[i]);
+	for (int metrics = 0; metrics < 2; metrics++) {
+		const char *key = metrics ? "metrics_listen" : "listen";
+
+		snprintf(text, sizeof(text), "[gateway]\n%s = 127.0.0.1:65536\n", key);
+		snprintf(suffix, sizeof(suffix), ":2: bad value '127.0.0.1:65536' for [gateway] %s: "
+			 "expected ADDR:PORT (IPv4, dotted decimal), [ADDR6]:PORT or PORT, numeric, "
+			 "PORT from 0 to 65535", key);
+		expect_error(text, -EINVAL, suffix);
+		snprintf(text, sizeof(text), "[gateway]\n%s = [::1]:9100\n", key);
+		assert_int_equal(conf_load(&cfg, text, err, sizeof(err)), 0);
+		assert_string_equal(metrics ? cfg.gateway.metrics_listen : cfg.gateway.listen,
+				    "[::1]:9100");
+		kvt_config_release(&cfg);
+	}
 }
 
 static void test_cross_checks(void **state)
@@ -766,6 +842,7 @@ int main(void)
 		cmocka_unit_test(test_unknown_section),
 		cmocka_unit_test(test_bad_values),
 		cmocka_unit_test(test_gateway_ranges),
+		cmocka_unit_test(test_listen),
 		cmocka_unit_test(test_cross_checks),
 		cmocka_unit_test(test_cross_check_limits),
 		cmocka_unit_test(test_missing_file),

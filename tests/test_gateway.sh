@@ -31,6 +31,17 @@ kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$T/bad-creds" --listen 127
 kvt_grep err "'Not_A_Bucket' is not a bucket name"
 kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --listen nowhere:port
 kvt_grep err "listen 'nowhere:port'"
+# Numeric, strictly: getaddrinfo() wrapped port 65536 to 0 (one the kernel
+# picks: the gateway served, where nobody looked) and 70000 to 4464, read
+# 010.0.0.1 as octal (8.0.0.1) and 127.1 as 127.0.0.1, and took ::1:0, an
+# address of its own, for [::1]:0.
+for a in 127.0.0.1:65536 127.0.0.1:70000 010.0.0.1:0 127.1:0 '127.0.0.1: 0' ::1:0; do
+	kvt_expect 2 timeout 20 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --listen "$a"
+	kvt_grep err "listen '$a': expected ADDR:PORT .*PORT from 0 to 65535"
+	kvt_expect 2 timeout 20 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" \
+		--listen 127.0.0.1:0 --metrics-listen "$a"
+	kvt_grep err "metrics listen '$a'"
+done
 kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --threads 0
 # A flag takes what kvtier.conf's key takes, and says so (--threads took 100000).
 kvt_expect 2 "$GATEWAY" -c "$T/c.conf" --credentials "$GW_CREDS" --threads 1025
