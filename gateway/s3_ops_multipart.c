@@ -565,18 +565,29 @@ void s3_op_upload_part(struct gw_req *rq)
 	http_send(rq, 200, resp);
 }
 
-/* x-amz-copy-source-range: "bytes=first-last", both given, inside the source. */
+/*
+ * x-amz-copy-source-range: "bytes=first-last", both given, in decimal
+ * digits, inside the source. Not sscanf("%llu"), which took " 1", "+1" and
+ * "-1", the last as 2^64 - 1: "bytes=0--18446744073709551615" copied bytes
+ * 0 to 1. A number past 2^64 - 1 reads as 2^64 - 1, past every source.
+ */
 static bool s3_copy_range(const char *v, uint64_t size, uint64_t *first, uint64_t *len)
 {
 	unsigned long long a, b;
-	int n = 0;
+	char *end;
 
 	if (!v) {
 		*first = 0;
 		*len = size;
 		return true;
 	}
-	if (sscanf(v, "bytes=%llu-%llu%n", &a, &b, &n) != 2 || v[n] != '\0' || b < a || b >= size)
+	if (strncmp(v, "bytes=", 6) != 0 || v[6] < '0' || v[6] > '9')
+		return false;
+	a = strtoull(v + 6, &end, 10);
+	if (end[0] != '-' || end[1] < '0' || end[1] > '9')
+		return false;
+	b = strtoull(end + 1, &end, 10);
+	if (*end != '\0' || b < a || b >= size)
 		return false;
 	*first = a;
 	*len = b - a + 1;

@@ -18,6 +18,16 @@
  * bucket, "scoped" only bucket "mine"). Where this reading differs from
  * libmicrohttpd's, the signature fails, which is a fine input too.
  *
+ * No input could name an open multipart upload (their ids are 128 random
+ * bits), so none reached what follows the upload's lookup: UploadPart,
+ * UploadPartCopy and its x-amz-copy-source-range, Complete, Abort and
+ * ListParts answered NoSuchUpload. The harness keeps one open upload of
+ * key u1 in bucket "mine" and an object "mine/src" to copy from, and the
+ * text "x-fuzz-upload" anywhere in an input stands for that upload's id;
+ * an input that completes or aborts it gets a new one next time (when the
+ * inputs' own uploads fill the limits, the harness removes those of
+ * "mine" first).
+ *
  * Promises checked on every answer:
  *  - it is one HTTP/1.x response with a status line, header lines of the
  *    form "Name: value" (no header a client injected with CR or LF), and,
@@ -25,7 +35,12 @@
  *  - a request that is not signed by a known user never gets a 2xx, except
  *    /health and /metrics, the anonymous operator endpoints;
  *  - user "scoped" never gets a 2xx for another bucket's objects;
- *  - the gateway never answers 500 (an internal error is a bug).
+ *  - the gateway never answers 500 (an internal error is a bug);
+ *  - an UploadPartCopy into the harness's upload, sent alone, that
+ *    succeeds made a part of exactly the source's bytes its
+ *    x-amz-copy-source-range names ("bytes=FIRST-LAST", decimal, inside
+ *    the source, by the rule as written here; all of them without one):
+ *    its ETag is their MD5; and a range that the rule refuses is refused.
  */
 #include "config.h"
 
@@ -34,6 +49,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -45,6 +61,7 @@
 #include <unistd.h>
 
 #include "../gateway/gw.h"
+#include "../gateway/s3_route.h"
 #include "../gateway/s3_xml.h"
 
 /*
@@ -108,6 +125,7 @@ static void fuzz_cleanup(void)
 	if (fuzz_srv.mhd)
 		MHD_stop_daemon(fuzz_srv.mhd);
 	gw_prestage_wait(&fuzz_srv);
+	s3_uploads_release_all(&fuzz_srv);
 	kvt_store_close(fuzz_srv.st);
 	auth_creds_release(&fuzz_creds);
 	kvt_config_release(&fuzz_srv.cfg);
@@ -161,9 +179,13 @@ static void fuzz_init(void)
 	o->max_connections = 16;
 	o->max_object = 1u << 20;
 	o->min_part = 16;
+	/* Few, in a store of 8 MiB: 0, as before, refused every upload. */
+	o->max_uploads = 64;
+	o->max_uploads_bucket = 16;
 	if (auth_creds_parse(&fuzz_creds, fuzz_users, "fuzz", err, sizeof(err)) < 0 ||
 	    kvt_store_open(&fuzz_srv.cfg, KVT_OPEN_CREATE, &fuzz_srv.st) < 0 ||
-	    kvt_bucket_create_internal(fuzz_srv.st, GW_UPLOADS_BUCKET) < 0) {
+	    kvt_bucket_create_internal(fuzz_srv.st, GW_UPLOADS_BUCKET) < 0 ||
+	    s3_uploads_init(&fuzz_srv) < 0) {
 		fprintf(stderr, "fuzz_gw_http: cannot set up: %s\n", err);
 		abort();
 	}
@@ -409,6 +431,222 @@ static void fuzz_exchange(const char *req, size_t len, struct gw_buf *resp)
 	close(sv[0]);
 }
 
+/* Sends req as it is, or signed if it asks to be; r gets the harness's reading. */
+static bool fuzz_send(const char *req, size_t size, struct fuzz_req *r, struct gw_buf *resp)
+{
+	struct gw_buf signed_req;
+	bool sign;
+
+	gw_buf_init(&signed_req);
+	sign = fuzz_parse(req, size, r) && r->sign_as[0] && fuzz_sign(req, size, r, &signed_req);
+	if (sign && getenv("FUZZ_VERBOSE"))
+		fprintf(stderr, "fuzz_gw_http: signed as\n%.*s\n", (int)signed_req.len,
+			gw_buf_str(&signed_req));
+	if (sign)
+		fuzz_exchange(gw_buf_str(&signed_req), signed_req.len, resp);
+	else
+		fuzz_exchange(req, size, resp);
+	gw_buf_release(&signed_req);
+	return sign;
+}
+
+/* ---- the harness's upload -------------------------------------------------- */
+
+#define FUZZ_UPLOAD_MARK "x-fuzz-upload"
+#define FUZZ_UPLOAD_KEY "u1"
+#define FUZZ_SOURCE_KEY "src"
+#define FUZZ_SOURCE_SIZE 5000
+
+static char fuzz_upload[64];	/* its id; "" when there is none */
+
+static bool fuzz_exists(const char *bucket, const char *key)
+{
+	struct kvt_object *o = NULL;
+	int rc = kvt_object_head(fuzz_srv.st, bucket, key, &o);
+
+	kvt_object_free(o);
+	return rc == 0;
+}
+
+/* "mine/src": bytes that differ at every offset, mod 251. */
+static void fuzz_source_ensure(void)
+{
+	struct kvt_put_opts opts = { .flags = KVT_PUT_MD5_ETAG };
+	struct kvt_writer *w = NULL;
+	char buf[FUZZ_SOURCE_SIZE];
+
+	if (fuzz_exists("mine", FUZZ_SOURCE_KEY))
+		return;
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (char)(i % 251);
+	if (kvt_writer_open(fuzz_srv.st, "mine", FUZZ_SOURCE_KEY, &opts, &w) < 0)
+		return;		/* a full store: the copies answer 404 */
+	if (kvt_writer_write(w, buf, sizeof(buf)) < 0 || kvt_writer_commit(w, NULL) < 0)
+		kvt_writer_abort(w);
+}
+
+/* An open upload of mine/u1 in fuzz_upload, made through the gateway if need be. */
+static void fuzz_upload_ensure(void)
+{
+	static const char create[] = "POST /mine/" FUZZ_UPLOAD_KEY "?uploads HTTP/1.1\r\n"
+				     "Host: localhost\r\nx-fuzz-sign: full\r\n\r\n";
+	char mkey[128];
+
+	kvt_bucket_create(fuzz_srv.st, "mine");	/* an input may have deleted it */
+	fuzz_source_ensure();
+	if (fuzz_upload[0]) {
+		snprintf(mkey, sizeof(mkey), "mine/%s/meta", fuzz_upload);
+		if (fuzz_exists(GW_UPLOADS_BUCKET, mkey))
+			return;
+		fuzz_upload[0] = '\0';
+	}
+	for (int attempt = 0; attempt < 2 && !fuzz_upload[0]; attempt++) {
+		struct fuzz_req *r = malloc(sizeof(*r));
+		const char *id, *end;
+		struct gw_buf resp;
+
+		if (!r)
+			return;
+		gw_buf_init(&resp);
+		fuzz_send(create, sizeof(create) - 1, r, &resp);
+		id = strstr(gw_buf_str(&resp), "<UploadId>");
+		end = id ? strstr(id, "</UploadId>") : NULL;
+		if (end && (size_t)(end - id - 10) < sizeof(fuzz_upload))
+			snprintf(fuzz_upload, sizeof(fuzz_upload), "%.*s", (int)(end - id - 10),
+				 id + 10);
+		else if (strstr(gw_buf_str(&resp), "SlowDown"))
+			s3_uploads_purge(&fuzz_srv, "mine/");	/* the inputs' uploads */
+		gw_buf_release(&resp);
+		free(r);
+	}
+}
+
+/* data with every FUZZ_UPLOAD_MARK replaced by the upload's id, into out. */
+static void fuzz_upload_subst(const uint8_t *data, size_t size, struct gw_buf *out)
+{
+	const char *p = (const char *)data, *end = p + size, *m;
+
+	while ((m = memmem(p, (size_t)(end - p), FUZZ_UPLOAD_MARK,
+			   sizeof(FUZZ_UPLOAD_MARK) - 1))) {
+		gw_buf_append(out, p, (size_t)(m - p));
+		gw_buf_puts(out, fuzz_upload);
+		p = m + sizeof(FUZZ_UPLOAD_MARK) - 1;
+	}
+	gw_buf_append(out, p, (size_t)(end - p));
+}
+
+/* ---- UploadPartCopy's range ------------------------------------------------- */
+
+static const char fuzz_twice[] = "";
+
+/* The header's value as the harness read it; NULL if absent, fuzz_twice if sent twice. */
+static const char *fuzz_hdr(const struct fuzz_req *r, const char *name)
+{
+	const char *v = NULL;
+
+	for (size_t i = 0; i < r->nhdrs; i++) {
+		if (strcasecmp(r->names[i], name) != 0)
+			continue;
+		if (v)
+			return fuzz_twice;
+		v = r->values[i];
+	}
+	return v;
+}
+
+/* Decimal digits at *p, saturating at UINT64_MAX; false if there are none. */
+static bool ref_digits(const char **p, uint64_t *v)
+{
+	const char *s = *p;
+
+	*v = 0;
+	for (; *s >= '0' && *s <= '9'; s++)
+		*v = *v > (UINT64_MAX - 9) / 10 ? UINT64_MAX : *v * 10 + (uint64_t)(*s - '0');
+	if (s == *p)
+		return false;
+	*p = s;
+	return true;
+}
+
+/* S3's rule: "bytes=FIRST-LAST", decimal, FIRST <= LAST < size; none: everything. */
+static bool ref_copy_range(const char *v, uint64_t size, uint64_t *first, uint64_t *len)
+{
+	uint64_t a, b;
+
+	if (!v) {
+		*first = 0;
+		*len = size;
+		return true;
+	}
+	if (strncmp(v, "bytes=", 6) != 0)
+		return false;
+	v += 6;
+	if (!ref_digits(&v, &a) || *v++ != '-' || !ref_digits(&v, &b) || *v || a > b || b >= size)
+		return false;
+	*first = a;
+	*len = b - a + 1;
+	return true;
+}
+
+/*
+ * When r (the whole input, size bytes, signed) was an UploadPartCopy into
+ * the harness's upload, checks what its answer resp says against the
+ * source as it is now (nothing else ran meanwhile).
+ */
+static void fuzz_check_part_copy(const struct fuzz_req *r, size_t size, const struct gw_buf *resp)
+{
+	const char *range = fuzz_hdr(r, "x-amz-copy-source-range");
+	const char *src = fuzz_hdr(r, "x-amz-copy-source"), *host = fuzz_hdr(r, "host");
+	const char *body = gw_buf_str(resp), *etag;
+	char uri[sizeof(r->path) + sizeof(r->query) + 2], hex[33];
+	struct kvt_reader *rd = NULL;
+	uint8_t md5[16];
+	char *sb = NULL, *sk = NULL, *buf = NULL;
+	struct s3_route route;
+	uint64_t first = 0, len = 0;
+	bool copied, refused, ok;
+
+	copied = strstr(body, "<CopyPartResult") != NULL;
+	refused = strstr(body, "x-amz-copy-source-range") != NULL;
+	/* Sent alone, and read by the harness as by libmicrohttpd: one of each header. */
+	if ((!copied && !refused) || !fuzz_upload[0] || r->head_len != size ||
+	    strcmp(r->method, "PUT") || !src || src == fuzz_twice || range == fuzz_twice ||
+	    host == fuzz_twice)
+		return;
+	snprintf(uri, sizeof(uri), "%s%s%s", r->path, r->query[0] ? "?" : "", r->query);
+	if (s3_route_parse(&route, uri, host, GW_DEFAULT_DOMAIN) != 0)
+		return;
+	ok = route.bucket && !strcmp(route.bucket, "mine") && route.key &&
+	     !strcmp(route.key, FUZZ_UPLOAD_KEY) && s3_route_param(&route, "uploadId") &&
+	     !strcmp(s3_route_param(&route, "uploadId"), fuzz_upload) &&
+	     s3_route_op(&route, "PUT", true) == S3_OP_UPLOAD_PART_COPY;
+	s3_route_release(&route);
+	if (!ok || s3_copy_source(src, &sb, &sk) != S3_OK ||
+	    kvt_reader_open(fuzz_srv.st, sb, sk, &rd) < 0)
+		goto out;
+	ok = ref_copy_range(range, kvt_reader_object(rd)->size, &first, &len);
+	if (refused && ok)
+		fuzz_fail("UploadPartCopy takes every range inside the source", body, resp->len);
+	if (copied && !ok)
+		fuzz_fail("UploadPartCopy copies no range the rule refuses", body, resp->len);
+	if (!copied)
+		goto out;
+	buf = malloc(len ? len : 1);
+	if (!buf || kvt_reader_pread(rd, buf, len, first) != (ssize_t)len)
+		goto out;	/* the source is cold, or its recall failed: nothing to compare */
+	EVP_Digest(buf, len, md5, NULL, EVP_md5(), NULL);
+	gw_hex(hex, md5, sizeof(md5));
+	etag = strstr(body, "<ETag>");
+	if (!etag || etag[6] != '"' || strncmp(etag + 7, hex, 32) || etag[39] != '"')
+		fuzz_fail("a copied part is the bytes the range names (its ETag, their MD5)", body,
+			  resp->len);
+out:
+	kvt_reader_close(rd);
+	free(buf);
+	free(sb);
+	free(sk);
+}
+
 /* Checks every response in resp; returns how many 2xx came. */
 static unsigned fuzz_check(const struct gw_buf *resp)
 {
@@ -474,9 +712,9 @@ static unsigned fuzz_check(const struct gw_buf *resp)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	const char *req = (const char *)data;
+	const char *req;
 	struct fuzz_req *r;
-	struct gw_buf signed_req, resp;
+	struct gw_buf input, resp;
 	unsigned ok;
 	bool sign;
 
@@ -487,16 +725,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	r = malloc(sizeof(*r));
 	if (!r)
 		return 0;
-	gw_buf_init(&signed_req);
+	gw_buf_init(&input);
 	gw_buf_init(&resp);
-	sign = fuzz_parse(req, size, r) && r->sign_as[0] && fuzz_sign(req, size, r, &signed_req);
-	if (sign && getenv("FUZZ_VERBOSE"))
-		fprintf(stderr, "fuzz_gw_http: signed as\n%.*s\n", (int)signed_req.len,
-			gw_buf_str(&signed_req));
-	if (sign)
-		fuzz_exchange(gw_buf_str(&signed_req), signed_req.len, &resp);
-	else
-		fuzz_exchange(req, size, &resp);
+	if (memmem(data, size, FUZZ_UPLOAD_MARK, sizeof(FUZZ_UPLOAD_MARK) - 1)) {
+		fuzz_upload_ensure();
+		fuzz_upload_subst(data, size, &input);
+		if (gw_buf_failed(&input))
+			goto out;
+		data = (const uint8_t *)gw_buf_str(&input);
+		size = input.len;
+	}
+	req = (const char *)data;
+	sign = fuzz_send(req, size, r, &resp);
 	ok = fuzz_check(&resp);
 	if (ok && !sign) {
 		/* Anonymous success: only the operator endpoints give it. The
@@ -543,7 +783,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			free(bucket);
 		}
 	}
-	gw_buf_release(&signed_req);
+	if (sign)
+		fuzz_check_part_copy(r, size, &resp);
+out:
+	gw_buf_release(&input);
 	gw_buf_release(&resp);
 	free(r);
 	return 0;

@@ -1033,6 +1033,27 @@ class Multipart(Base):
         self.assertNotIn(uid, [u["UploadId"] for u in
                                self.s3.list_multipart_uploads(Bucket=self.bucket).get("Uploads", [])])
 
+    def test_part_copy_range_is_decimal(self):
+        # sscanf("%llu") read the range: it took blanks and signs, and
+        # "bytes=0--18446744073709551615" (the last byte -(2^64 - 1), that is
+        # 1) copied bytes 0 to 1 (fuzz target gw_http, seed
+        # upc-range-bad-minus-wraps).
+        self.s3.put_object(Bucket=self.bucket, Key="pcr/src", Body=b"0123456789")
+        uid = self.s3.create_multipart_upload(Bucket=self.bucket, Key="pcr/dst")["UploadId"]
+        src = {"Bucket": self.bucket, "Key": "pcr/src"}
+        for bad in ("bytes=0--18446744073709551615", "bytes=-0-5", "bytes=+1-2", "bytes= 1-2",
+                    "bytes=1- 2", "bytes=0-10", "bytes=2-1", "bytes=0-", "bytes=-3",
+                    "bytes=0-1,3-4", "bytes=0-99999999999999999999"):
+            with self.assertRaises(ClientError, msg=bad) as cm:
+                self.s3.upload_part_copy(Bucket=self.bucket, Key="pcr/dst", UploadId=uid,
+                                         PartNumber=1, CopySource=src, CopySourceRange=bad)
+            self.assertEqual(err_code(cm.exception), ("InvalidArgument", 400), bad)
+        r = self.s3.upload_part_copy(Bucket=self.bucket, Key="pcr/dst", UploadId=uid,
+                                     PartNumber=1, CopySource=src,
+                                     CopySourceRange="bytes=0007-0009")
+        self.assertEqual(r["CopyPartResult"]["ETag"].strip('"'), hashlib.md5(b"789").hexdigest())
+        self.s3.abort_multipart_upload(Bucket=self.bucket, Key="pcr/dst", UploadId=uid)
+
 
 class Auth(Base):
     def test_wrong_secret_and_key(self):
