@@ -7,6 +7,7 @@
  *   file.c         fh_: open files, staging of writes, atomic publish on close
  *   dir.c          dh_: directory handles and paged listings
  *   ops.c          op_: the FUSE low-level operations table
+ *   xattr.c        kvfs_xattr_: names and values of the user.kvtier.* attributes
  *   notify.c       kvfs_notify_: kernel cache invalidations, from a thread
  *
  * The mount shows /<bucket>/<key>: the root lists buckets, '/' in a key makes
@@ -434,6 +435,38 @@ void kvfs_notify_inval_entry(struct kvfs *kv, fuse_ino_t parent, const char *nam
 /* Makes the kernel drop its attributes of ino, and ignore replies already
  * on their way, at once (not queued); ENOENT (not cached) is no error. */
 void kvfs_notify_inval_attr(struct kvfs *kv, fuse_ino_t ino);
+
+/* ---- xattr.c -------------------------------------------------------------- */
+
+#define XATTR_TIER "user.kvtier.tier"
+#define XATTR_SESSION "user.kvtier.session"
+#define XATTR_ETAG "user.kvtier.etag"
+#define XATTR_CHECKSUM "user.kvtier.checksum"
+#define XATTR_PIN "user.kvtier.pin"
+#define XATTR_PRESTAGE "user.kvtier.prestage"
+
+enum kvfs_xattr {
+	KVFS_XATTR_FOREIGN,	/* outside user.*: no labels or ACLs here */
+	KVFS_XATTR_USER,	/* user.* but not user.kvtier.*: not kept here */
+	KVFS_XATTR_UNKNOWN,	/* user.kvtier.* that is none of the below */
+	KVFS_XATTR_TIER,
+	KVFS_XATTR_SESSION,
+	KVFS_XATTR_ETAG,
+	KVFS_XATTR_CHECKSUM,
+	KVFS_XATTR_PIN,
+	KVFS_XATTR_PRESTAGE,
+};
+
+/* What an attribute name is. */
+enum kvfs_xattr kvfs_xattr_name(const char *name);
+/*
+ * A value of user.kvtier.session (size bytes, not NUL-terminated): 0 with
+ * *session a new string the caller frees; -EINVAL for none, more than
+ * KVT_KEY_MAX bytes or a NUL among them, -EILSEQ if not UTF-8, -ENOMEM.
+ */
+int kvfs_xattr_session(const char *value, size_t size, char **session);
+/* A value of user.kvtier.pin: "1" (*pin 1) or "0" (*pin 0); else -EINVAL. */
+int kvfs_xattr_pin(const char *value, size_t size, int *pin);
 
 /* ---- ops.c ---------------------------------------------------------------- */
 

@@ -26,13 +26,6 @@
 #include "kvfs.h"
 #include "log.h"
 
-#define XATTR_TIER "user.kvtier.tier"
-#define XATTR_SESSION "user.kvtier.session"
-#define XATTR_ETAG "user.kvtier.etag"
-#define XATTR_CHECKSUM "user.kvtier.checksum"
-#define XATTR_PRESTAGE "user.kvtier.prestage"
-#define XATTR_PIN "user.kvtier.pin"
-
 static struct kvfs *req_kv(fuse_req_t req)
 {
 	return fuse_req_userdata(req);
@@ -1210,9 +1203,10 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	struct node *n;
 	struct kvt_object *o = NULL;
 	char value[KVT_KEY_MAX + 64], psession[KVT_KEY_MAX + 1] = "";
+	enum kvfs_xattr x = kvfs_xattr_name(name);
 	int rc = 0, pending, ppin, pcleared;
 
-	if (strncmp(name, "user.", 5) != 0) {
+	if (x == KVFS_XATTR_FOREIGN) {
 		/* No security labels, no POSIX ACLs: ENOTSUP, not ENODATA. ls -l
 		 * asks for security.selinux and system.posix_acl_access on every
 		 * file and, told ENOTSUP once, stops asking on this device; the
@@ -1233,15 +1227,16 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	pcleared = n->psession && !*n->psession;
 	pthread_mutex_unlock(&kv->lock);
 	/* Linux asks for no user.* name of a symbolic link (op_listxattr). */
-	if (strncmp(name, "user.kvtier.", 12) != 0 || n->type != NODE_FILE) {
+	if (x == KVFS_XATTR_USER || x == KVFS_XATTR_UNKNOWN || x == KVFS_XATTR_PRESTAGE ||
+	    n->type != NODE_FILE) {
 		rc = -ENODATA;
 		goto out;
 	}
 	if (pending) {
 		/* Nothing published yet; but its writer may ask what it set. */
-		if (strcmp(name, XATTR_PIN) == 0)
+		if (x == KVFS_XATTR_PIN)
 			reply_xattr_value(req, ppin > 0 ? "1" : "0", size);
-		else if (strcmp(name, XATTR_SESSION) == 0 && *psession)
+		else if (x == KVFS_XATTR_SESSION && *psession)
 			reply_xattr_value(req, psession, size);
 		else
 			rc = -ENODATA;
@@ -1250,9 +1245,9 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	rc = xattr_object(kv, n, &o);
 	if (rc < 0)
 		goto out;
-	if (strcmp(name, XATTR_TIER) == 0) {
+	if (x == KVFS_XATTR_TIER) {
 		snprintf(value, sizeof(value), "%s", kvt_tier_name(o->tier));
-	} else if (strcmp(name, XATTR_SESSION) == 0 && pcleared) {
+	} else if (x == KVFS_XATTR_SESSION && pcleared) {
 		/* Cleared while open for writing: close publishes the key's own
 		 * session, whatever the stored version has now (an S3 PUT with
 		 * a session of its own since, say). */
@@ -1268,11 +1263,11 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 		free(ks);
 		if (rc < 0)
 			goto out;
-	} else if (strcmp(name, XATTR_SESSION) == 0) {
+	} else if (x == KVFS_XATTR_SESSION) {
 		/* What close will publish, if it was set while open for writing. */
 		snprintf(value, sizeof(value), "%s", *psession ? psession :
 			 o->session ? o->session : "");
-	} else if (strcmp(name, XATTR_ETAG) == 0) {
+	} else if (x == KVFS_XATTR_ETAG) {
 		/* Without S3's quotes. */
 		size_t len = strlen(o->etag);
 
@@ -1280,14 +1275,11 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 			snprintf(value, sizeof(value), "%.*s", (int)(len - 2), o->etag + 1);
 		else
 			snprintf(value, sizeof(value), "%s", o->etag);
-	} else if (strcmp(name, XATTR_CHECKSUM) == 0) {
+	} else if (x == KVFS_XATTR_CHECKSUM) {
 		snprintf(value, sizeof(value), "%08x", o->crc32c);
-	} else if (strcmp(name, XATTR_PIN) == 0) {
-		/* What close will publish, if it was set while open for writing. */
-		snprintf(value, sizeof(value), "%d", ppin ? ppin > 0 : o->pinned);
 	} else {
-		rc = -ENODATA;
-		goto out;
+		/* The pin: what close will publish, if it was set while open for writing. */
+		snprintf(value, sizeof(value), "%d", ppin ? ppin > 0 : o->pinned);
 	}
 	reply_xattr_value(req, value, size);
 out:
@@ -1460,10 +1452,11 @@ static int xattr_pin(struct kvfs *kv, struct node *n, const char *bucket, const 
 }
 
 /*
- * user.kvtier.session of a file (as the pin, never a symlink): session, or with NULL
- * (removexattr) the one its key gives, as if it had never been set. Versions
- * published by handles open for writing go there too (n->psession, where ""
- * is the key's own: kvt_put_opts.session).
+ * user.kvtier.session of a file (as the pin, never a symlink): session (as
+ * kvfs_xattr_session() read it), or with NULL (removexattr) the one its key
+ * gives, as if it had never been set. Versions published by handles open
+ * for writing go there too (n->psession, where "" is the key's own:
+ * kvt_put_opts.session).
  */
 static int xattr_session(struct kvfs *kv, struct node *n, const char *bucket, const char *key,
 			 const char *session)
@@ -1472,9 +1465,6 @@ static int xattr_session(struct kvfs *kv, struct node *n, const char *bucket, co
 
 	if (n->type != NODE_FILE)
 		return -EISDIR;
-	/* It names G4's manifest of the session: a key's rules. */
-	if (session && (rc = kvt_key_valid(session)) < 0)
-		return rc;
 	pthread_mutex_lock(&kv->lock);
 	writing = n->nwriters > 0;
 	if (writing) {
@@ -1494,45 +1484,44 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 {
 	struct kvfs *kv = req_kv(req);
 	struct node *n = node_get(kv, ino);
-	char *bucket = NULL, *key = NULL, *v = NULL;
-	int rc;
+	enum kvfs_xattr x = kvfs_xattr_name(name);
+	char *bucket = NULL, *key = NULL, *session = NULL;
+	int rc = 0, pin;
 
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	v = strndup(value, size);
 	pthread_rwlock_rdlock(&kv->names);
-	rc = v ? 0 : -ENOMEM;
 	/* The root has no path (node_path: EISDIR for every name); it answers
 	 * as a bucket does, bucket and key NULL: no session, pin or prestage. */
-	if (rc == 0 && n->type != NODE_ROOT)
+	if (n->type != NODE_ROOT)
 		rc = node_path(kv, n, &bucket, &key);
 	if (rc < 0)
 		goto out;
 	/* A session and a pin are there on every file: there is none to create. */
-	if ((flags & XATTR_CREATE) &&
-	    (strcmp(name, XATTR_SESSION) == 0 || strcmp(name, XATTR_PIN) == 0)) {
+	if ((flags & XATTR_CREATE) && (x == KVFS_XATTR_SESSION || x == KVFS_XATTR_PIN)) {
 		rc = -EEXIST;
 		goto out;
 	}
-	if (strcmp(name, XATTR_SESSION) == 0) {
-		if (strlen(v) != size || size == 0 || size > KVT_KEY_MAX)
-			rc = n->type != NODE_FILE ? -EISDIR : -EINVAL;
-		else
-			rc = xattr_session(kv, n, bucket, key, v);
-	} else if (strcmp(name, XATTR_PIN) == 0) {
-		if (size != 1 || (v[0] != '0' && v[0] != '1'))
-			rc = -EINVAL;
-		else
-			rc = xattr_pin(kv, n, bucket, key, v[0] == '1');
-	} else if (strcmp(name, XATTR_PRESTAGE) == 0) {
+	switch (x) {
+	case KVFS_XATTR_SESSION:
+		rc = n->type != NODE_FILE ? -EISDIR : kvfs_xattr_session(value, size, &session);
+		if (rc == 0)
+			rc = xattr_session(kv, n, bucket, key, session);
+		break;
+	case KVFS_XATTR_PIN:
+		rc = kvfs_xattr_pin(value, size, &pin);
+		if (rc == 0)
+			rc = xattr_pin(kv, n, bucket, key, pin);
+		break;
+	case KVFS_XATTR_PRESTAGE:
 		rc = prestage_start(kv, bucket, key, n->type == NODE_DIR);
-	} else if (strncmp(name, "user.kvtier.", 12) == 0) {
-		/* Read-only. ENOTSUP, not EPERM: cp -a and mv copy xattrs and
-		 * stay quiet about the ones a file system does not take. */
-		rc = -ENOTSUP;
-	} else {
+		break;
+	default:
+		/* Read-only, or not kept here. ENOTSUP, not EPERM: cp -a and mv
+		 * copy xattrs and stay quiet about the ones a file system does
+		 * not take. */
 		rc = -ENOTSUP;
 	}
 out:
@@ -1540,7 +1529,7 @@ out:
 	reply_err(req, rc);
 	free(bucket);
 	free(key);
-	free(v);
+	free(session);
 	node_put(kv, n);
 }
 
@@ -1555,10 +1544,12 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	struct kvfs *kv = req_kv(req);
 	struct node *n;
 	char *bucket = NULL, *key = NULL;
+	enum kvfs_xattr x = kvfs_xattr_name(name);
 	int rc;
 
-	if (strcmp(name, XATTR_PIN) != 0 && strcmp(name, XATTR_SESSION) != 0) {
-		fuse_reply_err(req, strncmp(name, "user.kvtier.", 12) == 0 ? ENOTSUP : ENODATA);
+	if (x != KVFS_XATTR_PIN && x != KVFS_XATTR_SESSION) {
+		rc = x == KVFS_XATTR_FOREIGN || x == KVFS_XATTR_USER ? ENODATA : ENOTSUP;
+		fuse_reply_err(req, rc);
 		return;
 	}
 	n = node_get(kv, ino);
@@ -1569,8 +1560,8 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	pthread_rwlock_rdlock(&kv->names);
 	rc = node_path(kv, n, &bucket, &key);
 	if (rc == 0)
-		rc = strcmp(name, XATTR_PIN) == 0 ? xattr_pin(kv, n, bucket, key, 0)
-						  : xattr_session(kv, n, bucket, key, NULL);
+		rc = x == KVFS_XATTR_PIN ? xattr_pin(kv, n, bucket, key, 0)
+					 : xattr_session(kv, n, bucket, key, NULL);
 	pthread_rwlock_unlock(&kv->names);
 	reply_err(req, rc);
 	free(bucket);

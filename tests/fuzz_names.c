@@ -3,7 +3,10 @@
  * up as paths: bucket names (kvt_bucket_name_valid, src/bucket.c, and the
  * internal ".name" buckets), object keys (kvt_key_valid, src/object.c; the
  * gateway, the mount and manifest import all call it), and the mapping of a
- * G4 key to a file of the file:// cold tier (src/cold_file.c).
+ * G4 key to a file of the file:// cold tier (src/cold_file.c); and the
+ * extended attributes of kvtier-fuse (fuse/xattr.c), whose names and
+ * values any process on the mount sends: a session set there names G4's
+ * manifest of it.
  *
  * Promises checked, each against an independent statement of the rule
  * written here, so that a bug has to be made twice to go unseen:
@@ -17,11 +20,18 @@
  *    file inside the tier's directory, never outside (no "..", no absolute
  *    path, no NUL can move it), two different keys never share a file, and
  *    what is put reads back. The one refusal allowed is -ENAMETOOLONG, when
- *    an encoded component exceeds NAME_MAX.
+ *    an encoded component exceeds NAME_MAX;
+ *  - an attribute name is one of the six user.kvtier.* names exactly, or
+ *    another user.kvtier.*, another user.*, or outside user.*;
+ *  - a value of user.kvtier.session is taken exactly when it is 1..1024
+ *    bytes of UTF-8 without a NUL, and is then those very bytes; else
+ *    -EINVAL (empty, too long, a NUL) or -EILSEQ (not UTF-8);
+ *  - a value of user.kvtier.pin is taken exactly when it is "0" or "1".
  *
- * Input: the name to try. For the cold tier it is the key, under the
- * bucket "fz"; a second key, the same with its last byte dropped, is put
- * alongside to catch two keys mapped to one file.
+ * Input: the name to try, up to its first NUL. For the cold tier it is the
+ * key, under the bucket "fz"; a second key, the same with its last byte
+ * dropped, is put alongside to catch two keys mapped to one file. As an
+ * attribute value it is the whole input, NULs and all.
  */
 #include "config.h"
 
@@ -40,6 +50,7 @@
 #include "kvtier.h"
 #include "cold.h"
 #include "store.h"
+#include "../fuse/kvfs.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -121,6 +132,55 @@ static bool ref_utf8(const unsigned char *s, size_t n)
 		i += more + 1;
 	}
 	return true;
+}
+
+/* What an attribute name is, by kvtier-fuse(8)'s list. */
+static enum kvfs_xattr ref_xattr_name(const char *name)
+{
+	static const char *const ours[] = { "tier", "session", "etag", "checksum", "pin",
+					    "prestage" };
+	static const enum kvfs_xattr is[] = { KVFS_XATTR_TIER, KVFS_XATTR_SESSION,
+					      KVFS_XATTR_ETAG, KVFS_XATTR_CHECKSUM,
+					      KVFS_XATTR_PIN, KVFS_XATTR_PRESTAGE };
+	const size_t n = strlen(name);
+
+	if (n < 5 || memcmp(name, "user.", 5) != 0)
+		return KVFS_XATTR_FOREIGN;
+	if (n < 12 || memcmp(name + 5, "kvtier.", 7) != 0)
+		return KVFS_XATTR_USER;
+	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
+		if (n == 12 + strlen(ours[i]) && memcmp(name + 12, ours[i], n - 12) == 0)
+			return is[i];
+	return KVFS_XATTR_UNKNOWN;
+}
+
+static void fuzz_xattr(const char *name, const uint8_t *data, size_t size)
+{
+	const char *v = (const char *)data;
+	bool nul = memchr(data, '\0', size) != NULL;
+	char *session = NULL;
+	int rc, pin = -1;
+
+	fuzz_require(kvfs_xattr_name(name) == ref_xattr_name(name),
+		     "an attribute name is what kvtier-fuse(8) lists", name);
+
+	rc = kvfs_xattr_session(v, size, &session);
+	if (size == 0 || size > KVT_KEY_MAX || nul)
+		fuzz_require(rc == -EINVAL && !session,
+			     "an empty, too long or NUL-holding session is EINVAL", name);
+	else if (!ref_utf8(data, size))
+		fuzz_require(rc == -EILSEQ && !session, "a session not UTF-8 is EILSEQ", name);
+	else
+		fuzz_require(rc == 0 && session && strlen(session) == size &&
+			     memcmp(session, data, size) == 0,
+			     "a session of 1..1024 bytes of UTF-8 is taken as it is", name);
+	free(session);
+
+	rc = kvfs_xattr_pin(v, size, &pin);
+	if (size == 1 && (v[0] == '0' || v[0] == '1'))
+		fuzz_require(rc == 0 && pin == (v[0] == '1'), "a pin is 0 or 1", name);
+	else
+		fuzz_require(rc == -EINVAL, "a pin is nothing but 0 or 1", name);
 }
 
 /* ---- the file cold tier -------------------------------------------------- */
@@ -281,6 +341,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		     "a refused key says why with a known errno", name);
 	if (rc == 0)
 		fuzz_cold_put(name);
+	fuzz_xattr(name, data, size);
 	free(name);
 	return 0;
 }
