@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "keys.h"
 #include "kvtier.h"
 
 #define EXIT_LOCKED 75
@@ -82,40 +83,26 @@ static void on_object(void *arg, const char *bucket, const char *key, uint64_t s
 			p->objects, p->bytes / 1048576.0, p->failures, bucket, key);
 }
 
-/* The BUCKET/KEY lines of path ("-": stdin), without blank and # lines. */
-static int read_keys(const char *path, char ***out, size_t *n)
+/* The keys of path ("-": stdin) into k; -1 (and a message) if it cannot be read. */
+static int read_keys(const char *path, struct keys *k)
 {
 	FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
-	char *line = NULL, **v = NULL;
-	size_t cap = 0, lcap = 0;
-	ssize_t len;
+	size_t line;
+	int rc;
 
-	*n = 0;
 	if (!f) {
 		fprintf(stderr, "kvtier-migrate: cannot open '%s': %s\n", path, strerror(errno));
 		return -1;
 	}
-	while ((len = getline(&line, &lcap, f)) >= 0) {
-		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-			line[--len] = '\0';
-		if (len == 0 || line[0] == '#')
-			continue;
-		if (*n == cap) {
-			char **nv = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof(*nv));
-
-			if (!nv)
-				break;
-			v = nv;
-		}
-		if (!(v[*n] = strdup(line)))
-			break;
-		(*n)++;
-	}
-	free(line);
+	rc = keys_read(f, k, &line);
 	if (f != stdin)
 		fclose(f);
-	*out = v;
-	return 0;
+	if (rc == -EINVAL)
+		fprintf(stderr, "kvtier-migrate: '%s' line %zu holds a NUL byte: expected one "
+			"BUCKET/KEY a line\n", path, line);
+	else if (rc < 0)
+		fprintf(stderr, "kvtier-migrate: cannot read '%s': %s\n", path, strerror(-rc));
+	return rc < 0 ? -1 : 0;
 }
 
 /* "BUCKET/SESSION" into its parts (session may hold '/'). */
@@ -152,8 +139,8 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *conf = NULL, *idle_arg = NULL, *action = "demote";
-	char *target = NULL, err[512], lockpath[4096], **keys = NULL;
-	size_t nkeys = 0;
+	char *target = NULL, err[512], lockpath[4096];
+	struct keys keys = { 0 };
 	long jobs = 0;
 	struct kvt_config cfg;
 	struct kvt_store *st = NULL;
@@ -230,7 +217,7 @@ int main(int argc, char **argv)
 	go.jobs = jobs ? (unsigned)jobs : cfg.g4.jobs;
 	go.retries = RETRIES;
 	if (mode == OPT_RECALL_KEYS) {
-		if (read_keys(target, &keys, &nkeys) < 0)
+		if (read_keys(target, &keys) < 0)
 			goto out;
 	} else if (target && split_session(target, &go.bucket, &go.session) < 0) {
 		fprintf(stderr, "kvtier-migrate: expected BUCKET/SESSION, not '%s'\n", target);
@@ -317,7 +304,7 @@ int main(int argc, char **argv)
 		if (mode == OPT_RECALL)
 			rc = kvt_g4_recall_session(st, go.bucket, go.session, &go, &rep);
 		else if (mode == OPT_RECALL_KEYS)
-			rc = kvt_g4_recall_keys(st, (const char *const *)keys, nkeys, &go, &rep);
+			rc = kvt_g4_recall_keys(st, (const char *const *)keys.v, keys.n, &go, &rep);
 		else if (mode == OPT_IMPORT)
 			rc = kvt_g4_import_session(st, go.bucket, go.session, &go, &rep);
 		else
@@ -372,9 +359,7 @@ int main(int argc, char **argv)
 	       rep.objects, rep.bytes, secs, rep.failures);
 	closelog();
 out:
-	for (size_t i = 0; i < nkeys; i++)
-		free(keys[i]);
-	free(keys);
+	keys_release(&keys);
 	kvt_store_close(st);
 	if (lock_fd >= 0)
 		close(lock_fd);	/* the lock goes with it */

@@ -199,6 +199,21 @@ kvt_grep err "^kvtier-migrate: recall: 0 sessions, 2 objects, 4048577 bytes in .
 tier_is models s1/blk3000000 hot
 tier_is models s3/blk1048577 hot
 tier_is models s3/blk3000000 cold
+# A line holding a NUL byte was the key cut at the NUL (s3/blk3000000 came
+# back, which no line names); a directory read as an empty file, and the
+# run recalled nothing and exited 0. Both are refused now (exit 2).
+printf 'models/s3/blk3000000\000junk\n' >"$T/keys-nul"
+kvt_expect 2 "$M" --recall-keys "$T/keys-nul"
+kvt_grep err "^kvtier-migrate: '.*/keys-nul' line 1 holds a NUL byte"
+tier_is models s3/blk3000000 cold
+kvt_expect 2 "$M" --recall-keys "$T"
+kvt_grep err "^kvtier-migrate: cannot read '$T': Is a directory$"
+# Blank lines are skipped also when they hold spaces or tabs (such a line
+# was a key, and a failure), and a CR before the LF is no part of a key.
+printf ' \t\r\nmodels/s3/blk3000000\r\n' >"$T/keys-crlf"
+kvt_expect 0 "$M" --recall-keys "$T/keys-crlf"
+kvt_grep err "^kvtier-migrate: recall: 0 sessions, 1 objects, 3000000 bytes in .*, 0 failures$"
+tier_is models s3/blk3000000 hot
 
 step "a second store over the same G4 imports a session and reads it"
 kvt_expect 0 "$M" --session models/s3
