@@ -1026,6 +1026,99 @@ static int64_t object_id(struct cat *c, int64_t b, const char *key, uint64_t *vi
 	return id;
 }
 
+/* Every column of bucket/key's row but its id and key, as another process reads them. */
+static char *raw_row(const char *path, const char *key)
+{
+	sqlite3 *db = NULL;
+	sqlite3_stmt *s = NULL;
+	char *out = calloc(1, 4096);
+	size_t len = 0;
+
+	assert_non_null(out);
+	assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, "SELECT * FROM objects WHERE key = ?1", -1, &s,
+					    NULL), SQLITE_OK);
+	sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+	assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+	for (int i = 0; i < sqlite3_column_count(s); i++) {
+		const char *name = sqlite3_column_name(s, i);
+		const unsigned char *v = sqlite3_column_text(s, i);
+
+		if (!strcmp(name, "id") || !strcmp(name, "key"))
+			continue;
+		len += (size_t)snprintf(out + len, 4096 - len, "%s=%s;", name,
+					v ? (const char *)v : "NULL");
+		assert_true(len < 4096);
+	}
+	sqlite3_finalize(s);
+	sqlite3_close(db);
+	return out;
+}
+
+static unsigned watched_frames;
+
+/*
+ * An overwrite of a hot object that never went to G4, in the same session,
+ * keeps its row: the row it leaves is the one a new put would make, and its
+ * commit writes at most 5 pages to the log (the object's row, its extents,
+ * the extents' index by segment, the segment, the session), where a new row
+ * wrote 7 here (the key's, session's and G4's index pages too). Any other
+ * overwrite makes a new row, so that the triggers see the old one go.
+ */
+static void test_object_replace_in_place(void **state)
+{
+	struct fixture *f = *state;
+	int64_t b = bucket(f->c, "objs"), id;
+	uint64_t gen = claim(f->c, 2), freed = 0;
+	unsigned before;
+	char *fresh, *replaced;
+	int64_t dead = -1;
+
+	cat_watch_wal(f->c, &watched_frames);
+	assert_int_equal(put_obj(f->c, b, "k", 0x1, 2, gen, 0, 2, 5000, 0, NULL), 0);
+	id = object_id(f->c, b, "k", NULL);
+	assert_int_equal(cat_g4_failed(f->c, id), 0);	/* a failed demotion: g4_attempts 1 */
+	assert_int_equal(put_obj(f->c, b, "other", 0x2, 2, gen, 2 * space_of(5000), 1, 100, 0,
+				 NULL), 0);
+
+	before = watched_frames;
+	assert_int_equal(put_obj(f->c, b, "k", 0x3, 2, gen, 4 * SEG_ALIGN, 3, 300, 0, &freed), 0);
+	print_message("an overwrite in place wrote %u pages\n", watched_frames - before);
+	assert_true(watched_frames - before <= 5);
+	assert_int_equal(freed, 0x1);
+	assert_int_equal(object_id(f->c, b, "k", NULL), id);
+	assert_int_equal(seg_get(f->c, 2).live, 3 * space_of(300) + space_of(100));
+
+	/* The same put of a key never written before: the same row. */
+	assert_int_equal(put_obj(f->c, b, "fresh", 0x3, 2, gen, 4 * SEG_ALIGN, 3, 300, 0, NULL),
+			 0);
+	fresh = raw_row(f->path, "fresh");
+	replaced = raw_row(f->path, "k");
+	assert_string_equal(replaced, fresh);
+	free(fresh);
+	free(replaced);
+
+	/* A version G4 holds: a new row, and the old one's copy is dead. */
+	assert_int_equal(raw_exec(f->path, "UPDATE objects SET g4_vid = vid WHERE key = 'k'"),
+			 SQLITE_OK);
+	assert_int_equal(put_obj(f->c, b, "k", 0x4, 2, gen, 8 * SEG_ALIGN, 1, 300, 0, NULL), 0);
+	assert_true(object_id(f->c, b, "k", NULL) != id);
+	assert_int_equal(raw_int(f->path, "SELECT count(*) FROM g4_dead WHERE key = 'k'", &dead),
+			 SQLITE_OK);
+	assert_int_equal(dead, 1);
+	assert_int_equal(seg_get(f->c, 2).live, 4 * space_of(300) + space_of(100));
+
+	/* Another session: a new row (the session's indexes hold the id);
+	 * not the last row, whose id a new row would take again. */
+	id = object_id(f->c, b, "k", NULL);
+	put_empty(f->c, b, "last");
+	assert_int_equal(raw_exec(f->path, "UPDATE objects SET session = 'then' WHERE key = 'k'"),
+			 SQLITE_OK);
+	assert_int_equal(put_obj(f->c, b, "k", 0x5, 2, gen, 9 * SEG_ALIGN, 1, 300, 0, NULL), 0);
+	assert_true(object_id(f->c, b, "k", NULL) != id);
+	assert_int_equal(seg_get(f->c, 2).live, 4 * space_of(300) + space_of(100));
+}
+
 /* CompleteMultipartUpload: the parts' extents become the object's, unmoved. */
 static void test_object_put_parts(void **state)
 {
@@ -1726,6 +1819,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_buckets, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_put_get, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_replace_accounting, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_object_replace_in_place, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_drop_pin, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_segment_recount, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_drop_keeps_session_state, setup, teardown),
