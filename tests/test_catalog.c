@@ -1119,6 +1119,27 @@ static void test_object_replace_in_place(void **state)
 	assert_int_equal(seg_get(f->c, 2).live, 4 * space_of(300) + space_of(100));
 }
 
+/*
+ * A new key's commit writes the object's row, its key's and its session's
+ * index entries (objects_g4), its extent, the extents' index by segment,
+ * the segment and the session: 6 pages of the log here, where the index
+ * migration 12 drops made it 7.
+ */
+static void test_object_new_pages(void **state)
+{
+	struct fixture *f = *state;
+	int64_t b = bucket(f->c, "objs");
+	uint64_t gen = claim(f->c, 2);
+	unsigned before;
+
+	cat_watch_wal(f->c, &watched_frames);
+	assert_int_equal(put_obj(f->c, b, "a", 0x1, 2, gen, 0, 1, 5000, 0, NULL), 0);
+	before = watched_frames;
+	assert_int_equal(put_obj(f->c, b, "b", 0x2, 2, gen, 2 * SEG_ALIGN, 1, 5000, 0, NULL), 0);
+	print_message("a new key wrote %u pages\n", watched_frames - before);
+	assert_true(watched_frames - before <= 6);
+}
+
 /* CompleteMultipartUpload: the parts' extents become the object's, unmoved. */
 static void test_object_put_parts(void **state)
 {
@@ -1749,15 +1770,17 @@ static void test_g4_upgrade_queries(void **state)
 	assert_int_equal(cat_g4_dead_unproven_in(f->c, b, "s1", "s1/a", unproven_collect, got), 0);
 	assert_string_equal(got, "s1/q s1/p ");
 
-	/* A catalog of schema 10 (before this index) is brought up to date. */
+	/* A catalog of schema 10 (before these indexes, with the one migration
+	 * 12 drops) is brought up to date. */
 	cat_close(f->c);
 	f->c = NULL;
 	assert_int_equal(raw_int(f->path, "PRAGMA user_version", &version), SQLITE_OK);
-	assert_true(version >= 11);
+	assert_true(version >= 12);
 	assert_int_equal(raw_exec(f->path, "DROP INDEX objects_g4_unnamed;"
 				  " DROP INDEX objects_g4_unnamed_crc;"
-				  " DROP INDEX g4_dead_unproven_session; PRAGMA user_version = 10"),
-			 SQLITE_OK);
+				  " DROP INDEX g4_dead_unproven_session;"
+				  " CREATE INDEX objects_session ON objects(bucket, session);"
+				  " PRAGMA user_version = 10"), SQLITE_OK);
 	assert_int_equal(cat_open(f->path, 0, &f->c), 0);
 	assert_int_equal(raw_int(f->path, "PRAGMA user_version", &v), SQLITE_OK);
 	assert_int_equal(v, version);
@@ -1766,6 +1789,9 @@ static void test_g4_upgrade_queries(void **state)
 		 " 'g4_dead_unproven_session')");
 	assert_int_equal(raw_int(f->path, sql, &v), SQLITE_OK);
 	assert_int_equal(v, 3);
+	assert_int_equal(raw_int(f->path, "SELECT count(*) FROM sqlite_schema WHERE"
+				 " name = 'objects_session'", &v), SQLITE_OK);
+	assert_int_equal(v, 0);
 	plans_checked(f->c);
 	got[0] = '\0';
 	assert_int_equal(cat_g4_dead_unproven_in(f->c, b, "s1", "s1/a", unproven_collect, got), 0);
@@ -1820,6 +1846,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_object_put_get, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_replace_accounting, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_replace_in_place, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_object_new_pages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_drop_pin, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_segment_recount, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_object_drop_keeps_session_state, setup, teardown),
