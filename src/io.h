@@ -132,6 +132,7 @@ struct io_fault_plan {
 	int sticky;
 	unsigned long calls;	/* requests seen, updated by the backend */
 	unsigned long injected;	/* faults injected */
+	unsigned long pushes;	/* io_push() calls, whatever was queued */
 };
 
 /* Wraps inner (takes ownership) so that requests obey plan. */

@@ -203,7 +203,10 @@ static void fault_free(struct io_ctx *io)
 
 static int fault_push(struct io_ctx *io)
 {
-	return io_push(((struct fault_ctx *)io)->inner);
+	struct fault_ctx *f = (struct fault_ctx *)io;
+
+	__atomic_add_fetch(&f->plan->pushes, 1, __ATOMIC_RELAXED);
+	return io_push(f->inner);
 }
 
 static int fault_fsync(struct io_ctx *io, int fd)

@@ -349,6 +349,29 @@ static void test_write_short_small(void **state)
 	check_base(f->st);
 }
 
+/*
+ * The last extent of a put without an MD5 is submitted by the wait for it,
+ * in one system call; only extents with more to do while they are written
+ * (the next buffer to fill, the MD5 to compute) are pushed ahead of it.
+ */
+static void test_write_pushes(void **state)
+{
+	struct fixture *f = *state;
+
+	plan_set(f, IO_FAULT_NONE, IO_WRITE, 0, 0);
+	assert_int_equal(put_through(f->st, "push/small", SMALL, 1, 0), 0);
+	assert_int_equal(f->plan.calls, 1);
+	assert_int_equal(f->plan.pushes, 0);
+	assert_int_equal(put_through(f->st, "push/md5", SMALL, 2, KVT_PUT_MD5_ETAG), 0);
+	assert_int_equal(f->plan.pushes, 1);
+	assert_int_equal(put_through(f->st, "push/big", BIG, 3, 0), 0);
+	assert_int_equal(f->plan.calls, 2 + extents_of(BIG));
+	assert_int_equal(f->plan.pushes, 1 + extents_of(BIG) - 1);
+	assert_int_equal(get_whole(f->st, "push/small", SMALL, 1), 0);
+	assert_int_equal(get_whole(f->st, "push/md5", SMALL, 2), 0);
+	assert_int_equal(get_whole(f->st, "push/big", BIG, 3), 0);
+}
+
 /* Every write fails from the nth on, until the plan goes. */
 static void test_write_sticky(void **state)
 {
@@ -904,6 +927,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_write_short_sweep, check_after),
 		cmocka_unit_test_teardown(test_write_short_small, check_after),
 		cmocka_unit_test_teardown(test_write_sticky, check_after),
+		cmocka_unit_test_teardown(test_write_pushes, check_after),
 		cmocka_unit_test_teardown(test_write_fault_if_none_match, check_after),
 		cmocka_unit_test_teardown(test_write_corrupt, check_after),
 		cmocka_unit_test_teardown(test_read_eio_sweep, check_after),
