@@ -196,7 +196,7 @@ enum stmt_id {
 	S_BUCKET_INSERT, S_BUCKET_ID, S_BUCKET_DELETE, S_BUCKET_HAS_OBJECTS,
 	S_BUCKET_LIST,
 	S_OBJ_LOOKUP, S_OBJ_GET, S_OBJ_EXTENTS, S_OBJ_INSERT, S_OBJ_REPLACE, S_OBJ_DELETE_ID,
-	S_EXT_INSERT, S_EXT_SPACE_BY_SEG, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_OBJ_LOOKUP_FULL, S_OBJ_HEAD_BY_NAME, S_OBJ_HEAD_OR_UNDER, S_EXT_ADOPT, S_OBJ_GET_ID,
+	S_EXT_INSERT, S_EXT_OF_OBJ, S_SEG_LIVE_SUB, S_BUCKET_EXISTS, S_OBJ_KEY, S_OBJ_LOOKUP_FULL, S_OBJ_HEAD_BY_NAME, S_OBJ_HEAD_OR_UNDER, S_EXT_ADOPT, S_OBJ_GET_ID,
 	S_OBJ_SETATTR, S_OBJ_SET_SESSION, S_OBJ_RENAME, S_OBJ_RENAME_PREFIX, S_PREFIX_HAS_OTHER, S_PREFIX_LONGEST, S_EXT_DELETE_OBJ, S_OBJ_VID, S_OBJ_DROP_STATE, S_OBJ_PIN,
 	S_OBJ_RANGE, S_OBJ_RANGE_INCL, S_OBJ_WALK,
 	S_OBJ_STATE,
@@ -255,8 +255,7 @@ static const char *const stmt_sql[S_COUNT] = {
 	[S_EXT_INSERT] = "INSERT INTO extents(object, seq, segment, gen, offset, length,"
 			 " crc, obj_off, hvid, hseq, crcs)"
 			 " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-	[S_EXT_SPACE_BY_SEG] = "SELECT segment, sum((?2 + length + ?3 - 1) / ?3 * ?3)"
-			       " FROM extents WHERE object = ?1 GROUP BY segment",
+	[S_EXT_OF_OBJ] = "SELECT segment, length FROM extents WHERE object = ?1",
 	[S_SEG_LIVE_SUB] = "UPDATE segments SET live = max(live - ?2, 0) WHERE id = ?1",
 	[S_BUCKET_EXISTS] = "SELECT 1 FROM buckets WHERE id = ?1",
 	[S_OBJ_KEY] = "SELECT bucket, key FROM objects WHERE id = ?1",
@@ -1249,31 +1248,38 @@ static char *col_strdup(sqlite3_stmt *s, int col)
 	return t ? strdup((const char *)t) : NULL;
 }
 
-/* Subtracts the space of object id's extents from their segments, drops them. */
+/*
+ * Subtracts the space of object id's extents from their segments, drops
+ * them. The space is summed per segment here: a GROUP BY in the query sorted
+ * the extents in a temporary b-tree first, which made this function cost
+ * 20,600 instructions for an object of one extent against 14,900
+ * (callgrind; docs/benchmarks.md, "the fixed cost of a small PUT").
+ */
 static int cat_release_extents(struct cat *c, int64_t id)
 {
-	sqlite3_stmt *s = cat_stmt(c, S_EXT_SPACE_BY_SEG);
-	int64_t *acc = NULL;
-	size_t n = 0, cap = 0;
+	sqlite3_stmt *s = cat_stmt(c, S_EXT_OF_OBJ);
+	int64_t *acc = NULL;	/* segment, space; segment, space; ... */
+	size_t n = 0, cap = 0, i;
 	int rc;
 
 	if (!s)
 		return -EIO;
 	sqlite3_bind_int64(s, 1, id);
-	sqlite3_bind_int64(s, 2, SEG_HEADER_SIZE);
-	sqlite3_bind_int64(s, 3, SEG_ALIGN);
 	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-		if (n + 2 > cap) {
-			int64_t *a = realloc(acc, (cap = cap ? 2 * cap : 16) * sizeof(*a));
+		int64_t seg = sqlite3_column_int64(s, 0);
+		uint64_t space = seg_extent_space((uint32_t)sqlite3_column_int64(s, 1));
 
-			if (!a) {
+		for (i = 0; i < n && acc[i] != seg; i += 2)
+			;
+		if (i == n) {
+			if (UTIL_GROW(acc, n + 1, cap) < 0) {
 				rc = SQLITE_NOMEM;
 				break;
 			}
-			acc = a;
+			acc[n++] = seg;
+			acc[n++] = 0;
 		}
-		acc[n++] = sqlite3_column_int64(s, 0);
-		acc[n++] = sqlite3_column_int64(s, 1);
+		acc[i + 1] += (int64_t)space;
 	}
 	cat_done(s);
 	if (rc != SQLITE_DONE) {
@@ -1281,7 +1287,7 @@ static int cat_release_extents(struct cat *c, int64_t id)
 		goto out;
 	}
 	rc = 0;
-	for (size_t i = 0; i < n && rc == 0; i += 2) {
+	for (i = 0; i < n && rc == 0; i += 2) {
 		s = cat_stmt(c, S_SEG_LIVE_SUB);
 		if (!s) {
 			rc = -EIO;

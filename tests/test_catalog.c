@@ -721,6 +721,29 @@ static void test_object_replace_accounting(void **state)
 	assert_int_equal(cat_object_delete(f->c, b, "k", NULL, NULL), -ENOENT);
 	assert_int_equal(cat_object_delete(f->c, b, "other", NULL, NULL), 0);
 	assert_int_equal(seg_get(f->c, 0).live, 0);
+
+	/* Extents in two segments, interleaved: each gets its own back. */
+	{
+		struct cat_extent ext[3] = {
+			{ .seq = 0, .segment = 0, .gen = g0, .offset = 0, .length = small },
+			{ .seq = 1, .segment = 1, .gen = g1, .offset = 0, .length = big,
+			  .obj_off = small },
+			{ .seq = 2, .segment = 0, .gen = g0, .offset = SEG_ALIGN, .length = big,
+			  .obj_off = small + big },
+		};
+		struct cat_put p = {
+			.bucket_id = b, .key = "split", .vid = 0x10, .size = small + 2 * big,
+			.etag = "\"s\"", .mtime_ns = 5, .session = "sess", .nextents = 3,
+			.extents = ext,
+		};
+
+		assert_int_equal(cat_object_put(f->c, &p, NULL, NULL), 0);
+		assert_int_equal(seg_get(f->c, 0).live, space_of(small) + space_of(big));
+		assert_int_equal(seg_get(f->c, 1).live, space_of(big));
+		assert_int_equal(cat_object_delete(f->c, b, "split", NULL, NULL), 0);
+		assert_int_equal(seg_get(f->c, 0).live, 0);
+		assert_int_equal(seg_get(f->c, 1).live, 0);
+	}
 }
 
 static void test_object_drop_pin(void **state)
