@@ -91,6 +91,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <search.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -111,61 +112,71 @@ struct victim_list {
 	size_t n, cap;
 };
 
-/* Sessions to demote under pressure, or tried already in this call. */
-struct session_set {
-	char **bucket, **session;
-	size_t n, cap;
+/*
+ * Sessions to demote under pressure, or tried already in this call: in the
+ * order added (v), and in a search tree (tsearch(3), root) that answers
+ * whether one is in. Searched in a list, every object of every victim cost
+ * a strcmp of each session in it: n^2 / 2 for a victim of n sessions, at
+ * each writer's reclaim and each demoter pass, two thirds of a pass over a
+ * full copy of 3060 sessions (test_cold: test_reclaim_many_sessions_cost).
+ */
+struct session_key {
+	char *bucket, *session;
 };
+
+struct session_set {
+	struct session_key **v;
+	size_t n, cap;
+	void *root;
+};
+
+static int session_key_cmp(const void *a, const void *b)
+{
+	const struct session_key *x = a, *y = b;
+	int d = strcmp(x->session, y->session);
+
+	return d ? d : strcmp(x->bucket, y->bucket);
+}
 
 static int session_set_has(const struct session_set *ss, const char *bucket, const char *session)
 {
-	for (size_t i = 0; i < ss->n; i++)
-		if (!strcmp(ss->bucket[i], bucket) && !strcmp(ss->session[i], session))
-			return 1;
-	return 0;
+	struct session_key k = { (char *)bucket, (char *)session };
+
+	return tfind(&k, &ss->root, session_key_cmp) != NULL;
 }
 
 /* Takes ownership of bucket and session. */
 static int session_set_add(struct session_set *ss, char *bucket, char *session)
 {
-	if (session_set_has(ss, bucket, session)) {
-		free(bucket);
-		free(session);
-		return 0;
-	}
-	if (ss->n == ss->cap) {
-		size_t cap = ss->cap ? 2 * ss->cap : 8;
-		char **b = realloc(ss->bucket, cap * sizeof(*b));
-		char **s;
+	struct session_key *k = NULL;
+	int rc = -ENOMEM;
 
-		if (!b) {
-			free(bucket);
-			free(session);
-			return -ENOMEM;
-		}
-		ss->bucket = b;
-		s = realloc(ss->session, cap * sizeof(*s));
-		if (!s) {
-			free(bucket);
-			free(session);
-			return -ENOMEM;
-		}
-		ss->session = s;
-		ss->cap = cap;
+	if (session_set_has(ss, bucket, session)) {
+		rc = 0;
+		goto out;
 	}
-	ss->bucket[ss->n] = bucket;
-	ss->session[ss->n++] = session;
+	if (UTIL_GROW(ss->v, ss->n, ss->cap) < 0 || !(k = malloc(sizeof(*k))))
+		goto out;
+	*k = (struct session_key){ bucket, session };
+	if (!tsearch(k, &ss->root, session_key_cmp))
+		goto out;
+	ss->v[ss->n++] = k;
 	return 0;
+out:
+	free(k);
+	free(bucket);
+	free(session);
+	return rc;
 }
 
 static void session_set_release(struct session_set *ss)
 {
 	for (size_t i = 0; i < ss->n; i++) {
-		free(ss->bucket[i]);
-		free(ss->session[i]);
+		free(ss->v[i]->bucket);
+		free(ss->v[i]->session);
 	}
-	free(ss->bucket);
-	free(ss->session);
+	tdestroy(ss->root, free);	/* the keys, which v names too */
+	free(ss->v);
 	memset(ss, 0, sizeof(*ss));
 }
 
@@ -639,15 +650,17 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 			rc = reclaim_flush(st, &done);	/* what is free, others may use */
 			pthread_mutex_unlock(&st->reclaim_lock);
 			for (size_t i = 0; i < todo.n; i++) {
+				struct session_key *k = todo.v[i];
+
 				if (!__atomic_load_n(&st->demoter_stop, __ATOMIC_RELAXED))
-					g4_demote_pressure(st, todo.bucket[i], todo.session[i]);
+					g4_demote_pressure(st, k->bucket, k->session);
 				/* Once per call: a failure leaves the segment whole. */
-				r = session_set_add(&tried, todo.bucket[i], todo.session[i]);
-				todo.bucket[i] = todo.session[i] = NULL;
+				r = session_set_add(&tried, k->bucket, k->session);
+				k->bucket = k->session = NULL;
 				if (r < 0)
 					rc = r;
 			}
-			todo.n = 0;
+			session_set_release(&todo);
 			pthread_mutex_lock(&st->reclaim_lock);
 			if (rc < 0)
 				break;

@@ -2011,6 +2011,70 @@ static void test_copied_store_owned_cost(void **state)
 	test_env_release(&b);
 }
 
+/*
+ * The CPU time of a writer's reclaim over one victim whose every object
+ * (1 byte, a 4 KiB extent) is of a session of its own that G4 lacks: seg
+ * bytes, seg / 4096 sessions. It leaves the victim whole for the demoter.
+ */
+static double reclaim_victim_cpu(uint64_t seg)
+{
+	const int n = (int)(seg / 4096) + 8;	/* a segment full, the next begun */
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_store_stat s;
+	char key[64];
+	double t0, cpu = 0;
+	int rc;
+
+	g4_env_init(&env, 4 * seg, seg);
+	env.cfg.store.high_watermark = 1.0;	/* no demoter pass meanwhile */
+	env.cfg.store.low_watermark = 0.99;
+	st = test_store_open(&env);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	for (int i = 0; i < n; i++) {
+		snprintf(key, sizeof(key), "s%05d/b", i);
+		assert_int_equal(test_put(st, "kvs", key, 1, (uint64_t)i), 0);
+	}
+	assert_int_equal(kvt_store_stat(st, &s), 0);
+	assert_int_equal(s.segments_sealed, 1);
+	for (int i = 0; i < 3; i++) {	/* the least of three */
+		t0 = thread_cpu_s();
+		rc = reclaim_run(st, (unsigned)s.segments, 0);
+		t0 = thread_cpu_s() - t0;
+		cpu = i == 0 || t0 < cpu ? t0 : cpu;
+		assert_int_equal(rc, -ENOSPC);
+	}
+	fprintf(stderr, "a writer's reclaim of a victim of %d sessions: %.1f ms of CPU\n",
+		n - 8, cpu * 1e3);
+	assert_int_equal(kvt_store_stat(st, &s), 0);
+	assert_int_equal(s.segments_sealed, 1);	/* whole: G4 lacks all of it */
+	assert_int_equal(test_check(st, "kvs", "s00000/b", 1, 0), 0);
+	kvt_store_close(st);
+	test_env_release(&env);
+	return cpu;
+}
+
+/*
+ * Reclaim kept the sessions of a victim's objects to demote, and those it
+ * had tried, in lists it searched with strcmp for every object: a victim
+ * of n sessions cost n^2 / 2 comparisons at each writer's reclaim and at
+ * each demoter pass, and a demoter's pass over a full copy of 3060
+ * sessions spent two thirds of its time there. A search tree now: eight
+ * times the sessions cost eight times as much (and a little more: log n),
+ * not 64 (a ratio, which neither a slow machine nor a sanitizer's build
+ * moves much).
+ */
+static void test_reclaim_many_sessions_cost(void **state)
+{
+	double small, large;
+
+	(void)state;
+	small = reclaim_victim_cpu(4u << 20);
+	large = reclaim_victim_cpu(32u << 20);
+	fprintf(stderr, "eight times the sessions: %.1f times the CPU\n", large / small);
+	assert_true(large < 16 * small);	/* 33 to 38 times before */
+}
+
 /* Points the manifest's entry for s1/b at another bucket's copy; *orig
  * (caller frees), if not NULL, is the manifest as it was. */
 static void manifest_damage_b(struct cold *cold, char **orig)
@@ -4867,6 +4931,7 @@ int main(void)
 		cmocka_unit_test(test_store_identity),
 		cmocka_unit_test(test_copied_store_pressure_log),
 		cmocka_unit_test(test_copied_store_owned_cost),
+		cmocka_unit_test(test_reclaim_many_sessions_cost),
 		cmocka_unit_test(test_store_id_new_unnamed_manifest),
 		cmocka_unit_test(test_two_stores_one_key),
 		cmocka_unit_test(test_two_stores_one_key_swept),
