@@ -1744,7 +1744,9 @@ int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *ses
 	else
 		log_err(rc, "cannot demote session '%s' of bucket '%s' under pressure;"
 			" its objects stay hot", session, bucket);
-	return rc;
+	/* The partner saying "later" is its not answering, for every session
+	 * (store.h): reclaim asks no other until its next pass. */
+	return g4_transient(rc) ? -EHOSTUNREACH : rc;
 }
 
 /* ---- housekeeping: stale uploads, dead keys ---------------------------------- */

@@ -180,8 +180,16 @@ int store_cold(struct kvt_store *st, struct cold **out);
 void store_set_cold(struct kvt_store *st, struct cold *c);
 /* Reclaim under pressure: the session to G4 (upload, verify, manifest,
  * cold), as kvtier-migrate would; 0 or -errno (migrate.c). Call with no
- * lock held: it waits for the partner. */
+ * lock held: it waits for the partner. Three refusals are the store's,
+ * the same for every session until something changes (g4_refused_all()):
+ * -EREMCHG, the store not where its id was given; -EHOSTUNREACH, the
+ * partner not answering, or answering "later"; -ENXIO, its bucket
+ * missing. Any other concerns this session. */
 int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *session);
+static inline int g4_refused_all(int rc)
+{
+	return rc == -EREMCHG || rc == -EHOSTUNREACH || rc == -ENXIO;
+}
 /* Before reclaim turns object id of bucket cold on G4's copy of version
  * vid: 1 if that copy still holds its bytes (the ETag recorded, else a
  * read back: size and CRC32C), 0 if it is gone or holds others (logged),
