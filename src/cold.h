@@ -141,6 +141,11 @@ struct cold {
 	 * once a minute, with the count of those left out. */
 	struct log_limit recall_no_bucket;
 	struct log_limit recall_no_answer;	/* ... and its "does not answer" */
+	/* A manifest read's, and a demotion under pressure's, failures for a
+	 * partner that does not answer or lacks its bucket: reclaim meets
+	 * them at each pass, every second while the hot tier is full. */
+	struct log_limit manifest_no_answer;
+	struct log_limit pressure_refused;
 };
 
 /* [g4] as cold_new() takes it. */

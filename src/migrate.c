@@ -1116,10 +1116,17 @@ static int manifest_read(struct cold *cold, const char *bucket, const char *sess
 		snprintf(tag->etag, sizeof(tag->etag), "%s", rc == 0 ? etag : COLD_ABSENT);
 	}
 	if (rc < 0) {
+		char also[96];
+
 		/* The bucket missing (-ENXIO): the S3 tier's line names it,
-		 * where this one said "No such device or address". */
-		if (rc != -ENOENT && rc != -ENXIO)
-			log_err(rc, "cannot read the manifest '%s'", key);
+		 * where this one said "No such device or address". A partner
+		 * that does not answer: once a minute (cold.h). */
+		if (rc != -ENOENT && rc != -ENXIO &&
+		    (!g4_transient(rc) ||
+		     log_limit(&cold->manifest_no_answer, LOG_REPEAT_SECONDS, "manifest reads",
+			       also, sizeof(also))))
+			log_err(rc, "cannot read the manifest '%s'%s", key,
+				g4_transient(rc) ? also : "");
 		goto out;
 	}
 	jp = (struct jparse){ .p = text, .end = text + len };
@@ -1725,8 +1732,8 @@ int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *ses
 {
 	struct session_ref s = { .bucket = (char *)bucket, .session = (char *)session };
 	struct kvt_g4_report rep = { 0 };
-	struct cold *cold;
-	int rc = store_g4_owned(st);
+	struct cold *cold = NULL;
+	int rc = store_g4_owned(st), all;
 
 	if (rc == 0)
 		rc = store_cold(st, &cold);
@@ -1741,12 +1748,21 @@ int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *ses
 	if (rc == 0)
 		log_info("demoted session '%s' of bucket '%s' under pressure: %" PRIu64
 			 " objects, %" PRIu64 " bytes", session, bucket, rep.objects, rep.bytes);
-	else
-		log_err(rc, "cannot demote session '%s' of bucket '%s' under pressure;"
-			" its objects stay hot", session, bucket);
 	/* The partner saying "later" is its not answering, for every session
 	 * (store.h): reclaim asks no other until its next pass. */
-	return g4_transient(rc) ? -EHOSTUNREACH : rc;
+	all = g4_transient(rc) ? -EHOSTUNREACH : rc;
+	if (rc < 0) {
+		char also[96] = "";
+
+		/* Store-wide, met at each pass (every second while full): once a
+		 * minute, with the count of those left out. */
+		if (!cold || !g4_refused_all(all) ||
+		    log_limit(&cold->pressure_refused, LOG_REPEAT_SECONDS, "demotions under pressure",
+			      also, sizeof(also)))
+			log_err(rc, "cannot demote session '%s' of bucket '%s' under pressure;"
+				" its objects stay hot%s", session, bucket, also);
+	}
+	return all;
 }
 
 /* ---- housekeeping: stale uploads, dead keys ---------------------------------- */
