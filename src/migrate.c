@@ -46,7 +46,10 @@
  * imported, swept and demoted again where they are: "BUCKET/KEY" (g4_key
  * NULL; a cold object renamed records it, catalog migration 5) and
  * ".kvtier/versions/BUCKET/VID". The sweep deletes a copy another store
- * wrote only for a session this store owns by its manifest (sweep_copy()).
+ * wrote only for a session this store owns by its manifest (sweep_copy()),
+ * and no store writes a manifest naming itself for a session G4 holds
+ * none of while its objects name another store's copies
+ * (session_copies_owner()): it would own them by that manifest.
  *
  * Concurrent recalls of one object coalesce into one fetch, across threads
  * and processes (g4_lock(), recall_object()); so do two demotions of one
@@ -1209,6 +1212,49 @@ static int manifest_owner(struct cold *cold, const char *bucket, const char *ses
 	return rc == -ENOENT || rc == -EINVAL ? 0 : rc;
 }
 
+/*
+ * Whose a session is that G4 holds no manifest of naming an owner (none,
+ * or none kvtier can read), by the copies this catalog lists of it (v, n):
+ * the store whose id a copy's name carries, if not this one (self); for a
+ * name from before per-store names ("BUCKET/KEY", ".kvtier/versions/"),
+ * which carries none, unnamed (g4_self(): the original's in a store given
+ * a new id); 0 when every copy is this store's. Claimed by a manifest
+ * naming this store, such a session was taken for one it had imported,
+ * and its sweep deleted those copies, which the store that wrote them may
+ * still name: the original of a copy given a new id had moved the objects
+ * to another session (deleting the old one's manifest), and read them as
+ * I/O errors there.
+ */
+static uint64_t session_copies_owner(const char *bucket, const struct cat_g4_obj *v, size_t n,
+				     uint64_t self, uint64_t unnamed)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t writer = 0;
+		const char *in;
+		size_t inlen;
+
+		if (v[i].g4_vid != v[i].co->vid)
+			continue;	/* no copy of this version */
+		if (v[i].g4_key)
+			g4_name_parse(v[i].g4_key, bucket, &writer, &in, &inlen);
+		if (!writer)
+			writer = unnamed;
+		if (writer && writer != self)
+			return writer;
+	}
+	return 0;
+}
+
+/* "store ID", or for OWNER_UNNAMED the store this one was copied from. */
+static const char *owner_name(uint64_t owner, char *buf, size_t len)
+{
+	if (owner == OWNER_UNNAMED)
+		snprintf(buf, len, "the store this one was copied from");
+	else
+		snprintf(buf, len, "store %016" PRIx64, owner);
+	return buf;
+}
+
 /* How often manifest_claim() reads again a manifest that changed between
  * its read and its write before it gives up for this run. */
 #define MANIFEST_CLAIM_TRIES 5
@@ -1232,6 +1278,15 @@ static int manifest_claim(struct cold *cold, const char *bucket, const char *ses
 
 	for (unsigned attempt = 0;; attempt++) {
 		rc = manifest_owner(cold, bucket, session, unnamed, owner, &tag, ctl);
+		if (rc == 0 && !*owner) {
+			char who[64];
+
+			*owner = session_copies_owner(bucket, v, n, self, unnamed);
+			if (*owner)
+				log_info("session '%s' of bucket '%s' has no manifest in g4 that names"
+					 " its owner, and its objects here name copies %s wrote: left"
+					 " to it", session, bucket, owner_name(*owner, who, sizeof(who)));
+		}
 		if (rc < 0 || (*owner && *owner != self))
 			return rc;
 		rc = manifest_write(cold, bucket, session, self, v, n, manifest_match(&tag), ctl);
@@ -1574,7 +1629,7 @@ static void demote_step_one(void *arg, size_t i)
  * owner's copy. They stay hot, counted as failed, said why.
  */
 static int demote_foreign(struct cat *c, const struct session_ref *s, uint64_t owner,
-			  struct kvt_g4_report *rep)
+			  int unlisted, struct kvt_g4_report *rep)
 {
 	struct cat_g4_obj *v = NULL;
 	size_t n = 0, written = 0;
@@ -1582,16 +1637,29 @@ static int demote_foreign(struct cat *c, const struct session_ref *s, uint64_t o
 	int rc = cat_g4_session_objects(c, s->bucket_id, s->session,
 					1u << KVT_TIER_HOT | 1u << KVT_TIER_DEMOTING, &v, &n);
 
-	if (owner == OWNER_UNNAMED)
-		snprintf(who, sizeof(who), "the store this one was copied from");
-	else
-		snprintf(who, sizeof(who), "store %016" PRIx64, owner);
-
+	owner_name(owner, who, sizeof(who));
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		written += v[i].g4_vid != v[i].co->vid && !v[i].co->obj->pinned;
 	cat_g4_objs_free(v, n);
 	if (rc < 0)
 		return rc;
+	if (unlisted) {
+		/* No manifest to import: what takes it back is the objects here
+		 * that name that store's copies going. */
+		if (written)
+			log_err(0, "session '%s' of bucket '%s' has no manifest in g4 that names its"
+				" owner, and its objects here name copies %s wrote, which a"
+				" demotion here would take for this store's: %zu of its objects,"
+				" written here, stay hot; delete here those that name that store's"
+				" copies to demote the session", s->session, s->bucket, who,
+				written);
+		else
+			log_info("session '%s' of bucket '%s' has no manifest in g4 that names its"
+				 " owner, and its objects here name copies %s wrote: not demoted"
+				 " here", s->session, s->bucket, who);
+		rep->failures += written;
+		return 0;
+	}
 	if (!written) {
 		log_info("session '%s' of bucket '%s' belongs to %s: not demoted here (import it"
 			 " to take it back)", s->session, s->bucket, who);
@@ -1663,8 +1731,22 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	if (rc < 0)
 		goto out;
 	if (owner && owner != self) {
-		rc = demote_foreign(c, s, owner, rep);
+		rc = demote_foreign(c, s, owner, 0, rep);
 		goto out;
+	}
+	/* No manifest names one: the copies its objects here name may. */
+	if (!owner) {
+		rc = cat_g4_session_objects(c, s->bucket_id, s->session, 0xf, &v, &n);
+		if (rc < 0)
+			goto out;
+		owner = session_copies_owner(s->bucket, v, n, self, unnamed);
+		cat_g4_objs_free(v, n);
+		v = NULL;
+		n = 0;
+		if (owner) {
+			rc = demote_foreign(c, s, owner, 1, rep);
+			goto out;
+		}
 	}
 	rc = cat_g4_demote_begin(c, s->bucket_id, s->session, &count);
 	if (rc == 0)
@@ -2017,7 +2099,7 @@ static int sweep_unproven(struct kvt_store *st, struct cat *c, struct cold *cold
  * an object there that moved to another session: left to it, forgotten.
  */
 static int sweep_copy(struct kvt_store *st, struct cat *c, struct cold *cold,
-		      const struct dead_ref *d, uint64_t self, int ours)
+		      const struct dead_ref *d, uint64_t self, uint64_t unnamed, int ours)
 {
 	char *gkey = g4_name(d->bucket, d->key, d->g4_key), *lkey = NULL;
 	const char *in = NULL;
@@ -2028,10 +2110,16 @@ static int sweep_copy(struct kvt_store *st, struct cat *c, struct cold *cold,
 	if (!gkey)
 		return -ENOMEM;
 	kind = g4_name_parse(gkey, d->bucket, &writer, &in, &inlen);
+	/* A name from before per-store names carries no store: in a store
+	 * given a new id, the original may have written it (g4_self()). */
+	if (!writer)
+		writer = unnamed;
 	if (writer && writer != self && !ours) {
-		log_info("'%s' in g4 is a copy store %016" PRIx64 " wrote, and session '%s' of"
-			 " bucket '%s' is not this store's by its manifest: left to that store",
-			 gkey, writer, d->session, d->bucket);
+		char who[64];
+
+		log_info("'%s' in g4 is a copy %s wrote, and session '%s' of bucket '%s' is not"
+			 " this store's by its manifest: left to that store", gkey,
+			 owner_name(writer, who, sizeof(who)), d->session, d->bucket);
 		free(gkey);
 		return cat_g4_dead_done(c, d->id);
 	}
@@ -2108,9 +2196,9 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold, uint
 		if (r == 0)
 			r = sweep_manifest(c, cold, first, self, unnamed, &owner);
 		if (r == 0 && owner == OWNER_UNNAMED)
-			log_info("session '%s' of bucket '%s' has a manifest that names no owner,"
-				 " and this store's id is new since it was copied: its g4 copies"
-				 " are left to the store it was copied from", first->session,
+			log_info("session '%s' of bucket '%s' is, by its manifest or the copies its"
+				 " objects here name, from before this store's id was new: its g4"
+				 " copies are left to the store it was copied from", first->session,
 				 first->bucket);
 		else if (r == 0 && owner && owner != self)
 			log_info("session '%s' of bucket '%s' belongs to store %016" PRIx64
@@ -2119,7 +2207,7 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold, uint
 		for (; r == 0 && i < j; i++) {
 			int gone = owner && owner != self ? cat_g4_dead_done(c, l.v[i].id) :
 				   l.v[i].unproven < 0 ? -EAGAIN :
-				   sweep_copy(st, c, cold, &l.v[i], self, owner == self);
+				   sweep_copy(st, c, cold, &l.v[i], self, unnamed, owner == self);
 
 			*failed += gone < 0;
 			nobucket += gone == -ENXIO && !nobucket;

@@ -1792,10 +1792,58 @@ static void test_store_id_new_one_key(void **state)
  * original still reads. A copy another store wrote goes only with a
  * session this store took over (its manifest names this store).
  */
+/* sb given a new id, the copy of sa; sa moves s1's cold objects to s2,
+ * and its sweep deletes s1's manifest, listing nothing now. */
+static void moved_to_s2(struct kvt_store *sa, struct kvt_store *sb)
+{
+	struct cold *cold;
+	char *text = NULL;
+	size_t len = 0;
+
+	assert_int_equal(kvt_store_identity_set(sb, KVT_IDENTITY_NEW, NULL), 0);
+	assert_int_equal(kvt_object_set_session(sa, "kvs", "s1/a", "s2"), 0);
+	assert_int_equal(kvt_object_set_session(sa, "kvs", "s1/b", "s2"), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
+	assert_int_equal(store_cold(sa, &cold), 0);
+	assert_int_equal(cold_get_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", 1 << 20, &text,
+				      &len), -ENOENT);
+}
+
 static void test_store_id_new_moved_session(void **state)
 {
 	struct test_env a, b;
 	struct kvt_store *sa, *sb;
+
+	(void)state;
+	copied_node(&a, &b);
+	sa = test_store_open(&a);
+	sb = test_store_open(&b);
+	moved_to_s2(sa, sb);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 70000, 1), 0);	/* recalled */
+	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/a"), 0);
+	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/b"), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	assert_int_equal(tier_of(sa, "kvs", "s1/b"), KVT_TIER_COLD);
+	assert_int_equal(test_check(sa, "kvs", "s1/b", 5000, 2), 0);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
+/*
+ * The same, the copy deleting one object at a time. Its first sweep found
+ * no manifest of s1 (the original's sweep had deleted it), wrote one
+ * naming the copy and listing s1/b under the original's copy, and its
+ * next sweep took that manifest for one the copy had imported: it deleted
+ * the original's copy of s1/b, which the original's s1/b (now in s2)
+ * still named. A session G4 holds no manifest of, whose objects here name
+ * another store's copies, is that store's: nothing of it is claimed, nor
+ * deleted, here.
+ */
+static void test_store_id_new_moved_session_one_by_one(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
 	struct cold *cold;
 	char *text = NULL;
 	size_t len = 0;
@@ -1804,15 +1852,72 @@ static void test_store_id_new_moved_session(void **state)
 	copied_node(&a, &b);
 	sa = test_store_open(&a);
 	sb = test_store_open(&b);
-	assert_int_equal(kvt_store_identity_set(sb, KVT_IDENTITY_NEW, NULL), 0);
-	assert_int_equal(kvt_object_set_session(sa, "kvs", "s1/a", "s2"), 0);
-	assert_int_equal(kvt_object_set_session(sa, "kvs", "s1/b", "s2"), 0);
-	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
+	moved_to_s2(sa, sb);
 	assert_int_equal(store_cold(sa, &cold), 0);
+	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/a"), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	/* Nor does a demotion of what the copy writes there claim it. */
+	assert_int_equal(test_put(sb, "kvs", "s1/c", 3000, 3), 0);
+	assert_int_equal(kvt_g4_demote(sb, &o, &rep), 0);
+	assert_int_equal(rep.objects, 0);
+	assert_int_equal(rep.failures, 1);
 	assert_int_equal(cold_get_buf(cold, COLD_MANIFEST_PREFIX "kvs/s1.json", 1 << 20, &text,
 				      &len), -ENOENT);
-	assert_int_equal(test_check(sa, "kvs", "s1/a", 70000, 1), 0);	/* recalled */
+	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/b"), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	assert_int_equal(tier_of(sa, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(tier_of(sa, "kvs", "s1/b"), KVT_TIER_COLD);
+	assert_int_equal(test_check(sa, "kvs", "s1/b", 5000, 2), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 70000, 1), 0);
+	/* With none of them left, the session is the copy's to demote. */
+	assert_int_equal(kvt_g4_demote(sb, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(test_check(sb, "kvs", "s1/c", 3000, 3), 0);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
+static void g4_to_legacy(const struct test_env *env, struct kvt_store *st, const char *gdir,
+			 const char *b, const char *session, const char *const *keys, size_t n);
+
+/*
+ * The same over copies named "BUCKET/KEY", as a kvtier from before
+ * per-store names left them, which name no store: the copy's sweep
+ * deleted the original's copy of s1/a at once (no manifest, so no owner
+ * to leave it to), and of s1/b once it was alone. In a store given a new
+ * id they are the original's, as a manifest that names no owner is.
+ */
+static void test_store_id_new_moved_session_legacy(void **state)
+{
+	static const char *const keys[] = { "s1/a", "s1/b" };
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	char gdir[600], cmd[1300], *name;
+
+	(void)state;
+	two_envs(&a, &b);
+	snprintf(gdir, sizeof(gdir), "%s/shared-g4", a.dir);
+	sa = test_store_open(&a);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_put(sa, "kvs", "s1/b", 5000, 2), 0);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	g4_to_legacy(&a, sa, gdir, "kvs", "s1", keys, 2);
+	kvt_store_close(sa);
+	snprintf(cmd, sizeof(cmd), "cp -a '%s' '%s'", a.cfg.store.dir, b.cfg.store.dir);
+	assert_int_equal(system(cmd), 0);
+	sa = test_store_open(&a);
+	sb = test_store_open(&b);
+	moved_to_s2(sa, sb);
+	name = g4_name_of(sb, "kvs", "s1/a");
+	assert_string_equal(name, "kvs/s1/a");
+	free(name);
 	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/a"), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 70000, 1), 0);
 	assert_int_equal(kvt_object_delete(sb, "kvs", "s1/b"), 0);
 	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
 	assert_int_equal(tier_of(sa, "kvs", "s1/b"), KVT_TIER_COLD);
@@ -5029,6 +5134,8 @@ int main(void)
 		cmocka_unit_test(test_two_stores_one_key_swept),
 		cmocka_unit_test(test_store_id_new_one_key),
 		cmocka_unit_test(test_store_id_new_moved_session),
+		cmocka_unit_test(test_store_id_new_moved_session_one_by_one),
+		cmocka_unit_test(test_store_id_new_moved_session_legacy),
 		cmocka_unit_test(test_g4_names),
 		cmocka_unit_test(test_store_id_new_names),
 		cmocka_unit_test(test_legacy_names),
