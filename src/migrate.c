@@ -469,7 +469,8 @@ static int g4_name_parse(const char *name, const char *bucket, uint64_t *store,
  * The name an upload of co by store self gets: ".kvtier/stores/SELF/
  * BUCKET/KEY~VID", unless the partner cannot hold one that long
  * (cold_key_fits()) or an object of this store names it already; then
- * ".kvtier/stores/SELF/.versions/BUCKET/VID". Caller frees *out.
+ * ".kvtier/stores/SELF/.versions/BUCKET/VID". Caller frees *out. 1 for a
+ * version's name (it carries no key), 0 for the other, or -errno.
  */
 static int g4_upload_name(struct cat *c, struct cold *cold, uint64_t self, const char *bucket,
 			  const struct cat_object *co, char **out)
@@ -484,14 +485,14 @@ static int g4_upload_name(struct cat *c, struct cold *cold, uint64_t self, const
 	if (rc == 1) {
 		free(k);
 		k = g4_store_key(self, bucket, NULL, co->vid);
-		rc = k ? 0 : -ENOMEM;
+		rc = k ? 1 : -ENOMEM;
 	}
 	if (rc < 0) {
 		free(k);
 		return rc;
 	}
 	*out = k;
-	return 0;
+	return rc;
 }
 
 static char *g4_manifest_key(const char *bucket, const char *session)
@@ -577,8 +578,9 @@ static int crc_sink(void *arg, const void *buf, size_t len)
  * cold_put_info). Only a partner that gives nothing to compare is read back
  * (size and CRC32C). Then the catalog says G4 holds it, under the name this
  * store gave it (g4_upload_name()). -ENOENT: it changed meanwhile. Under
- * the key's lock (and demote_session()'s), so that g4_sweep() never
- * deletes a copy that an upload has just made, nor the one it is making:
+ * the key's lock (and demote_session()'s; a version's name under its own
+ * too), so that g4_sweep() never deletes a copy that an upload has just
+ * made, nor the one it is making:
  * the copy is recorded dead before the put (cat_g4_put_pending()) and
  * claimed with the record.
  */
@@ -598,7 +600,7 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 	struct cold_put_info info = { .verified = 0 };
 	char *gkey = NULL;
 	uint64_t got = 0;
-	int rc, lock = -1;
+	int rc, lock = -1, nlock = -1;
 
 	if (!c) {
 		rc = -ENOMEM;
@@ -617,6 +619,13 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 		goto out;
 	}
 	rc = g4_upload_name(c, cold, self, bucket, go->co, &gkey);
+	if (rc == 1) {
+		/* A version's name carries no key, and a rename keeps the
+		 * version: the dead row that names it may be of another key
+		 * than this one, and its sweep locks the name (sweep_copy()). */
+		nlock = g4_lock(st, "name", bucket, gkey, 1);
+		rc = nlock < 0 ? nlock : 0;
+	}
 	if (rc < 0)
 		goto out;
 	rc = store_io_get(st, &es.io);
@@ -671,6 +680,7 @@ static int demote_upload_once(struct kvt_store *st, struct cold *cold, const cha
 		gkey = NULL;
 	}
 out:
+	g4_unlock(nlock);
 	g4_unlock(lock);
 	store_io_put(st, es.io);
 	cat_object_free(es.co);
@@ -2123,14 +2133,21 @@ static int sweep_copy(struct kvt_store *st, struct cat *c, struct cold *cold,
 		free(gkey);
 		return cat_g4_dead_done(c, d->id);
 	}
-	/* The key whose upload writes gkey, as demote_upload_once() locks it:
-	 * the one in the name, else (a version's name) the row's. */
-	lkey = in ? strndup(in, inlen) : strdup(d->key);
-	if (!lkey) {
-		free(gkey);
-		return -ENOMEM;
+	/* What an upload that writes gkey holds (demote_upload_once()): the
+	 * lock of the key in the name; a version's name carries none, and a
+	 * rename keeps the version, so the object uploading it may be at
+	 * another key than this row's (it locked this row's key, and deleted
+	 * the copy an upload of the renamed object had just recorded): the
+	 * lock of the name. */
+	if (in) {
+		lkey = strndup(in, inlen);
+		if (!lkey) {
+			free(gkey);
+			return -ENOMEM;
+		}
 	}
-	klock = g4_lock(st, "key", d->bucket, lkey, 1);
+	klock = lkey ? g4_lock(st, "key", d->bucket, lkey, 1) : g4_lock(st, "name", d->bucket,
+									   gkey, 1);
 	if (klock < 0) {
 		free(lkey);
 		free(gkey);

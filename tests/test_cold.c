@@ -5061,6 +5061,100 @@ static void test_overwrite_during_upload(void **state)
 	test_env_release(&env);
 }
 
+/* What the sweep's delete of a version's name waits for (before_del). */
+struct sweep_race {
+	struct kvt_store *st;
+	struct cold_fault_plan *plan;
+	const char *key;	/* the renamed object, uploading under that name */
+	int waited;		/* 1: its upload was recorded before the delete */
+};
+
+static void sweep_race_before_del(void *arg, const char *key)
+{
+	struct sweep_race *r = arg;
+	char *name = NULL;
+
+	if (!strstr(key, "/.versions/"))
+		return;		/* the manifest */
+	for (int i = 0; i < 10000; i++) {
+		if (kvt_object_g4_name(r->st, "kvs", r->key, &name) == 0) {
+			free(name);
+			r->waited = 1;
+			return;
+		}
+		usleep(1000);
+	}
+}
+
+static void *release_hold(void *arg)
+{
+	struct cold_fault_plan *plan = arg;
+
+	usleep(500000);
+	__atomic_store_n(&plan->hold, 0, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/*
+ * A version's name (".kvtier/stores/STORE/.versions/BUCKET/VID", for a
+ * key too long for its own) carries no key, and a rename keeps the
+ * version: a recalled object renamed and moved to another session is
+ * uploaded again under the very name its old key's dead row names. The
+ * sweep locked that row's key, the upload its new one, so the sweep
+ * checked the name free, the upload put and recorded its copy, and the
+ * sweep's delete took it: the object went cold with no copy (read as an
+ * I/O error). Both lock the name.
+ */
+static void test_version_name_sweep_race(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct demote_arg d = { .session = "s2" };
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct sweep_race r = { .plan = &plan };
+	struct kvt_g4_report rep;
+	struct test_env env;
+	char k1[300], k2[300], *name = NULL;
+	pthread_t th, rel;
+	unsigned puts;
+
+	(void)state;
+	snprintf(k1, sizeof(k1), "s1/%0250d", 1);
+	snprintf(k2, sizeof(k2), "s1/%0250d", 2);
+	g4_env_init(&env, CAP, SEG);
+	d.st = r.st = open_faulty(&env, &plan);
+	r.key = k2;
+	assert_int_equal(kvt_bucket_create(d.st, "kvs"), 0);
+	assert_int_equal(test_put(d.st, "kvs", k1, 5000, 1), 0);
+	assert_int_equal(kvt_g4_demote(d.st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(kvt_object_g4_name(d.st, "kvs", k1, &name), 0);
+	assert_non_null(strstr(name, "/.versions/"));
+	free(name);
+	assert_int_equal(test_check(d.st, "kvs", k1, 5000, 1), 0);	/* recalled */
+	assert_int_equal(kvt_object_rename(d.st, "kvs", k1, k2, 0), 0);
+	assert_int_equal(kvt_object_set_session(d.st, "kvs", k2, "s2"), 0);
+
+	puts = plan.puts;
+	plan.stall_ms = 1;
+	plan.hold = 1;
+	plan.before_del = sweep_race_before_del;
+	plan.before_del_arg = &r;
+	assert_int_equal(pthread_create(&th, NULL, demote_thread, &d), 0);
+	wait_held(&plan, puts + 1);	/* k2's upload, under the version's name */
+	assert_int_equal(pthread_create(&rel, NULL, release_hold, &plan), 0);
+	assert_int_equal(kvt_g4_cleanup(d.st, NULL, NULL), 0);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_int_equal(pthread_join(rel, NULL), 0);
+	plan.before_del = NULL;
+	plan.stall_ms = 0;
+	assert_int_equal(d.rc, 0);
+	assert_int_equal(d.rep.failures, 0);
+	assert_int_equal(tier_of(d.st, "kvs", k2), KVT_TIER_COLD);
+	assert_int_equal(test_check(d.st, "kvs", k2, 5000, 1), 0);
+	kvt_store_close(d.st);
+	test_env_release(&env);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -5116,6 +5210,7 @@ int main(void)
 		cmocka_unit_test(test_handover_at_manifest_delete),
 		cmocka_unit_test(test_import_during_demotion),
 		cmocka_unit_test(test_overwrite_during_upload),
+		cmocka_unit_test(test_version_name_sweep_race),
 		cmocka_unit_test(test_recall_copy_missing),
 		cmocka_unit_test(test_redemote_after_recall),
 		cmocka_unit_test(test_redemote_damaged_copy),
