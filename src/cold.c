@@ -143,6 +143,20 @@ int cold_get_buf_etag(struct cold *c, const char *key, size_t max, char **buf, s
 	return 0;
 }
 
+int cold_components_fit(const char *name, size_t max)
+{
+	for (;;) {
+		const char *slash = strchr(name, '/');
+		size_t len = slash ? (size_t)(slash - name) : strlen(name);
+
+		if (len > max)
+			return 0;
+		if (!slash)
+			return 1;
+		name = slash + 1;
+	}
+}
+
 char *cold_s3_key(const char *prefix, const char *key)
 {
 	size_t cap = strlen(prefix) + 3 * strlen(key) + 8, n = 0;

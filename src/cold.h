@@ -123,9 +123,9 @@ struct cold_ops {
 	 * where puts are not multipart. */
 	int (*abort_upload)(struct cold *c, const char *pkey, const char *upload_id);
 	/* 1 if the partner can hold an object named key, 0 if the name is too
-	 * long for it (S3: more than 1024 bytes with the prefix; a directory:
-	 * a component over NAME_MAX, or the path over PATH_MAX, once
-	 * encoded). NULL: any name. */
+	 * long for it (S3: more than 1024 bytes with the prefix, or a component
+	 * over 255; a directory: a component over NAME_MAX, or the path over
+	 * PATH_MAX, once encoded). NULL: any name. */
 	int (*key_fits)(struct cold *c, const char *key);
 	/* Hands the journal on to a wrapped tier; NULL where nothing is wrapped. */
 	void (*set_journal)(struct cold *c, const struct cold_journal *j);
@@ -195,6 +195,8 @@ int cold_s3_new(const struct cold_opts *o, struct cold **out);
 char *cold_s3_key(const char *prefix, const char *key);
 /* The file name of `key` under dir (cold_file.c's layout). Caller frees. */
 char *cold_file_name(const char *dir, const char *key);
+/* 1 if no '/'-separated component of name is longer than max bytes. */
+int cold_components_fit(const char *name, size_t max);
 
 /* Faults for tests: counts of the next operations to fail, or to corrupt.
  * Counters change with atomic operations, so the plan may sit in memory

@@ -422,20 +422,12 @@ static int cf_cleanup(struct cold *c)
 static int cf_key_fits(struct cold *c, const char *key)
 {
 	char *path = cf_path((struct cold_file *)c, key);
-	const char *comp;
 	int fits;
 
 	if (!path)
 		return 1;	/* the put says -ENOMEM */
-	fits = strlen(path) < PATH_MAX;
-	comp = path + strlen(((struct cold_file *)c)->dir) + 1;
-	while (fits && *comp) {
-		const char *slash = strchr(comp, '/');
-		size_t clen = slash ? (size_t)(slash - comp) : strlen(comp);
-
-		fits = clen <= NAME_MAX;
-		comp += clen + !!slash;
-	}
+	fits = strlen(path) < PATH_MAX &&
+	       cold_components_fit(path + strlen(((struct cold_file *)c)->dir) + 1, NAME_MAX);
 	free(path);
 	return fits;
 }

@@ -1402,10 +1402,21 @@ static int s3_cleanup(struct cold *cold)
  * included. */
 #define S3_KEY_MAX 1024
 
+/*
+ * S3 itself limits only the whole key, but partners that keep objects as
+ * files (MinIO, s3rver) refuse a path component over 255 bytes, and
+ * s3rver's node process died of it (ENAMETOOLONG): a key whose last
+ * component was 239 to 255 bytes went over that once a copy's name had
+ * its "~VID". Such a name is too long here, and the copy goes under the
+ * version's short name instead (migrate.c, g4_upload_name()).
+ */
+#define S3_COMPONENT_MAX 255
+
 static int s3_key_fits(struct cold *cold, const char *key)
 {
 	char *k = cold_s3_key(((struct cold_s3 *)cold)->prefix, key);
-	int fits = !k || strlen(k) <= S3_KEY_MAX;	/* no memory: the put says so */
+	/* no memory: the put says so */
+	int fits = !k || (strlen(k) <= S3_KEY_MAX && cold_components_fit(k, S3_COMPONENT_MAX));
 
 	free(k);
 	return fits;

@@ -4501,8 +4501,9 @@ static void test_legacy_names(void **state)
 }
 
 /* Whether the partner can hold a name: S3's 1024 bytes, the prefix and
- * its '/' with it, after the key mapping (cold_s3_key()); a directory's
- * NAME_MAX for a component once encoded, its trailing '%' with it. */
+ * its '/' with it, after the key mapping (cold_s3_key()), and 255 a
+ * component; a directory's NAME_MAX for a component once encoded, its
+ * trailing '%' with it. */
 static void test_key_fits(void **state)
 {
 	const char *answers[] = { NULL };
@@ -4531,6 +4532,8 @@ static void test_key_fits(void **state)
 
 	c = fake_s3_start(&f, &env, answers);
 	memset(key, 'k', sizeof(key));
+	for (int i = 200; i < (int)sizeof(key); i += 201)
+		key[i] = '/';		/* components of 200 bytes */
 	key[1020] = '\0';		/* "pfx/" and 1020 bytes: 1024 */
 	assert_int_equal(cold_key_fits(c, key), 1);
 	key[1020] = 'k';
@@ -4541,6 +4544,18 @@ static void test_key_fits(void **state)
 	assert_int_equal(cold_key_fits(c, key), 1);
 	key[1018] = 'k';
 	key[1019] = '\0';
+	assert_int_equal(cold_key_fits(c, key), 0);
+	/* A component of 255 bytes, as partners that keep files hold it
+	 * (MinIO, s3rver: a longer one killed s3rver). */
+	memset(key, 'k', sizeof(key));
+	memcpy(key, "b/", 2);
+	key[2 + 255] = '\0';
+	assert_int_equal(cold_key_fits(c, key), 1);
+	key[2 + 255] = 'k';
+	key[2 + 256] = '\0';
+	assert_int_equal(cold_key_fits(c, key), 0);
+	key[2] = '%';			/* "%25": 257 */
+	key[2 + 255] = '\0';
 	assert_int_equal(cold_key_fits(c, key), 0);
 	fake_s3_stop(&f);
 	cold_free(c);
