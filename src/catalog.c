@@ -3641,6 +3641,34 @@ int cat_g4_dead(struct cat *c, cat_g4_dead_fn fn, void *arg)
 				"g4 dead", fn, arg);
 }
 
+int cat_g4_moves(struct cat *c, cat_g4_move_fn fn, void *arg)
+{
+	/* One pass over g4_dead, each row's object found by its (bucket,
+	 * key): asked per session, it scanned the table once for each. */
+	sqlite3_stmt *s = cat_g4_prep(c, "SELECT DISTINCT d.bucket, d.session, o.session, o.id,"
+				      " o.g4_key FROM g4_dead d JOIN objects o"
+				      " ON o.bucket = d.bucket AND o.key = d.key"
+				      " WHERE o.session <> d.session AND o.g4_vid = o.vid"
+				      " AND o.g4_vid <> 0 AND o.g4_key IS d.g4_key"
+				      " ORDER BY d.bucket, d.session, o.session, o.id");
+	int rc;
+
+	if (!s)
+		return -EIO;
+	while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+		int r = fn(arg, sqlite3_column_int64(s, 0), (const char *)sqlite3_column_text(s, 1),
+			   (const char *)sqlite3_column_text(s, 2), sqlite3_column_int64(s, 3),
+			   (const char *)sqlite3_column_text(s, 4));
+
+		if (r != 0) {
+			sqlite3_finalize(s);
+			return r < 0 ? r : 0;
+		}
+	}
+	sqlite3_finalize(s);
+	return cat_errno(c, rc, "g4 moves");
+}
+
 int cat_g4_dead_unproven_in(struct cat *c, int64_t bucket_id, const char *session,
 			    const char *not_key, cat_g4_dead_fn fn, void *arg)
 {

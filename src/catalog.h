@@ -418,6 +418,15 @@ typedef int (*cat_g4_dead_fn)(void *arg, int64_t id, int64_t bucket_id, const ch
 			      int unproven);
 int cat_g4_dead(struct cat *c, cat_g4_dead_fn fn, void *arg);
 int cat_g4_dead_done(struct cat *c, int64_t id);
+/* The objects that moved to another session keeping their G4 copy
+ * (cat_object_set_session(): user.kvtier.session): a g4_dead row of the
+ * session they left whose key is theirs and whose copy they still name,
+ * at a version G4 holds. By bucket, old session, new session and id, as
+ * cat_g4_dead() gives the rows; g4_key NULL for "BUCKET/KEY". fn must not
+ * write to the catalog. */
+typedef int (*cat_g4_move_fn)(void *arg, int64_t bucket_id, const char *from, const char *to,
+			      int64_t id, const char *g4_key);
+int cat_g4_moves(struct cat *c, cat_g4_move_fn fn, void *arg);
 /* The unproven rows of the bucket's session whose key is not not_key, as
  * cat_g4_dead() gives them, by id: one search of a partial index
  * (migration 11), where recall read every g4_dead row of the store. */

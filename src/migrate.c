@@ -22,7 +22,9 @@
  * (cold.h), so running a step twice writes the same object again, never a
  * second one. The manifest is rewritten whole on every demotion of its
  * session, from the catalog, and lists every object of it whose current
- * version G4 holds verified (g4_vid = vid): cold, demoting or recalled.
+ * version G4 holds verified (g4_vid = vid): cold, demoting or recalled;
+ * the sweep rewrites it too, for a session an object left or went to
+ * with its copy (sweep_moved(), the new one first).
  * Reclaim turns such an object cold instead of dropping it (catalog.c,
  * cat_object_drop), once g4_victim_copy_holds() has proven the copy.
  *
@@ -1233,10 +1235,21 @@ static int manifest_owner(struct cold *cold, const char *bucket, const char *ses
  * and its sweep deleted those copies, which the store that wrote them may
  * still name: the original of a copy given a new id had moved the objects
  * to another session (deleting the old one's manifest), and read them as
- * I/O errors there.
+ * I/O errors there. The objects in mine (nmine ids, ascending; may be
+ * NULL) are left out: they moved in from a session this store owns by
+ * its manifest (sweep_moved()), where their copies were this store's to
+ * list whoever wrote them.
  */
+static int id_cmp(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
 static uint64_t session_copies_owner(const char *bucket, const struct cat_g4_obj *v, size_t n,
-				     uint64_t self, uint64_t unnamed)
+				     uint64_t self, uint64_t unnamed, const int64_t *mine,
+				     size_t nmine)
 {
 	for (size_t i = 0; i < n; i++) {
 		uint64_t writer = 0;
@@ -1245,6 +1258,8 @@ static uint64_t session_copies_owner(const char *bucket, const struct cat_g4_obj
 
 		if (v[i].g4_vid != v[i].co->vid)
 			continue;	/* no copy of this version */
+		if (nmine && bsearch(&v[i].co->id, mine, nmine, sizeof(*mine), id_cmp))
+			continue;
 		if (v[i].g4_key)
 			g4_name_parse(v[i].g4_key, bucket, &writer, &in, &inlen);
 		if (!writer)
@@ -1278,10 +1293,11 @@ static const char *owner_name(uint64_t owner, char *buf, size_t len)
  * then the manifest is read again, and if it names another store now, 0
  * with *owner that store, nothing written. Before, the write named this
  * store again, and its sweep deleted the copies the importer had taken.
+ * mine, nmine: as session_copies_owner() takes them.
  */
 static int manifest_claim(struct cold *cold, const char *bucket, const char *session,
 			  uint64_t self, uint64_t unnamed, const struct cat_g4_obj *v, size_t n,
-			  uint64_t *owner, struct g4_ctl *ctl)
+			  const int64_t *mine, size_t nmine, uint64_t *owner, struct g4_ctl *ctl)
 {
 	struct manifest_tag tag;
 	int rc;
@@ -1291,7 +1307,7 @@ static int manifest_claim(struct cold *cold, const char *bucket, const char *ses
 		if (rc == 0 && !*owner) {
 			char who[64];
 
-			*owner = session_copies_owner(bucket, v, n, self, unnamed);
+			*owner = session_copies_owner(bucket, v, n, self, unnamed, mine, nmine);
 			if (*owner)
 				log_info("session '%s' of bucket '%s' has no manifest in g4 that names"
 					 " its owner, and its objects here name copies %s wrote: left"
@@ -1749,7 +1765,7 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 		rc = cat_g4_session_objects(c, s->bucket_id, s->session, 0xf, &v, &n);
 		if (rc < 0)
 			goto out;
-		owner = session_copies_owner(s->bucket, v, n, self, unnamed);
+		owner = session_copies_owner(s->bucket, v, n, self, unnamed, NULL, 0);
 		cat_g4_objs_free(v, n);
 		v = NULL;
 		n = 0;
@@ -1781,7 +1797,8 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	 * between the owner's check and the write (manifest_claim()). Its
 	 * objects stay DEMOTING, hot; the next run finds the owner first. A
 	 * partner that ignores conditional puts leaves that moment open. */
-	rc = manifest_claim(cold, s->bucket, s->session, self, unnamed, v, n, &owner, ctl);
+	rc = manifest_claim(cold, s->bucket, s->session, self, unnamed, v, n, NULL, 0, &owner,
+			    ctl);
 	if (rc == 0 && owner && owner != self)
 		log_err(0, "session '%s' of bucket '%s' was imported by store %016" PRIx64
 			" while this demotion ran: it is that store's, and its objects stay hot"
@@ -1995,8 +2012,8 @@ static int dead_collect(void *arg, int64_t id, int64_t bucket_id, const char *bu
  * A session whose manifest names another store as its owner was imported
  * there since: that store's catalog names the copies now, so they and the
  * manifest are left to it. What fails stays for the next run.
- * g4_sweep() walks the sessions; sweep_manifest() and sweep_copy() are its
- * two steps.
+ * g4_sweep() walks the sessions; sweep_moved() (the sessions its objects
+ * went to), sweep_manifest() and sweep_copy() are its steps.
  */
 
 /*
@@ -2027,35 +2044,37 @@ static int manifest_delete(struct cold *cold, const char *mkey, const char *matc
 	return rc;
 }
 
-/* The manifest of d's session written again from the catalog, or deleted
+/* The manifest of session s written again from the catalog, or deleted
  * when G4 holds none of the session's objects any more (conditionally, as
  * it is written: manifest_delete()); neither when another store owns the
- * session (*owner, as manifest_claim() says). */
-static int sweep_manifest(struct cat *c, struct cold *cold, const struct dead_ref *d,
-			  uint64_t self, uint64_t unnamed, uint64_t *owner)
+ * session (*owner, as manifest_claim() says, given mine and nmine). */
+static int sweep_manifest(struct cat *c, struct cold *cold, const struct session_ref *s,
+			  uint64_t self, uint64_t unnamed, const int64_t *mine, size_t nmine,
+			  uint64_t *owner)
 {
 	struct cat_g4_obj *v = NULL;
 	size_t n = 0, listed = 0;
 	char *mkey;
-	int rc = cat_g4_session_objects(c, d->bucket_id, d->session, 0xf, &v, &n);
+	int rc = cat_g4_session_objects(c, s->bucket_id, s->session, 0xf, &v, &n);
 
 	if (rc < 0)
 		return rc;
 	for (size_t k = 0; k < n; k++)
 		listed += v[k].g4_vid == v[k].co->vid;
 	if (listed) {
-		rc = manifest_claim(cold, d->bucket, d->session, self, unnamed, v, n, owner, NULL);
+		rc = manifest_claim(cold, s->bucket, s->session, self, unnamed, v, n, mine, nmine,
+				    owner, NULL);
 		cat_g4_objs_free(v, n);
 		return rc;
 	}
 	cat_g4_objs_free(v, n);
-	mkey = g4_manifest_key(d->bucket, d->session);
+	mkey = g4_manifest_key(s->bucket, s->session);
 	if (!mkey)
 		return -ENOMEM;
 	for (unsigned attempt = 0;; attempt++) {
 		struct manifest_tag tag;
 
-		rc = manifest_owner(cold, d->bucket, d->session, unnamed, owner, &tag, NULL);
+		rc = manifest_owner(cold, s->bucket, s->session, unnamed, owner, &tag, NULL);
 		if (rc < 0 || (*owner && *owner != self) || !tag.found)
 			break;
 		rc = manifest_delete(cold, mkey, manifest_match(&tag));
@@ -2064,12 +2083,12 @@ static int sweep_manifest(struct cat *c, struct cold *cold, const struct dead_re
 		if (attempt + 1 == MANIFEST_CLAIM_TRIES) {
 			log_err(rc, "the manifest of session '%s' of bucket '%s' changed in g4 each"
 				" of %u times between its read and its delete: left for the next"
-				" run", d->session, d->bucket, MANIFEST_CLAIM_TRIES);
+				" run", s->session, s->bucket, MANIFEST_CLAIM_TRIES);
 			rc = -EAGAIN;
 			break;
 		}
 		log_info("the manifest of session '%s' of bucket '%s' changed in g4 since it was"
-			 " read: reading it again", d->session, d->bucket);
+			 " read: reading it again", s->session, s->bucket);
 	}
 	free(mkey);
 	return rc;
@@ -2170,6 +2189,143 @@ static int sweep_copy(struct kvt_store *st, struct cat *c, struct cold *cold,
 }
 
 /*
+ * An object moved to another session (user.kvtier.session,
+ * kvt_object_set_session()) keeps its G4 copy and leaves a dead entry in
+ * the session it left. The sweep wrote that session's manifest without it
+ * (or deleted it, the object its last), and nothing wrote the new one's
+ * until something of the new session was demoted: no manifest listed the
+ * object, and an import of either session on another store brought
+ * nothing of it. Now the sessions the objects went to get their manifests
+ * written again from the catalog first (sweep_moved()), then the one they
+ * left: a run killed between the two writes leaves an object listed in
+ * both, never in neither, and the next run, the dead entries still there,
+ * writes both again.
+ */
+struct move_ref {
+	int64_t bucket_id, id;
+	char *from, *to;	/* the session it left, the one it is in */
+	char *g4_key;		/* NULL: "BUCKET/KEY" */
+};
+
+struct move_list {
+	struct move_ref *v;
+	size_t n, cap;
+};
+
+static void move_list_release(struct move_list *l)
+{
+	for (size_t k = 0; k < l->n; k++) {
+		free(l->v[k].from);
+		free(l->v[k].to);
+		free(l->v[k].g4_key);
+	}
+	free(l->v);
+}
+
+static int move_collect(void *arg, int64_t bucket_id, const char *from, const char *to,
+			int64_t id, const char *g4_key)
+{
+	struct move_list *l = arg;
+	struct move_ref *m;
+
+	if (UTIL_GROW(l->v, l->n, l->cap) < 0)
+		return -ENOMEM;
+	m = &l->v[l->n];
+	*m = (struct move_ref){ bucket_id, id, strdup(from), strdup(to),
+				g4_key ? strdup(g4_key) : NULL };
+	if (!m->from || !m->to || (g4_key && !m->g4_key)) {
+		free(m->from);
+		free(m->to);
+		free(m->g4_key);
+		return -ENOMEM;
+	}
+	l->n++;
+	return 0;
+}
+
+/*
+ * The moves out of session `from` of bucket (v, n, by new session and
+ * object, as cat_g4_moves() gives them): each new session's manifest
+ * written again, under its demotion lock, listing them. Only what is this
+ * store's to list: nothing if the session they left is another store's by
+ * its manifest (the objects here are this node's old view of it; that
+ * store's catalog names their copies, and a manifest naming this store
+ * would let its sweep delete them), and a copy another store wrote only if
+ * that session is this store's by its manifest (an import), as
+ * sweep_copy() deletes one. A new session another store owns (by its
+ * manifest, or by the copies its objects here name) is not written: the
+ * objects it would list count in *left, said why, and the caller leaves
+ * the old session as it is for this run, whose manifest still lists them.
+ */
+static int sweep_moved(struct kvt_store *st, struct cat *c, struct cold *cold,
+		       const char *bucket, const char *from, const struct move_ref *v, size_t n,
+		       uint64_t self, uint64_t unnamed, size_t *left)
+{
+	uint64_t from_owner = 0;
+	int64_t *mine = NULL;
+	int rc;
+
+	*left = 0;
+	if (!n)
+		return 0;
+	rc = manifest_owner(cold, bucket, from, unnamed, &from_owner, NULL, NULL);
+	if (rc < 0 || (from_owner && from_owner != self))
+		return rc;
+	mine = calloc(n, sizeof(*mine));
+	if (!mine)
+		return -ENOMEM;
+	for (size_t i = 0, j; rc == 0 && i < n; i = j) {
+		struct session_ref to = { v[i].bucket_id, (char *)bucket, v[i].to };
+		uint64_t owner = 0;
+		size_t nmine = 0;
+		char who[64];
+		int lock;
+
+		for (j = i; j < n && !strcmp(v[j].to, v[i].to); j++) {
+			uint64_t writer = 0;
+			const char *in;
+			size_t inlen;
+
+			if (v[j].g4_key)
+				g4_name_parse(v[j].g4_key, bucket, &writer, &in, &inlen);
+			if (!writer)
+				writer = unnamed;
+			if (!writer || writer == self || from_owner == self)
+				mine[nmine++] = v[j].id;	/* ascending: cat_g4_moves() */
+		}
+		if (!nmine)
+			continue;
+		lock = g4_lock(st, "demote", bucket, to.session, 1);
+		if (lock < 0) {
+			rc = lock;
+			break;
+		}
+		rc = sweep_manifest(c, cold, &to, self, unnamed, mine, nmine, &owner);
+		g4_unlock(lock);
+		if (rc == 0 && owner && owner != self) {
+			owner_name(owner, who, sizeof(who));
+			log_err(0, "%zu objects of bucket '%s' moved here from session '%s' to"
+				" session '%s', which belongs to %s: g4 lists them under '%s'"
+				" still, its manifest and deleted keys left as they are, until"
+				" they are moved back or to a session of this store's"
+				" (user.kvtier.session)", nmine, bucket, from, to.session, who, from);
+			*left += nmine;
+		}
+	}
+	free(mine);
+	return rc;
+}
+
+/* Whether move m is of the session (bucket_id, session): 0, or which
+ * comes first, in cat_g4_dead()'s order. */
+static int move_cmp(const struct move_ref *m, int64_t bucket_id, const char *session)
+{
+	if (m->bucket_id != bucket_id)
+		return m->bucket_id < bucket_id ? -1 : 1;
+	return strcmp(m->from, session);
+}
+
+/*
  * What it could not drop counts in *failed; -EIO if anything. With the
  * partner's bucket missing (-ENXIO: [g4] url names one deleted, or
  * misnamed), the sessions after the first that found it so are not
@@ -2181,24 +2337,45 @@ static int sweep_copy(struct kvt_store *st, struct cat *c, struct cold *cold,
 static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold, uint64_t *failed)
 {
 	struct dead_list l = { 0 };
-	size_t i = 0, nobucket = 0;	/* sessions left for the bucket missing */
+	struct move_list ml = { 0 };
+	size_t i = 0, m = 0, nobucket = 0;	/* sessions left for the bucket missing */
 	uint64_t self = 0, unnamed = 0, failed0 = *failed;
 	int rc = g4_self(c, &self, &unnamed);
 
 	if (rc == 0)
 		rc = cat_g4_dead(c, dead_collect, &l);
+	if (rc == 0)
+		rc = cat_g4_moves(c, move_collect, &ml);
 	while (rc == 0 && i < l.n) {
 		const struct dead_ref *first = &l.v[i];
-		size_t j = i;
+		struct session_ref from = { first->bucket_id, first->bucket, first->session };
+		size_t j = i, mj, left = 0;
 		uint64_t owner = 0;
 		int lock, r;
 
 		while (j < l.n && l.v[j].bucket_id == first->bucket_id &&
 		       !strcmp(l.v[j].session, first->session))
 			j++;
+		/* The moves out of it: taken after the rows, one may have none. */
+		while (m < ml.n && move_cmp(&ml.v[m], first->bucket_id, first->session) < 0)
+			m++;
+		for (mj = m; mj < ml.n && !move_cmp(&ml.v[mj], first->bucket_id, first->session);)
+			mj++;
 		if (nobucket) {
 			nobucket++;
 			(*failed)++;
+			i = j;
+			m = mj;
+			continue;
+		}
+		/* Where its objects went first; not under its lock: two demotion
+		 * locks held at once may share a byte (g4_lock()). */
+		r = sweep_moved(st, c, cold, first->bucket, first->session, &ml.v[m], mj - m, self,
+				unnamed, &left);
+		m = mj;
+		if (r < 0 || left) {
+			*failed += left ? left : 1;
+			nobucket += r == -ENXIO;
 			i = j;
 			continue;
 		}
@@ -2211,7 +2388,7 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold, uint
 		 * names those its objects claim, and none is deleted. */
 		r = sweep_unproven(st, c, cold, &l.v[i], j - i);
 		if (r == 0)
-			r = sweep_manifest(c, cold, first, self, unnamed, &owner);
+			r = sweep_manifest(c, cold, &from, self, unnamed, NULL, 0, &owner);
 		if (r == 0 && owner == OWNER_UNNAMED)
 			log_info("session '%s' of bucket '%s' is, by its manifest or the copies its"
 				 " objects here name, from before this store's id was new: its g4"
@@ -2239,6 +2416,7 @@ static int g4_sweep(struct kvt_store *st, struct cat *c, struct cold *cold, uint
 			" of %zu session%s stay recorded, for a run with [g4] url right", cold->url,
 			nobucket, nobucket == 1 ? "" : "s");
 	dead_list_release(&l);
+	move_list_release(&ml);
 	if (rc == 0 && *failed > failed0)
 		rc = -EIO;
 	return rc;

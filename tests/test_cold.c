@@ -3832,7 +3832,9 @@ static void test_deleted_stay_deleted(void **state)
  * first put is stored (cold_fault_plan.exit_after_put): a kill -9 between
  * the put and the catalog's record of it. The caller has no store open.
  */
-static void demote_killed_after_put(struct test_env *env)
+/* run(st) on env's store in a child killed once its first put is stored
+ * (cold_fault_plan.exit_after_put). */
+static void killed_after_put(struct test_env *env, void (*run)(struct kvt_store *st))
 {
 	int status = 0;
 	pid_t pid = fork();
@@ -3840,8 +3842,6 @@ static void demote_killed_after_put(struct test_env *env)
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		struct cold_fault_plan plan = { .exit_after_put = 1 };
-		struct kvt_g4_opts o = session_opts("kvs", "s1");
-		struct kvt_g4_report rep;
 		struct kvt_store *st = NULL;
 		struct cold *inner = NULL, *f = NULL;
 		char dir[512];
@@ -3850,13 +3850,21 @@ static void demote_killed_after_put(struct test_env *env)
 		if (kvt_store_open(&env->cfg, 0, &st) == 0 && cold_file_new(dir, &inner) == 0 &&
 		    cold_fault_new(inner, &plan, &f) == 0) {
 			store_set_cold(st, f);
-			kvt_g4_demote(st, &o, &rep);
+			run(st);
 		}
 		_exit(1);	/* no put was stored */
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), COLD_FAULT_EXIT);
+}
+
+static void demote_s1(struct kvt_store *st)
+{
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct kvt_g4_report rep;
+
+	kvt_g4_demote(st, &o, &rep);
 }
 
 /*
@@ -3885,7 +3893,7 @@ static void test_killed_after_put(void **state)
 	/* The next demotion finishes the work: both cold, both intact; the
 	 * sweep after it (the killed run's row still there) leaves the copies
 	 * they went cold on. */
-	demote_killed_after_put(&env);
+	killed_after_put(&env, demote_s1);
 	st = test_store_open(&env);
 	path = g4_upload_file(st, g4_dir(&env), "kvs", "s1/a");
 	assert_true(file_exists(path));
@@ -3904,7 +3912,7 @@ static void test_killed_after_put(void **state)
 	 * the copy no object names, and only that one. */
 	assert_int_equal(test_put(st, "kvs", "s1/c", 90000, 3), 0);
 	kvt_store_close(st);
-	demote_killed_after_put(&env);
+	killed_after_put(&env, demote_s1);
 	st = test_store_open(&env);
 	path = g4_upload_file(st, g4_dir(&env), "kvs", "s1/c");
 	assert_true(file_exists(path));
@@ -4624,6 +4632,220 @@ static void test_import_g4_names(void **state)
 	two_nodes_close(&a, &b, sa, sb);
 }
 
+/* The manifest of kvs/session in G4 (caller frees), NULL if there is none. */
+static char *manifest_text(struct cold *cold, const char *session)
+{
+	char key[300], *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	snprintf(key, sizeof(key), COLD_MANIFEST_PREFIX "kvs/%s.json", session);
+	rc = cold_get_buf(cold, key, 1 << 20, &text, &len);
+	assert_true(rc == 0 || rc == -ENOENT);
+	return rc == 0 ? text : NULL;
+}
+
+/* Whether the manifest of kvs/session lists key (0 if there is none). */
+static int manifest_lists(struct cold *cold, const char *session, const char *key)
+{
+	char *text = manifest_text(cold, session), want[300];
+	int found;
+
+	snprintf(want, sizeof(want), "{\"key\": \"%s\", ", key);
+	found = text && strstr(text, want) != NULL;
+	free(text);
+	return found;
+}
+
+/* Whether the manifest of kvs/session names st's store its owner. */
+static int manifest_owned(struct cold *cold, const char *session, struct kvt_store *st)
+{
+	char *text = manifest_text(cold, session), want[64];
+	uint64_t id = 0;
+	int found;
+
+	assert_int_equal(cat_store_id(store_cat(st), &id), 0);
+	snprintf(want, sizeof(want), "\"owner\": \"%016" PRIx64 "\"", id);
+	found = text && strstr(text, want) != NULL;
+	free(text);
+	return found;
+}
+
+/* kvs: s1/a (seed 1), s1/b (2) and s3/c (3) demoted, cold. */
+static void three_cold(struct kvt_store *st)
+{
+	struct kvt_g4_opts o = { .idle = 0 };
+	struct kvt_g4_report rep;
+
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/b", 5000, 2), 0);
+	assert_int_equal(test_put(st, "kvs", "s3/c", 9000, 3), 0);
+	usleep(2000);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 3);
+}
+
+/*
+ * An object moved to another session (user.kvtier.session) keeps its G4
+ * copy. The sweep wrote the manifest of the session it left without it
+ * (and deleted s3's, c its last object), and none of the session it went
+ * to until something there was demoted: no manifest listed a or c, and an
+ * import of s2 on another store found no manifest. The run's sweep writes
+ * the new session's manifest from the catalog, then the old one's; a
+ * recalled object (c, hot with its copy) the same, for reclaim may turn it
+ * cold on that copy.
+ */
+static void test_moved_cold_described(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct cold *cold;
+
+	(void)state;
+	two_nodes(&a, &b, &sa, &sb);
+	three_cold(sa);
+	assert_int_equal(store_cold(sa, &cold), 0);
+	assert_int_equal(test_check(sa, "kvs", "s3/c", 9000, 3), 0);	/* recalled */
+	assert_int_equal(kvt_object_set_session(sa, "kvs", "s1/a", "s2"), 0);
+	assert_int_equal(kvt_object_set_session(sa, "kvs", "s3/c", "s2"), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_true(manifest_owned(cold, "s2", sa));
+	assert_true(manifest_lists(cold, "s2", "s1/a"));
+	assert_true(manifest_lists(cold, "s2", "s3/c"));
+	assert_false(manifest_lists(cold, "s1", "s1/a"));
+	assert_true(manifest_lists(cold, "s1", "s1/b"));
+	assert_null(manifest_text(cold, "s3"));
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s2", NULL, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	assert_int_equal(tier_of(sb, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
+	assert_int_equal(test_check(sb, "kvs", "s3/c", 9000, 3), 0);
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 70000, 1), 0);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
+static void sweep_run(struct kvt_store *st)
+{
+	kvt_g4_cleanup(st, NULL, NULL);
+}
+
+/*
+ * Killed between the two manifest writes of a move: the new session's is
+ * written first, so the object is listed in both, never in neither, and
+ * the next run (the old session's dead entry still there) finishes.
+ */
+static void test_moved_cold_killed(void **state)
+{
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct cold *cold;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = test_store_open(&env);
+	three_cold(st);
+	assert_int_equal(kvt_object_set_session(st, "kvs", "s1/a", "s2"), 0);
+	kvt_store_close(st);
+	killed_after_put(&env, sweep_run);	/* the sweep killed after its first write */
+	st = test_store_open(&env);
+	assert_int_equal(store_cold(st, &cold), 0);
+	assert_true(manifest_lists(cold, "s2", "s1/a"));
+	assert_true(manifest_lists(cold, "s1", "s1/a"));
+	assert_int_equal(kvt_g4_cleanup(st, NULL, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_true(manifest_lists(cold, "s2", "s1/a"));
+	assert_false(manifest_lists(cold, "s1", "s1/a"));
+	assert_true(manifest_lists(cold, "s1", "s1/b"));
+	assert_int_equal(test_check(st, "kvs", "s1/a", 70000, 1), 0);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/*
+ * Moved into a session another store took by an import: its manifest is
+ * that store's to write, and is not written over; the session the object
+ * left keeps listing it (its manifest left as it was), the run fails,
+ * saying why, until it is moved back. Its copy stays.
+ */
+static void test_moved_into_foreign_session(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct cold *cold;
+	char *before, *after;
+
+	(void)state;
+	two_nodes(&a, &b, &sa, &sb);
+	three_cold(sa);
+	assert_int_equal(store_cold(sa, &cold), 0);
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s3", NULL, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_true(manifest_owned(cold, "s3", sb));
+	before = manifest_text(cold, "s1");
+	assert_non_null(before);
+	assert_int_equal(kvt_object_set_session(sa, "kvs", "s1/a", "s3"), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, &rep), 0);
+	assert_int_equal(rep.failures, 1);
+	assert_true(manifest_owned(cold, "s3", sb));
+	assert_false(manifest_lists(cold, "s3", "s1/a"));
+	after = manifest_text(cold, "s1");
+	assert_non_null(after);
+	assert_string_equal(before, after);
+	free(before);
+	free(after);
+	/* Moved back: one session of this store's lists it again, no failure. */
+	assert_int_equal(kvt_object_set_session(sa, "kvs", "s1/a", "s1"), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_true(manifest_lists(cold, "s1", "s1/a"));
+	assert_true(manifest_owned(cold, "s3", sb));
+	assert_int_equal(test_check(sa, "kvs", "s1/a", 70000, 1), 0);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
+/*
+ * A session imported from another store names that store's copies; an
+ * object of it moved to a session of its own here is still this store's
+ * to list, though the new session has no manifest and its object names
+ * another store's copy (which, for a session G4 holds none of, makes it
+ * that store's: session_copies_owner()).
+ */
+static void test_moved_from_imported(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct cold *cold;
+	char *name, *text, want[600];
+
+	(void)state;
+	two_nodes(&a, &b, &sa, &sb);
+	three_cold(sa);
+	assert_int_equal(store_cold(sb, &cold), 0);
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", "s1", NULL, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	name = g4_name_of(sb, "kvs", "s1/a");
+	assert_int_equal(kvt_object_set_session(sb, "kvs", "s1/a", "s2"), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_true(manifest_owned(cold, "s2", sb));
+	text = manifest_text(cold, "s2");
+	assert_non_null(text);
+	snprintf(want, sizeof(want), "{\"key\": \"s1/a\", \"g4_key\": \"%s\"", name);
+	assert_non_null(strstr(text, want));
+	free(text);
+	free(name);
+	assert_false(manifest_lists(cold, "s1", "s1/a"));
+	assert_true(manifest_owned(cold, "s1", sb));
+	assert_int_equal(test_check(sb, "kvs", "s1/a", 70000, 1), 0);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
 /* A copy gone from G4 (or not the object's): the read is an I/O error. */
 static void test_recall_copy_missing(void **state)
 {
@@ -5241,6 +5463,10 @@ int main(void)
 		cmocka_unit_test(test_legacy_names),
 		cmocka_unit_test(test_key_fits),
 		cmocka_unit_test(test_import_g4_names),
+		cmocka_unit_test(test_moved_cold_described),
+		cmocka_unit_test(test_moved_cold_killed),
+		cmocka_unit_test(test_moved_into_foreign_session),
+		cmocka_unit_test(test_moved_from_imported),
 	};
 
 	if (getenv("KVT_TEST_FILTER"))	/* e.g. "test_pressure_*" */

@@ -7,7 +7,9 @@
 # naming a bucket the partner lacks, the open fails ENXIO instead, and the
 # file stays cold (the later steps recall it). Then a prestage
 # set on a directory below its session ([store] session_depth) brings that
-# session back (it asked for a session named by the whole path).
+# session back (it asked for a session named by the whole path). A cold
+# file given another session (user.kvtier.session) is described by that
+# session's manifest after the next run: a second store imports it.
 #
 # s3rver is taken from $S3RVER, PATH, or installed with npm into
 # $kvt_npm_dir/.s3rver (as tests/test_migrate_s3.sh does); without node or
@@ -109,6 +111,32 @@ hot_both() {
 }
 poll 600 hot_both || fail "the prestage of s2/t1/ did not bring session s2 back: $(cat "$T/fuse.log")"
 cmp "$T/c" "$T/mnt/models/s2/t2/c" || fail "s2/t2/c differs after its prestage"
+
+step "a cold file given another session is in that session's manifest after the next run"
+# It kept its G4 copy, and the run's sweep wrote the manifest of the
+# session it left without it: no manifest listed it, and an import of its
+# new session on another store found none (exit 1).
+head -c 40000 /dev/urandom >"$T/d"
+kvt_expect 0 "$K" put models s3/d "$T/d"
+kvt_expect 0 "$K" put models s3/e "$T/c"
+kvt_expect 0 "$MIG" --session models/s3
+setfattr -n user.kvtier.session -v s4 "$T/mnt/models/s3/d" ||
+	fail "cannot set user.kvtier.session on a cold file"
+kvt_expect 0 "$K" head models s3/d
+kvt_grep out "^session: +s4$"
+kvt_grep out "^tier: +cold$"
+kvt_expect 0 "$MIG"
+kvt_grep err " 0 failures$"
+sed "s|^dir = .*|dir = $T/datab|" "$KVTIER_CONF" >"$T/b.conf"
+kvt_expect 0 "$K" -c "$T/b.conf" init
+kvt_expect 0 "$MIG" -c "$T/b.conf" --import models/s4
+kvt_grep err "^kvtier-migrate: import: 1 sessions, 1 objects, 40000 bytes"
+kvt_expect 0 "$MIG" -c "$T/b.conf" --import models/s3
+kvt_grep err "^kvtier-migrate: import: 1 sessions, 1 objects, 5000 bytes"
+kvt_expect 0 "$K" -c "$T/b.conf" get models s3/d "$T/back"
+cmp "$T/d" "$T/back" || fail "s3/d read on the second store differs"
+kvt_expect 0 "$K" -c "$T/b.conf" head models s3/e
+kvt_grep out "^session: +s3$"
 
 step "unmount; fsck"
 fuse_umount "$T/mnt"
