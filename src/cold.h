@@ -9,7 +9,8 @@
  *
  * Keys are G4 keys, S3 style: the name migrate.c gives an object's copy
  * (".kvtier/stores/STORE/BUCKET/KEY~VID"; "BUCKET/KEY" before), and
- * COLD_MANIFEST_PREFIX "BUCKET/SESSION.json" for a session's manifest.
+ * COLD_MANIFEST_PREFIX "BUCKET/SESSION.json" for a session's manifest
+ * (COLD_MANIFEST_HASHED "BUCKET/HEX.json" where that is too long for it).
  * A put is atomic: a reader sees the whole new object or the old one (or
  * none), never a part; so re-running an interrupted put leaves no
  * duplicate. Every function returns 0 or a negative errno: -ENOENT (no such
@@ -37,8 +38,12 @@
 /* cold_ops.put_if's match for a key that must not exist yet. */
 #define COLD_ABSENT ""
 
-/* Where manifests live: no bucket name starts with '.'. */
+/* Where manifests live: no bucket name starts with '.'. Those of sessions
+ * whose name there the partner cannot hold go under their SHA-256, in
+ * COLD_MANIFEST_HASHED "BUCKET/HEX.json" (migrate.c, g4_manifest_key()):
+ * no bucket name has a '_'. */
 #define COLD_MANIFEST_PREFIX ".kvtier/manifests/"
+#define COLD_MANIFEST_HASHED COLD_MANIFEST_PREFIX "_sha256/"
 
 struct cold;
 
@@ -216,6 +221,10 @@ struct cold_fault_plan {
 	unsigned hold;		/* 1: ... and every put then until it is 0 again (30 s at most) */
 	unsigned etag_heads;	/* 1: heads answer an ETag of the bytes held (as S3's MD5) */
 	unsigned exit_after_put;	/* 1: the next put is stored, then _exit(COLD_FAULT_EXIT) */
+	/* Not 0: a partner whose names are at most this many bytes: key_fits
+	 * answers 0 for a longer one, and puts and gets of it fail with
+	 * -ENAMETOOLONG (as a directory does). */
+	size_t key_max;
 	/* Called (if set) with the key as each put or put_if reaches the
 	 * inner tier: another writer lands there, after the caller's last
 	 * read and before its write (one process only: a pointer). */

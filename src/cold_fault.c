@@ -8,7 +8,8 @@
  * catch the last two; nothing may be lost through any of them. It can
  * also answer heads with an ETag that follows the bytes, as S3's MD5 does
  * and the file tier cannot (cold.h, cold_ops.head), or end the process
- * right after a put is stored (a kill -9 between a put and its record).
+ * right after a put is stored (a kill -9 between a put and its record),
+ * and hold names no longer than a limit of its own (key_max).
  * Conditional puts pass through to the wrapped tier with the same faults,
  * conditional deletes as they are; before_put and before_del let a test
  * land another writer just before a put or a delete.
@@ -105,6 +106,12 @@ static int cfa_drop_sink(void *arg, const void *buf, size_t len)
 	return rc < 0 ? rc : n < len ? d->err : 0;
 }
 
+/* A name longer than the partner's names may be (plan->key_max). */
+static int cfa_too_long(const struct cold_fault_plan *p, const char *key)
+{
+	return p->key_max && strlen(key) > p->key_max;
+}
+
 /* A put, or a put_if when match is not NULL. */
 static int cfa_put_inner(struct cold_fault *f, const char *key, const char *match, uint64_t size,
 			 const char *ctype, cold_source_fn src, void *arg,
@@ -133,6 +140,8 @@ static int cfa_put_any(struct cold *c, const char *key, const char *match, uint6
 
 	__atomic_add_fetch(&p->puts, 1, __ATOMIC_SEQ_CST);
 	cfa_stall(p, 1);
+	if (cfa_too_long(p, key))
+		return -ENAMETOOLONG;
 	if (cfa_take(&p->fail_puts))
 		return cfa_err(p);
 	if (size > 0 && cfa_take(&p->short_puts))
@@ -196,6 +205,8 @@ static int cfa_get_any(struct cold *c, const char *key, cold_sink_fn sink, void 
 
 	__atomic_add_fetch(&p->gets, 1, __ATOMIC_SEQ_CST);
 	cfa_stall(p, 0);
+	if (cfa_too_long(p, key))
+		return -ENAMETOOLONG;
 	if (cfa_take(&p->fail_gets))
 		return cfa_err(p);
 	if (cfa_take(&p->corrupt_gets)) {
@@ -306,7 +317,9 @@ static void cfa_free(struct cold *c)
 
 static int cfa_key_fits(struct cold *c, const char *key)
 {
-	return cold_key_fits(((struct cold_fault *)c)->inner, key);
+	struct cold_fault *f = (struct cold_fault *)c;
+
+	return !cfa_too_long(f->plan, key) && cold_key_fits(f->inner, key);
 }
 
 static void cfa_set_journal(struct cold *c, const struct cold_journal *j)

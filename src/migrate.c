@@ -72,6 +72,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <pthread.h>
@@ -497,14 +498,50 @@ static int g4_upload_name(struct cat *c, struct cold *cold, uint64_t self, const
 	return rc;
 }
 
-static char *g4_manifest_key(const char *bucket, const char *session)
+/*
+ * The G4 key of a session's manifest, into *key (caller frees):
+ * ".kvtier/manifests/BUCKET/SESSION.json", where every manifest was
+ * before, unless the partner cannot hold that name (cold_key_fits(): on
+ * file:// a component over NAME_MAX once encoded, as "SESSION.json" of a
+ * one-component id of 252 bytes; on S3 over 1024 bytes with the prefix,
+ * or a component over 255); then COLD_MANIFEST_HASHED "BUCKET/HEX.json",
+ * HEX the SHA-256 of the id's bytes (before, such a session's manifest
+ * write failed at every run, and nothing of it went cold). Every store
+ * over one G4 computes the same name from the bucket and the id alone
+ * (import has nothing else); the manifest holds the whole id, which
+ * manifest_read() compares. 1 for the hashed name, 0 for the other,
+ * -ENAMETOOLONG (logged) when the partner cannot hold that one either.
+ */
+static int g4_manifest_key(struct cold *cold, const char *bucket, const char *session,
+			   char **key)
 {
-	size_t len = strlen(COLD_MANIFEST_PREFIX) + strlen(bucket) + strlen(session) + 8;
-	char *k = malloc(len);
+	unsigned char md[EVP_MAX_MD_SIZE];
+	char hex[2 * EVP_MAX_MD_SIZE + 1];
+	size_t len = strlen(COLD_MANIFEST_HASHED) + strlen(bucket) + strlen(session) +
+		     sizeof(hex) + 8;
+	unsigned mdlen = 0;
 
-	if (k)
-		snprintf(k, len, COLD_MANIFEST_PREFIX "%s/%s.json", bucket, session);
-	return k;
+	*key = malloc(len);
+	if (!*key)
+		return -ENOMEM;
+	snprintf(*key, len, COLD_MANIFEST_PREFIX "%s/%s.json", bucket, session);
+	if (cold_key_fits(cold, *key))
+		return 0;
+	if (!EVP_Digest(session, strlen(session), md, &mdlen, EVP_sha256(), NULL)) {
+		free(*key);
+		*key = NULL;
+		return -ENOMEM;
+	}
+	util_hex(hex, md, mdlen);
+	snprintf(*key, len, COLD_MANIFEST_HASHED "%s/%s.json", bucket, hex);
+	if (cold_key_fits(cold, *key))
+		return 1;
+	log_err(0, "g4 '%s' cannot hold the manifest of session '%s' of bucket '%s', not even"
+		" as '%s' (too long a name for it): the session is neither demoted nor imported,"
+		" its objects stay as they are", cold->url, session, bucket, *key);
+	free(*key);
+	*key = NULL;
+	return -ENAMETOOLONG;
 }
 
 /* ---- streaming an object's hot extents out -------------------------------- */
@@ -762,15 +799,15 @@ static int manifest_write(struct cold *cold, const char *bucket, const char *ses
 			  const char *match, struct g4_ctl *ctl)
 {
 	static int warned;
-	char *text = NULL, *key = g4_manifest_key(bucket, session);
+	char *text = NULL, *key = NULL;
 	size_t len = 0, count = 0;
-	FILE *f = open_memstream(&text, &len);
-	int rc;
+	int rc = g4_manifest_key(cold, bucket, session, &key);
+	FILE *f;
 
-	if (!f || !key) {
-		if (f)
-			fclose(f);
-		free(text);
+	if (rc < 0)
+		return rc;
+	f = open_memstream(&text, &len);
+	if (!f) {
 		free(key);
 		return -ENOMEM;
 	}
@@ -1111,20 +1148,22 @@ static int j_u64(const struct jval *obj, const char *name, uint64_t *out)
 
 /* The session's manifest from G4, parsed into root (caller releases it):
  * 0, -ENOENT, -EINVAL for one kvtier did not write for this bucket and
- * session, or -EPROTO for one of a newer format (both logged). */
+ * session, -EPROTO for one of a newer format, -EEXIST for another
+ * session's at this one's hashed name (g4_manifest_key()), or
+ * -ENAMETOOLONG for one the partner cannot hold (all logged). */
 static int manifest_read(struct cold *cold, const char *bucket, const char *session,
 			 struct jval *root, struct manifest_tag *tag)
 {
 	char etag[KVT_ETAG_MAX] = "";
-	char *text = NULL, *key = g4_manifest_key(bucket, session);
+	char *text = NULL, *key = NULL;
 	const struct jval *mb, *ms;
 	struct jparse jp;
 	uint64_t format;
 	size_t len = 0;
-	int rc;
+	int hashed = g4_manifest_key(cold, bucket, session, &key), rc;
 
-	if (!key)
-		return -ENOMEM;
+	if (hashed < 0)
+		return hashed;
 	rc = cold_get_buf_etag(cold, key, MANIFEST_MAX, &text, &len, etag);
 	if (tag) {
 		tag->found = rc == 0;
@@ -1153,8 +1192,17 @@ static int manifest_read(struct cold *cold, const char *bucket, const char *sess
 	}
 	mb = j_get(root, "bucket", J_STR);
 	ms = j_get(root, "session", J_STR);
-	if (rc < 0 || !j_get(root, "objects", J_ARR) || !mb || !ms || strcmp(mb->str, bucket) ||
-	    strcmp(ms->str, session)) {
+	if (rc == 0 && hashed && j_get(root, "objects", J_ARR) && mb && ms &&
+	    (strcmp(mb->str, bucket) || strcmp(ms->str, session))) {
+		/* Two ids of one SHA-256, or a manifest put there by hand: the
+		 * other session's, neither imported as this one nor written
+		 * over by it. */
+		log_err(0, "the manifest '%s' in g4 is of session '%s' of bucket '%s', not of"
+			" session '%s' whose name it has: left alone, and the session is neither"
+			" demoted nor imported", key, ms->str, mb->str, session);
+		rc = -EEXIST;
+	} else if (rc < 0 || !j_get(root, "objects", J_ARR) || !mb || !ms ||
+		   strcmp(mb->str, bucket) || strcmp(ms->str, session)) {
 		log_err(0, "the manifest '%s' in g4 is not one kvtier can read", key);
 		rc = -EINVAL;
 	} else if (j_u64(root, "kvtier_manifest", &format) == 0 && format > MANIFEST_FORMAT) {
@@ -1754,6 +1802,13 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	 * owner still needs; and an upload would put over the owner's copies.
 	 * Left hot: reclaim turns what G4 holds cold (cat_object_drop()). */
 	rc = manifest_owner(cold, s->bucket, s->session, unnamed, &owner, NULL, ctl);
+	if (rc == -ENAMETOOLONG || rc == -EEXIST) {
+		/* No manifest could list them (said why: g4_manifest_key(),
+		 * manifest_read()): nothing is uploaded, and they stay hot. */
+		demote_refused(c, s, rep);
+		rc = 0;
+		goto out;
+	}
 	if (rc < 0)
 		goto out;
 	if (owner && owner != self) {
@@ -2068,9 +2123,9 @@ static int sweep_manifest(struct cat *c, struct cold *cold, const struct session
 		return rc;
 	}
 	cat_g4_objs_free(v, n);
-	mkey = g4_manifest_key(s->bucket, s->session);
-	if (!mkey)
-		return -ENOMEM;
+	rc = g4_manifest_key(cold, s->bucket, s->session, &mkey);
+	if (rc < 0)
+		return rc;
 	for (unsigned attempt = 0;; attempt++) {
 		struct manifest_tag tag;
 

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -5382,6 +5383,232 @@ static void test_version_name_sweep_race(void **state)
 	test_env_release(&env);
 }
 
+/* A session id of one component of 252 bytes ("x" 252 times): its
+ * manifest's last component, "SESSION.json", 257 bytes. */
+static char *long_session(void)
+{
+	char *s = malloc(253);
+
+	assert_non_null(s);
+	memset(s, 'x', 252);
+	s[252] = '\0';
+	return s;
+}
+
+/* The name of a manifest that does not fit where the others are
+ * (kvtier-migrate(8)): the SHA-256 of the session id, for this one. */
+#define LONG_SESSION_MANIFEST COLD_MANIFEST_PREFIX \
+	"_sha256/kvs/d4e4680fda132078b04db757a09faeee1e9824a84057a627f366d0bd317f01b0.json"
+
+/*
+ * A session whose manifest name a file:// G4 cannot hold (a component over
+ * NAME_MAX): every kvtier-migrate run uploaded its objects, failed to
+ * write the manifest and left them demoting for good, each night's run
+ * uploading again; nothing became cold, and no other store could import
+ * it. Its manifest goes under the SHA-256 of its id, which import
+ * computes from the id alone; demotion, the sweep, import and recall
+ * find it there.
+ */
+static void test_long_session_manifest(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o;
+	char *session = long_session(), *plain = NULL, *text = NULL;
+	struct cold *cold = NULL;
+	size_t len = 0;
+
+	(void)state;
+	two_nodes(&a, &b, &sa, &sb);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(kvt_bucket_create(sb, "kvs"), 0);
+	assert_int_equal(put_in_session(sa, "kvs", "c/a", 70000, 1, session), 0);
+	assert_int_equal(put_in_session(sa, "kvs", "c/b", 5000, 2, session), 0);
+	o = session_opts("kvs", session);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(rep.objects, 2);
+	assert_int_equal(tier_of(sa, "kvs", "c/a"), KVT_TIER_COLD);
+	assert_int_equal(tier_of(sa, "kvs", "c/b"), KVT_TIER_COLD);
+	assert_int_equal(store_cold(sa, &cold), 0);
+	assert_int_equal(cold_get_buf(cold, LONG_SESSION_MANIFEST, 1 << 20, &text, &len), 0);
+	assert_non_null(strstr(text, session));	/* the whole id, checked when read */
+	free(text);
+	assert_true(asprintf(&plain, COLD_MANIFEST_PREFIX "kvs/%s.json", session) > 0);
+	assert_false(cold_key_fits(cold, plain));
+
+	/* Another store imports it by its id, and reads it back. */
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", session, NULL, &rep), 0);
+	assert_int_equal(rep.objects, 2);
+	assert_int_equal(test_check(sb, "kvs", "c/a", 70000, 1), 0);
+	assert_int_equal(tier_of(sb, "kvs", "c/b"), KVT_TIER_COLD);
+	/* Its sweep writes the manifest again without what it deleted ... */
+	assert_int_equal(kvt_object_delete(sb, "kvs", "c/a"), 0);
+	assert_int_equal(kvt_g4_cleanup(sb, NULL, NULL), 0);
+	assert_int_equal(cold_get_buf(cold, LONG_SESSION_MANIFEST, 1 << 20, &text, &len), 0);
+	assert_null(strstr(text, "\"c/a\""));
+	assert_non_null(strstr(text, "\"c/b\""));
+	free(text);
+	/* ... and A, taking it back, recalls what is left. */
+	assert_int_equal(kvt_g4_import_session(sa, "kvs", session, NULL, &rep), 0);
+	assert_int_equal(kvt_g4_recall_session(sa, "kvs", session, NULL, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(test_check(sa, "kvs", "c/b", 5000, 2), 0);
+	/* Demoted again under pressure, and swept: its last object deleted,
+	 * the manifest goes too. */
+	assert_int_equal(g4_demote_pressure(sa, "kvs", session), 0);
+	assert_int_equal(tier_of(sa, "kvs", "c/b"), KVT_TIER_COLD);
+	assert_int_equal(kvt_object_delete(sa, "kvs", "c/b"), 0);
+	assert_int_equal(kvt_g4_cleanup(sa, NULL, NULL), 0);
+	assert_int_equal(cold_get_buf(cold, LONG_SESSION_MANIFEST, 1 << 20, &text, &len), -ENOENT);
+	test_fsck_clean(sa);
+	test_fsck_clean(sb);
+	free(plain);
+	free(session);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
+/* COLD_MANIFEST_HASHED's name of bucket kvs's session (g4_manifest_key()). */
+static char *hashed_manifest(const char *session)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	char hex[2 * EVP_MAX_MD_SIZE + 1], *key = NULL;
+	unsigned mdlen = 0;
+
+	assert_true(EVP_Digest(session, strlen(session), md, &mdlen, EVP_sha256(), NULL));
+	util_hex(hex, md, mdlen);
+	assert_true(asprintf(&key, COLD_MANIFEST_HASHED "kvs/%s.json", hex) > 0);
+	return key;
+}
+
+/*
+ * The manifest at a long session's hashed name names another session (two
+ * ids of one SHA-256, or one put there by hand): import refuses it, not
+ * taking its objects for this session's, and demotion neither writes
+ * over it nor uploads anything.
+ */
+static void test_long_session_manifest_other(void **state)
+{
+	struct test_env a, b;
+	struct kvt_store *sa, *sb;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o;
+	struct kvt_object *obj = NULL;
+	char *session = long_session(), *other = long_session(), *mkey = NULL;
+	char *text = NULL, *after = NULL;
+	struct cold *cold = NULL;
+	size_t len = 0;
+
+	(void)state;
+	memset(other, 'y', strlen(other));
+	two_nodes(&a, &b, &sa, &sb);
+	assert_int_equal(kvt_bucket_create(sa, "kvs"), 0);
+	assert_int_equal(put_in_session(sa, "kvs", "c/a", 70000, 1, session), 0);
+	o = session_opts("kvs", session);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(store_cold(sa, &cold), 0);
+	mkey = hashed_manifest(session);
+	assert_string_equal(mkey, LONG_SESSION_MANIFEST);
+	assert_int_equal(cold_get_buf(cold, mkey, 1 << 20, &text, &len), 0);
+	free(mkey);
+	mkey = hashed_manifest(other);
+	assert_int_equal(cold_put_buf(cold, mkey, text, len, "application/json"), 0);
+
+	assert_int_equal(kvt_g4_import_session(sb, "kvs", other, NULL, &rep), -EEXIST);
+	assert_int_equal(kvt_object_head(sb, "kvs", "c/a", &obj), -ENOENT);
+	assert_int_equal(put_in_session(sa, "kvs", "d/a", 5000, 2, other), 0);
+	o = session_opts("kvs", other);
+	assert_int_equal(kvt_g4_demote(sa, &o, &rep), 0);
+	assert_int_equal(rep.objects, 0);
+	assert_int_equal(rep.failures, 1);
+	assert_int_equal(tier_of(sa, "kvs", "d/a"), KVT_TIER_HOT);
+	assert_int_equal(cold_get_buf(cold, mkey, 1 << 20, &after, &len), 0);
+	assert_string_equal(after, text);
+	free(after);
+	free(text);
+	free(mkey);
+	free(other);
+	free(session);
+	two_nodes_close(&a, &b, sa, sb);
+}
+
+/*
+ * A partner of short names (the fault tier's key_max, as S3's 1024 bytes
+ * with a long prefix): a manifest name over the limit goes under the
+ * session's SHA-256; where that does not fit either, the session is not
+ * demoted, nothing of it uploaded, its objects hot, said in one line.
+ * Before, its objects were uploaded and stayed demoting, the manifest
+ * refused at every run.
+ */
+static void test_manifest_key_max(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o;
+	char session[81], *mkey = NULL, *text = NULL, logpath[600];
+	struct cold *cold = NULL;
+	size_t len = 0;
+	unsigned puts;
+	int saved;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(store_cold(st, &cold), 0);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	/* ".kvtier/manifests/kvs/" and ".json" around 80 bytes: 107; under
+	 * the SHA-256, 99. */
+	memset(session, 'z', 80);
+	session[80] = '\0';
+	plan.key_max = 100;
+	assert_int_equal(put_in_session(st, "kvs", "z/a", 5000, 1, session), 0);
+	o = session_opts("kvs", session);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(tier_of(st, "kvs", "z/a"), KVT_TIER_COLD);
+	mkey = hashed_manifest(session);
+	assert_int_equal(strlen(mkey), 99);
+	assert_int_equal(cold_get_buf(cold, mkey, 1 << 20, &text, &len), 0);
+	assert_non_null(strstr(text, session));
+	free(text);
+	free(mkey);
+	/* The sweep finds it there too: the session's last object deleted. */
+	assert_int_equal(kvt_object_delete(st, "kvs", "z/a"), 0);
+	assert_int_equal(kvt_g4_cleanup(st, NULL, NULL), 0);
+	mkey = hashed_manifest(session);
+	assert_int_equal(cold_head(cold, mkey, NULL), -ENOENT);
+	free(mkey);
+
+	/* 98 bytes: neither name fits. */
+	plan.key_max = 98;
+	memset(session, 'w', 80);
+	assert_int_equal(put_in_session(st, "kvs", "w/a", 5000, 2, session), 0);
+	o = session_opts("kvs", session);
+	puts = plan.puts;
+	snprintf(logpath, sizeof(logpath), "%s/stderr", env.dir);
+	saved = stderr_to(logpath);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	stderr_back(saved);
+	assert_int_equal(rep.objects, 0);
+	assert_int_equal(rep.failures, 1);
+	assert_int_equal(plan.puts, puts);
+	assert_int_equal(tier_of(st, "kvs", "w/a"), KVT_TIER_HOT);
+	assert_int_equal(lines_with(logpath, "error"), 1);
+	assert_int_equal(lines_with(logpath, "cannot hold the manifest of session"), 1);
+	/* Under pressure, the same. */
+	assert_int_equal(g4_demote_pressure(st, "kvs", session), -EIO);
+	assert_int_equal(plan.puts, puts);
+	assert_int_equal(tier_of(st, "kvs", "w/a"), KVT_TIER_HOT);
+	assert_int_equal(test_check(st, "kvs", "w/a", 5000, 2), 0);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -5467,6 +5694,9 @@ int main(void)
 		cmocka_unit_test(test_moved_cold_killed),
 		cmocka_unit_test(test_moved_into_foreign_session),
 		cmocka_unit_test(test_moved_from_imported),
+		cmocka_unit_test(test_long_session_manifest),
+		cmocka_unit_test(test_long_session_manifest_other),
+		cmocka_unit_test(test_manifest_key_max),
 	};
 
 	if (getenv("KVT_TEST_FILTER"))	/* e.g. "test_pressure_*" */

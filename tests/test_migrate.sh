@@ -8,7 +8,8 @@
 # listing of multipart uploads that starts a run against S3 is tried again
 # when the partner answers 503; an import that lands between a demotion's
 # owner check and its manifest write (an S3 partner of a few lines that
-# honours If-Match) is not written over, and its copies stay.
+# honours If-Match) is not written over, and its copies stay. A session
+# whose manifest name is over NAME_MAX gets one under its SHA-256.
 set -eu
 
 # shellcheck source=tests/lib.sh
@@ -374,6 +375,24 @@ tier_is models plainkey cold
 kvt_expect 0 "$K" get models plainkey "$T/back"
 cmp "$T/in.plain" "$T/back" || fail "plainkey came back different"
 tier_is models plainkey hot
+
+step "a session whose manifest name the directory cannot hold goes under its SHA-256, and imports"
+# "SESSION.json" of a session of one component of 252 bytes is 257 bytes,
+# over NAME_MAX: each run uploaded its objects, failed to write the
+# manifest and left them demoting; none went cold, no store could import it.
+ls=$(printf '%0252d' 5)
+printf 'long session' >"$T/in.ls"
+kvt_expect 0 "$K" put models "$ls/blk" "$T/in.ls"
+kvt_expect 0 "$M" --session "models/$ls"
+kvt_grep err "^kvtier-migrate: demote: 1 sessions, 1 objects, 12 bytes .* 0 failures$"
+tier_is models "$ls/blk" cold
+h=$(printf '%s' "$ls" | sha256sum | cut -d' ' -f1)
+[ -f "$G4/.kvtier/manifests/_sha256/models/$h.json%" ] ||
+	fail "no manifest of the session of 252 bytes under its SHA-256"
+kvt_expect 0 "$M" -c "$B" --import "models/$ls"
+kvt_grep err "^kvtier-migrate: import: 1 sessions, 1 objects"
+kvt_expect 0 "$K" -c "$B" get models "$ls/blk" "$T/back"
+cmp "$T/in.ls" "$T/back" || fail "the long session's object differs on the second store"
 
 step "a 503 on the listing of multipart uploads that starts a run is tried again"
 # It ended the run with exit 1, "nothing was moved", where every other
