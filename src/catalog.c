@@ -2939,7 +2939,9 @@ fail:
  *
  *        cat_g4_demote_begin()      cat_g4_mark_cold()
  *   HOT ---------------------> DEMOTING ------------------> COLD
- *    ^        (uploaded and verified: cat_g4_set_uploaded)    |
+ *    ^ ^      (uploaded and verified: cat_g4_set_uploaded)    |
+ *    | +-------------------------+                            |
+ *    |   cat_g4_demote_abort()   (no manifest written)        |
  *    +--------------------------------------------------------+
  *                          cat_g4_recalled()
  *
@@ -3009,16 +3011,31 @@ int cat_g4_sessions(struct cat *c, int64_t idle_before_ns,
 	return cat_errno(c, rc, "g4 sessions");
 }
 
-int cat_g4_demote_begin(struct cat *c, int64_t bucket_id, const char *session, int *count)
+/* sql, an UPDATE of the objects of bucket ?1's session ?2, run. */
+static int cat_g4_session_update(struct cat *c, const char *sql, int64_t bucket_id,
+				 const char *session, const char *what, int *count)
 {
-	sqlite3_stmt *s = cat_g4_prep(c, "UPDATE objects SET tier = 1 WHERE bucket = ?1"
-				      " AND session = ?2 AND tier = 0 AND pinned = 0");
+	sqlite3_stmt *s = cat_g4_prep(c, sql);
 
 	if (!s)
 		return -EIO;
 	sqlite3_bind_int64(s, 1, bucket_id);
 	sqlite3_bind_text(s, 2, session, -1, SQLITE_TRANSIENT);
-	return cat_g4_run(c, s, "demote begin", count);
+	return cat_g4_run(c, s, what, count);
+}
+
+int cat_g4_demote_begin(struct cat *c, int64_t bucket_id, const char *session, int *count)
+{
+	return cat_g4_session_update(c, "UPDATE objects SET tier = 1 WHERE bucket = ?1"
+				     " AND session = ?2 AND tier = 0 AND pinned = 0",
+				     bucket_id, session, "demote begin", count);
+}
+
+int cat_g4_demote_abort(struct cat *c, int64_t bucket_id, const char *session)
+{
+	return cat_g4_session_update(c, "UPDATE objects SET tier = 0 WHERE bucket = ?1"
+				     " AND session = ?2 AND tier = 1",
+				     bucket_id, session, "demote abort", NULL);
 }
 
 void cat_g4_objs_free(struct cat_g4_obj *v, size_t n)

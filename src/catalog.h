@@ -327,6 +327,9 @@ int cat_g4_sessions(struct cat *c, int64_t idle_before_ns,
 		    void *arg);
 /* HOT -> DEMOTING for the session's unpinned objects; *count of them. */
 int cat_g4_demote_begin(struct cat *c, int64_t bucket_id, const char *session, int *count);
+/* DEMOTING -> HOT for the session's objects, keeping what G4 holds
+ * verified (g4_vid): a demotion that could not write the manifest. */
+int cat_g4_demote_abort(struct cat *c, int64_t bucket_id, const char *session);
 
 struct cat_g4_obj {
 	struct cat_object *co;	/* without extents */

@@ -17,6 +17,9 @@
  *          size and CRC32C, write extents, cat_g4_recalled() (a recall
  *          killed half way leaves the object cold and its extents garbage)
  *
+ * A demotion that cannot write the manifest turns the session's objects
+ * back to HOT, their copies kept (cat_g4_demote_abort()).
+ *
  * Invariants: an object's hot extents are freed only after G4 holds its
  * bytes verified and the session's manifest lists it; a G4 put is atomic
  * (cold.h), so running a step twice writes the same object again, never a
@@ -1861,6 +1864,12 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	if (rc < 0 || (owner && owner != self)) {
 		for (size_t i = 0; i < n; i++)
 			rep->failures += v[i].co->obj->tier == KVT_TIER_DEMOTING;
+		/* No manifest lists them: hot again, their copies kept for the
+		 * next demotion. Left demoting, every run took the session up
+		 * again, idle or not, and failed the same way (a manifest the
+		 * partner refuses). */
+		if (rc < 0)	/* failing too, they stay demoting, as a crash leaves them */
+			cat_g4_demote_abort(c, s->bucket_id, s->session);
 		goto out;
 	}
 	/* 3. Only now may the hot copies go. */

@@ -5609,6 +5609,62 @@ static void test_manifest_key_max(void **state)
 	test_env_release(&env);
 }
 
+/* Before the put of the copy of s1/a, the partner's next put is set to be
+ * refused (-EACCES): the manifest's, which comes after it. */
+static void refuse_next_put(void *arg, const char *key)
+{
+	struct cold_fault_plan *plan = arg;
+
+	if (!strncmp(key, ".kvtier/stores/", 15)) {
+		plan->err = -EACCES;
+		plan->fail_puts = 1;
+	}
+}
+
+/*
+ * The partner refuses the manifest once the objects are up: they go back
+ * to hot, not left demoting, which every later run took up again, idle
+ * or not, and failed on the same way; the next run that can write it
+ * uploads nothing again and marks them cold.
+ */
+static void test_manifest_refused_back_to_hot(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "s1");
+	struct kvt_store_stat ss;
+	unsigned puts;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	assert_int_equal(test_put(st, "kvs", "s1/a", 70000, 1), 0);
+	plan.before_put = refuse_next_put;
+	plan.before_put_arg = &plan;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	plan.before_put = NULL;
+	assert_int_equal(plan.fail_puts, 0);
+	assert_int_equal(rep.objects, 0);
+	assert_int_equal(rep.failures, 1);
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_HOT);
+	assert_int_equal(kvt_store_stat(st, &ss), 0);
+	assert_int_equal(ss.tier_count[KVT_TIER_DEMOTING], 0);
+	assert_int_equal(test_check(st, "kvs", "s1/a", 70000, 1), 0);
+
+	puts = plan.puts;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 0);
+	assert_int_equal(rep.objects, 1);
+	assert_int_equal(plan.puts, puts + 1);	/* the manifest alone */
+	assert_int_equal(tier_of(st, "kvs", "s1/a"), KVT_TIER_COLD);
+	assert_int_equal(test_check(st, "kvs", "s1/a", 70000, 1), 0);
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -5697,6 +5753,7 @@ int main(void)
 		cmocka_unit_test(test_long_session_manifest),
 		cmocka_unit_test(test_long_session_manifest_other),
 		cmocka_unit_test(test_manifest_key_max),
+		cmocka_unit_test(test_manifest_refused_back_to_hot),
 	};
 
 	if (getenv("KVT_TEST_FILTER"))	/* e.g. "test_pressure_*" */
