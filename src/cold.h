@@ -235,6 +235,10 @@ struct cold_fault_plan {
 	void (*before_del)(void *arg, const char *key);
 	void *before_del_arg;
 	int err;		/* negative errno; -EIO if 0 */
+	/* "": the faults above are for every key; else only for the keys of
+	 * puts, gets and heads that start with it (a string, not a pointer:
+	 * the plan may be shared between processes). */
+	char only[256];
 	unsigned puts, gets;	/* counted: operations that reached the injector */
 	unsigned stalled, max_stalled;	/* counted: operations stalling at once, now and at most */
 };

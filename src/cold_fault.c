@@ -12,7 +12,9 @@
  * and hold names no longer than a limit of its own (key_max).
  * Conditional puts pass through to the wrapped tier with the same faults,
  * conditional deletes as they are; before_put and before_del let a test
- * land another writer just before a put or a delete.
+ * land another writer just before a put or a delete. With plan->only set,
+ * only keys that start with it meet the faults (one session's copies, or
+ * its manifest: a partner that fails for one session and answers others).
  */
 #include "config.h"
 
@@ -36,6 +38,12 @@ static int cfa_err(const struct cold_fault_plan *p)
 	int err = __atomic_load_n(&p->err, __ATOMIC_SEQ_CST);
 
 	return err ? err : -EIO;
+}
+
+/* Whether key meets the plan's faults (cold_fault_plan.only). */
+static int cfa_targets(const struct cold_fault_plan *p, const char *key)
+{
+	return strncmp(key, p->only, strnlen(p->only, sizeof(p->only))) == 0;
 }
 
 /* Takes one from *n if it is not 0: whether this operation is one of them. */
@@ -139,6 +147,8 @@ static int cfa_put_any(struct cold *c, const char *key, const char *match, uint6
 	struct cold_fault_plan *p = f->plan;
 
 	__atomic_add_fetch(&p->puts, 1, __ATOMIC_SEQ_CST);
+	if (!cfa_targets(p, key))
+		return cfa_put_inner(f, key, match, size, ctype, src, arg, info);
 	cfa_stall(p, 1);
 	if (cfa_too_long(p, key))
 		return -ENAMETOOLONG;
@@ -204,6 +214,8 @@ static int cfa_get_any(struct cold *c, const char *key, cold_sink_fn sink, void 
 	struct cold_fault_plan *p = f->plan;
 
 	__atomic_add_fetch(&p->gets, 1, __ATOMIC_SEQ_CST);
+	if (!cfa_targets(p, key))
+		goto pass;
 	cfa_stall(p, 0);
 	if (cfa_too_long(p, key))
 		return -ENAMETOOLONG;
@@ -226,6 +238,7 @@ static int cfa_get_any(struct cold *c, const char *key, cold_sink_fn sink, void 
 		rc = cold_get(f->inner, key, cfa_drop_sink, &d, size);
 		return rc < 0 ? rc : cfa_err(p);	/* an empty object cannot drop */
 	}
+pass:
 	return etag ? cold_get_etag(f->inner, key, sink, arg, size, etag) :
 		      cold_get(f->inner, key, sink, arg, size);
 }
@@ -256,7 +269,7 @@ static int cfa_head(struct cold *c, const char *key, uint64_t *size, char *etag)
 	uint64_t got = 0;
 	int rc;
 
-	if (cfa_take(&f->plan->fail_heads))
+	if (cfa_targets(f->plan, key) && cfa_take(&f->plan->fail_heads))
 		return cfa_err(f->plan);
 	rc = cold_head_etag(f->inner, key, size, etag);
 	if (rc < 0 || !etag || !__atomic_load_n(&f->plan->etag_heads, __ATOMIC_SEQ_CST))
