@@ -279,12 +279,6 @@ static int g4_stopping(const struct g4_ctl *ctl)
 	return ctl && ctl->stop && __atomic_load_n(ctl->stop, __ATOMIC_ACQUIRE);
 }
 
-/* Whether rc is the partner saying "later" or not answering. */
-static int g4_transient(int rc)
-{
-	return rc == -EAGAIN || rc == -EHOSTUNREACH || rc == -ETIMEDOUT || rc == -ECONNRESET;
-}
-
 /*
  * After try number `attempt` (0 first) failed with rc: 1 if it should go
  * again, after sleeping 250 ms << attempt (at most 8 s) plus up to a
@@ -1906,7 +1900,7 @@ int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *ses
 	struct session_ref s = { .bucket = (char *)bucket, .session = (char *)session };
 	struct kvt_g4_report rep = { 0 };
 	struct cold *cold = NULL;
-	int rc = store_g4_owned(st), all;
+	int rc = store_g4_owned(st);
 
 	if (rc == 0)
 		rc = store_cold(st, &cold);
@@ -1916,26 +1910,31 @@ int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *ses
 		rc = demote_session(st, cold, &s, NULL, &rep, NULL);
 	if (rc == 0 && rep.failures)
 		rc = -EIO;	/* logged by the upload */
-	if (rc == -EREMCHG)
-		return rc;	/* said once, with what to do, by store_g4_owned() */
 	if (rc == 0)
 		log_info("demoted session '%s' of bucket '%s' under pressure: %" PRIu64
 			 " objects, %" PRIu64 " bytes", session, bucket, rep.objects, rep.bytes);
-	/* The partner saying "later" is its not answering, for every session
-	 * (store.h): reclaim asks no other until its next pass. */
-	all = g4_transient(rc) ? -EHOSTUNREACH : rc;
-	if (rc < 0) {
-		char also[96] = "";
+	return rc;
+}
 
-		/* Store-wide, met at each pass (every second while full): once a
-		 * minute, with the count of those left out. */
-		if (!cold || !g4_refused_all(all) ||
-		    log_limit(&cold->pressure_refused, LOG_REPEAT_SECONDS, "demotions under pressure",
-			      also, sizeof(also)))
-			log_err(rc, "cannot demote session '%s' of bucket '%s' under pressure;"
-				" its objects stay hot%s", session, bucket, also);
-	}
-	return all;
+void g4_pressure_failed(struct kvt_store *st, const char *bucket, const char *session, int rc,
+			int64_t again_ms, const char *also)
+{
+	struct cold *cold = NULL;
+	char note[96] = "", again[64] = "";
+
+	if (rc == -EREMCHG)
+		return;
+	/* The store's is met at each pass (every second while full): once a
+	 * minute, with the count of those left out. */
+	if (!also && store_cold(st, &cold) == 0 && cold &&
+	    !log_limit(&cold->pressure_refused, LOG_REPEAT_SECONDS, "demotions under pressure",
+		       note, sizeof(note)))
+		return;
+	if (again_ms > 0)
+		snprintf(again, sizeof(again), ", and it is not asked again for %.1f s",
+			 again_ms / 1e3);
+	log_err(rc, "cannot demote session '%s' of bucket '%s' under pressure; its objects stay"
+		" hot%s%s", session, bucket, again, also ? also : note);
 }
 
 /* ---- housekeeping: stale uploads, dead keys ---------------------------------- */

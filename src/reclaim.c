@@ -37,9 +37,10 @@
  * demoted again like session state G4 lacks. A session whose
  * demotion failed is not tried again in the same call: its segment stays
  * whole (-ENOSPC for the writer, a 503 SlowDown at the gateway), nothing is
- * lost. A refusal that is the store's and not the session's
- * (g4_refused_all(): the store a copy, the partner not answering, its
- * bucket missing) ends the asking for the call, each victim with session
+ * lost, and it backs off across calls ("Backing off"). A refusal that is
+ * the store's and not the session's (g4_refused_all(): the store a copy,
+ * its bucket missing; or the partner not answering two sessions in a row,
+ * reclaim_judge()) ends the asking for the call, each victim with session
  * state G4 lacks staying whole; the next call asks again. Asked session
  * by session, a pass over a full store of 3060 sessions with the partner
  * down made 3060 requests and logged 6120 lines, every second
@@ -129,6 +130,10 @@ struct victim_list {
  */
 struct session_key {
 	char *bucket, *session;
+	/* In kvt_store.backoff only ("Backing off"): */
+	int64_t next_ns;	/* not asked again before this (util_mono_ns()) */
+	int64_t delay_ms;	/* the last back-off; 0: it was demoted since */
+	struct log_limit said;	/* its failure, once a minute */
 };
 
 struct session_set {
@@ -145,11 +150,19 @@ static int session_key_cmp(const void *a, const void *b)
 	return d ? d : strcmp(x->bucket, y->bucket);
 }
 
+/* The key of bucket/session in ss (may be NULL), or NULL. */
+static struct session_key *session_set_get(const struct session_set *ss, const char *bucket,
+					   const char *session)
+{
+	struct session_key k = { .bucket = (char *)bucket, .session = (char *)session };
+	struct session_key **found = ss ? tfind(&k, &ss->root, session_key_cmp) : NULL;
+
+	return found ? *found : NULL;
+}
+
 static int session_set_has(const struct session_set *ss, const char *bucket, const char *session)
 {
-	struct session_key k = { (char *)bucket, (char *)session };
-
-	return tfind(&k, &ss->root, session_key_cmp) != NULL;
+	return session_set_get(ss, bucket, session) != NULL;
 }
 
 /* Takes ownership of bucket and session. */
@@ -164,7 +177,7 @@ static int session_set_add(struct session_set *ss, char *bucket, char *session)
 	}
 	if (UTIL_GROW(ss->v, ss->n, ss->cap) < 0 || !(k = malloc(sizeof(*k))))
 		goto out;
-	*k = (struct session_key){ bucket, session };
+	*k = (struct session_key){ .bucket = bucket, .session = session };
 	if (!tsearch(k, &ss->root, session_key_cmp))
 		goto out;
 	ss->v[ss->n++] = k;
@@ -185,6 +198,118 @@ static void session_set_release(struct session_set *ss)
 	tdestroy(ss->root, free);	/* the keys, which v names too */
 	free(ss->v);
 	memset(ss, 0, sizeof(*ss));
+}
+
+/*
+ * Backing off. A session whose demotion under pressure failed on its own
+ * (its copies or its manifest refused, or not answered while the partner
+ * answered another session) is not asked again for backoff_ms, then twice
+ * as long at each failure, up to BACKOFF_MAX_MS; its victims stay whole
+ * meanwhile, and the others go. Its failure is logged once a minute, with
+ * the count of those left out. Asked at every pass, a session that always
+ * timed out cost a partner timeout and a log line every second, and
+ * before that, taken for the partner's silence, it ended every pass while
+ * the others never moved (test_cold: test_pressure_one_session_fails).
+ * Kept in this process's memory: a restart asks again.
+ */
+#define BACKOFF_MS 2000
+#define BACKOFF_MAX_MS (5 * 60 * 1000)
+
+/* Whether bucket/session is backing off now. */
+static int backoff_holds(struct kvt_store *st, const char *bucket, const char *session)
+{
+	const struct session_key *k;
+	int holds;
+
+	pthread_mutex_lock(&st->backoff_lock);
+	k = session_set_get(st->backoff, bucket, session);
+	holds = k && k->delay_ms && util_mono_ns() < k->next_ns;
+	pthread_mutex_unlock(&st->backoff_lock);
+	return holds;
+}
+
+/* Drops the sessions whose last back-off ended BACKOFF_MAX_MS ago or more,
+ * or that were demoted since: a session deleted while it failed leaves
+ * nothing for ever. With backoff_lock held. */
+static void backoff_prune(struct kvt_store *st)
+{
+	struct session_set *old = st->backoff, *kept = calloc(1, sizeof(*kept));
+	int64_t now = util_mono_ns();
+
+	if (!kept)
+		return;
+	for (size_t i = 0; i < old->n; i++) {
+		struct session_key *k = old->v[i], *to;
+
+		if (!k->delay_ms || now - k->next_ns >= BACKOFF_MAX_MS * 1000000ll)
+			continue;
+		if (session_set_add(kept, k->bucket, k->session) < 0)
+			break;	/* what is left goes: it backs off from the start */
+		to = kept->v[kept->n - 1];
+		to->next_ns = k->next_ns;
+		to->delay_ms = k->delay_ms;
+		to->said = k->said;
+		k->bucket = k->session = NULL;	/* kept's now */
+	}
+	session_set_release(old);
+	free(old);
+	st->backoff = kept;
+}
+
+/* bucket/session failed with rc, on its own: backed off, and logged. */
+static void backoff_fail(struct kvt_store *st, const char *bucket, const char *session, int rc)
+{
+	struct session_key *k;
+	char also[96] = "";
+	int64_t delay = 0;
+	int say = 1;
+
+	pthread_mutex_lock(&st->backoff_lock);
+	if (!st->backoff)
+		st->backoff = calloc(1, sizeof(*st->backoff));
+	else if (st->backoff->n >= 1024 && st->backoff->n == st->backoff->cap)
+		backoff_prune(st);	/* before it grows */
+	k = session_set_get(st->backoff, bucket, session);
+	if (!k && st->backoff) {
+		char *b = strdup(bucket), *s = b ? strdup(session) : NULL;
+
+		if (s && session_set_add(st->backoff, b, s) == 0)
+			k = st->backoff->v[st->backoff->n - 1];
+		else if (!s)
+			free(b);
+	}
+	/* No memory to remember it: said every time, as before. */
+	if (k) {
+		unsigned first = st->backoff_ms ? st->backoff_ms : BACKOFF_MS;
+
+		k->delay_ms = k->delay_ms ? MIN(2 * k->delay_ms, (int64_t)BACKOFF_MAX_MS) : first;
+		k->next_ns = util_mono_ns() + k->delay_ms * 1000000ll;
+		delay = k->delay_ms;
+		say = log_limit(&k->said, LOG_REPEAT_SECONDS, "demotions of it", also, sizeof(also));
+	}
+	pthread_mutex_unlock(&st->backoff_lock);
+	if (say)
+		g4_pressure_failed(st, bucket, session, rc, delay, also);
+}
+
+/* bucket/session was demoted: its next failure backs off from the start. */
+static void backoff_clear(struct kvt_store *st, const char *bucket, const char *session)
+{
+	struct session_key *k;
+
+	pthread_mutex_lock(&st->backoff_lock);
+	k = session_set_get(st->backoff, bucket, session);
+	if (k)
+		k->delay_ms = 0;
+	pthread_mutex_unlock(&st->backoff_lock);
+}
+
+void reclaim_backoff_release(struct kvt_store *st)
+{
+	if (st->backoff)
+		session_set_release(st->backoff);
+	free(st->backoff);
+	st->backoff = NULL;
 }
 
 /*
@@ -236,8 +361,9 @@ static int reclaim_prove(struct kvt_store *st, struct cat *c, uint32_t id,
  * Before anything of the victim is dropped: the sessions of its unpinned
  * objects that are session state G4 does not hold yet, or whose copy in G4
  * failed its proof (reclaim_prove()), go into need, unless their demotion
- * failed already in this call (tried), or G4 refused every session
- * (refused): then -ENOSPC, the segment must stay whole.
+ * failed already in this call (tried) or lately (backoff_holds()), or G4
+ * refused every session (refused): then -ENOSPC, the segment must stay
+ * whole.
  */
 static int reclaim_find_unsynced(struct kvt_store *st, struct cat *c, uint32_t id,
 				 struct victim_list *list, const struct session_set *tried,
@@ -264,7 +390,8 @@ static int reclaim_find_unsynced(struct kvt_store *st, struct cat *c, uint32_t i
 		/* A copy that failed: uploaded again, even for plain cache, whose
 		 * copy G4 was to keep. */
 		if (rc == 0 && (lost || (!in_g4 && strcmp(key, session) != 0))) {
-			if (refused || session_set_has(tried, bucket, session)) {
+			if (refused || session_set_has(tried, bucket, session) ||
+			    backoff_holds(st, bucket, session)) {
 				rc = -ENOSPC;
 			} else {
 				rc = session_set_add(need, bucket, session);
@@ -562,6 +689,61 @@ static int reclaim_flush(struct kvt_store *st, struct emptied *done)
 	return rc;
 }
 
+/* A session whose demotion the partner did not answer, not judged yet. */
+struct quiet {
+	char *bucket, *session;	/* NULL: none */
+	int rc;
+};
+
+static void quiet_release(struct quiet *q)
+{
+	free(q->bucket);
+	free(q->session);
+	memset(q, 0, sizeof(*q));
+}
+
+/*
+ * What the demotion under pressure of bucket/session, ended with r, says:
+ * the store's refusal, which ends the asking for the call (returned), or
+ * the session's own, which backs it off (backoff_fail()). quiet is the
+ * session asked before it if the partner answered nothing about it
+ * (g4_transient()), and none since (quiet->session NULL: none). One
+ * session the partner does not answer proves nothing of the others (its
+ * manifest, or its copies, alone may time out); two in a row are taken
+ * for the partner's silence. Taken at the first, one session whose
+ * manifest read timed out ended every pass, each beginning with it again,
+ * the coldest, and nothing else moved.
+ */
+static int reclaim_judge(struct kvt_store *st, struct quiet *quiet, const char *bucket,
+			 const char *session, int r)
+{
+	int had = quiet->session != NULL;
+
+	if (g4_refused_all(r) || (g4_transient(r) && had)) {
+		g4_pressure_failed(st, bucket, session, r, 0, NULL);
+		quiet_release(quiet);
+		return r;
+	}
+	/* The partner answered this one: the one before failed on its own. */
+	if (had) {
+		backoff_fail(st, quiet->bucket, quiet->session, quiet->rc);
+		quiet_release(quiet);
+	}
+	if (g4_transient(r)) {
+		quiet->bucket = strdup(bucket);
+		quiet->session = strdup(session);
+		quiet->rc = r;
+		if (quiet->bucket && quiet->session)
+			return 0;
+		quiet_release(quiet);	/* no memory to wait: its own */
+	}
+	if (r < 0)
+		backoff_fail(st, bucket, session, r);
+	else
+		backoff_clear(st, bucket, session);
+	return 0;
+}
+
 /* reclaim_run() with st->reclaim_lock held (it lets go of it while
  * demoting, and holds it again on return). */
 static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned need, int demote)
@@ -570,7 +752,8 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 	struct emptied done = { .n = 0 };
 	uint64_t counts[4], target, swept = 0;
 	int rc = 0, r, tries = 0, empty_only = 0, g4_down = 0;
-	int refused = 0;	/* g4_refused_all() of a session's demotion */
+	int refused = 0;	/* the store's refusal of a session's demotion */
+	struct quiet quiet = { 0 };	/* reclaim_judge()'s */
 	/* Victims passed over for their readers (NULL: no memory, none are). */
 	uint8_t *passed = calloc(st->nsegs, 1);
 
@@ -663,9 +846,9 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 
 				if (!refused && !__atomic_load_n(&st->demoter_stop, __ATOMIC_RELAXED)) {
 					r = g4_demote_pressure(st, k->bucket, k->session);
-					/* The store's: every other session would get it. */
-					if (g4_refused_all(r))
-						refused = r;
+					/* The store's (returned): every other session
+					 * would get it. */
+					refused = reclaim_judge(st, &quiet, k->bucket, k->session, r);
 					/* Nor would a proof get an answer (reclaim_prove()). */
 					if (refused && refused != -EREMCHG)
 						g4_down = 1;
@@ -708,6 +891,10 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 		if (rc < 0)
 			break;
 	}
+	/* The last asked, and not answered: nothing says it was the store's. */
+	if (quiet.session)
+		backoff_fail(st, quiet.bucket, quiet.session, quiet.rc);
+	quiet_release(&quiet);
 	r = reclaim_flush(st, &done);
 	if (r < 0 && rc >= 0)
 		rc = r;

@@ -1515,6 +1515,7 @@ int kvt_store_open(const struct kvt_config *cfg, unsigned flags, struct kvt_stor
 	pthread_mutex_init(&st->access_lock, NULL);
 	util_cond_init(&st->access_cond);
 	pthread_mutex_init(&st->demoter_lock, NULL);
+	pthread_mutex_init(&st->backoff_lock, NULL);
 	util_cond_init(&st->demoter_cond);
 	util_cond_init(&st->space_cond);
 	if (pthread_key_create(&st->key, store_thread_exit) != 0) {
@@ -1657,6 +1658,8 @@ void kvt_store_close(struct kvt_store *st)
 	pthread_mutex_destroy(&st->access_lock);
 	pthread_cond_destroy(&st->access_cond);
 	pthread_mutex_destroy(&st->demoter_lock);
+	reclaim_backoff_release(st);
+	pthread_mutex_destroy(&st->backoff_lock);
 	pthread_cond_destroy(&st->demoter_cond);
 	pthread_cond_destroy(&st->space_cond);
 	free(st->retiring);

@@ -154,6 +154,11 @@ struct kvt_store {
 	uint64_t demoter_passes;	/* passes ended */
 	int demoter_last_rc;		/* of the last pass */
 	uint64_t space_wait_ms;		/* [store] space_wait: a writer's wait for room */
+	/* Sessions whose demotion under pressure failed on their own, and
+	 * when each may be asked again (reclaim.c, "Backing off"). */
+	pthread_mutex_t backoff_lock;
+	struct session_set *backoff;	/* NULL: none yet */
+	unsigned backoff_ms;		/* the first back-off; tests make it small */
 };
 
 /*
@@ -179,17 +184,34 @@ int store_cold(struct kvt_store *st, struct cold **out);
 /* Tests: use c (takes ownership; NULL drops the current one). */
 void store_set_cold(struct kvt_store *st, struct cold *c);
 /* Reclaim under pressure: the session to G4 (upload, verify, manifest,
- * cold), as kvtier-migrate would; 0 or -errno (migrate.c). Call with no
- * lock held: it waits for the partner. Three refusals are the store's,
+ * cold), as kvtier-migrate would; 0 or -errno (migrate.c), a failure not
+ * logged: the caller tells whose it is (g4_pressure_failed()). Call with
+ * no lock held: it waits for the partner. Two refusals are the store's,
  * the same for every session until something changes (g4_refused_all()):
- * -EREMCHG, the store not where its id was given; -EHOSTUNREACH, the
- * partner not answering, or answering "later"; -ENXIO, its bucket
- * missing. Any other concerns this session. */
+ * -EREMCHG, the store not where its id was given; -ENXIO, the partner's
+ * bucket missing. The partner not answering, or answering "later"
+ * (g4_transient()), may be for every session or for this one's objects
+ * alone; reclaim asks the next session to tell (reclaim.c). Any other
+ * concerns this session. */
 int g4_demote_pressure(struct kvt_store *st, const char *bucket, const char *session);
 static inline int g4_refused_all(int rc)
 {
-	return rc == -EREMCHG || rc == -EHOSTUNREACH || rc == -ENXIO;
+	return rc == -EREMCHG || rc == -ENXIO;
 }
+/* Whether rc is the partner saying "later" or not answering. */
+static inline int g4_transient(int rc)
+{
+	return rc == -EAGAIN || rc == -EHOSTUNREACH || rc == -ETIMEDOUT || rc == -ECONNRESET;
+}
+/* Logs that bucket/session could not be demoted under pressure (rc). also
+ * NULL: the store's refusal, said once a minute over all sessions; else
+ * the session's own, which the caller limits (also: log_limit()'s note),
+ * not asked again for again_ms. -EREMCHG is not logged (store_g4_owned()
+ * says it). */
+void g4_pressure_failed(struct kvt_store *st, const char *bucket, const char *session, int rc,
+			int64_t again_ms, const char *also);
+/* Frees what reclaim kept of sessions backing off (store close). */
+void reclaim_backoff_release(struct kvt_store *st);
 /* Before reclaim turns object id of bucket cold on G4's copy of version
  * vid: 1 if that copy still holds its bytes (the ETag recorded, else a
  * read back: size and CRC32C), 0 if it is gone or holds others (logged),
