@@ -1451,6 +1451,14 @@ static int demote_dry(struct cat *c, const struct session_ref *s, const struct k
  * unless G4 holds it already. Objects of one session go in parallel
  * (g4_ctl.object_jobs), each in its own thread with its own catalog
  * connection; a failure is counted and marked, and the others go on.
+ * But once the partner has not answered for one of them through all its
+ * retries (refused, dropped, timed out: g4_transient() but for a 503),
+ * the objects of the session not started yet are not tried in this run
+ * (unanswered): they stay hot, counted as failures, and the run goes on
+ * with the next session. Each tried in turn, a session of 100 objects
+ * whose copies always timed out held its job for 100 times the retries
+ * (about 16 s of backoff each, for kvtier-migrate, plus the timeouts),
+ * and a demoter's pass for 100 timeouts.
  */
 struct demote_step {
 	struct kvt_store *st;
@@ -1461,6 +1469,7 @@ struct demote_step {
 	struct cat_g4_obj *v;
 	uint64_t self;		/* this store's id: its uploads' names */
 	atomic_uint failures;
+	atomic_int unanswered;	/* the partner's silence that ended one, or 0 */
 };
 
 static void demote_step_fail(struct demote_step *d, struct cat *c, struct cat_g4_obj *go,
@@ -1468,6 +1477,8 @@ static void demote_step_fail(struct demote_step *d, struct cat *c, struct cat_g4
 {
 	if (c)
 		cat_g4_failed(c, go->co->id);
+	if (g4_transient(rc) && rc != -EAGAIN)	/* a 503 is an answer, and quick */
+		atomic_store(&d->unanswered, rc);
 	atomic_fetch_add(&d->failures, 1);
 	g4_progress(d->o, d->s->bucket, go->co->obj->key, go->co->obj->size, rc);
 }
@@ -1656,8 +1667,12 @@ static void demote_step_one(void *arg, size_t i)
 
 	if (go->co->obj->tier != KVT_TIER_DEMOTING)
 		return;
-	if (!c) {
-		demote_step_fail(d, c, go, -ENOMEM);
+	rc = atomic_load(&d->unanswered);
+	if (rc < 0 || !c) {
+		/* Not tried, so no attempt to record; nor a copy proven, so
+		 * not marked cold in this run (step 3). */
+		go->g4_vid = 0;
+		demote_step_fail(d, NULL, go, rc < 0 ? rc : -ENOMEM);
 		return;
 	}
 	if (go->g4_vid == go->co->vid) {
@@ -1840,9 +1855,20 @@ static int demote_session(struct kvt_store *st, struct cold *cold, const struct 
 	{
 		struct demote_step d = { .st = st, .cold = cold, .s = s, .o = o, .ctl = ctl,
 					 .v = v, .self = self };
+		unsigned failed;
+		int unanswered;
 
 		g4_parallel(ctl ? ctl->object_jobs : 1, n, demote_step_one, &d);
-		rep->failures += atomic_load(&d.failures);
+		failed = atomic_load(&d.failures);
+		unanswered = atomic_load(&d.unanswered);
+		rep->failures += failed;
+		/* Each upload's failure names its key; a run's output, the
+		 * session (reclaim names it: g4_pressure_failed()). */
+		if (failed && ctl)
+			log_err(unanswered, "cannot demote %u objects of session '%s' of bucket '%s'%s;"
+				" they stay hot for the next run", failed, s->session, s->bucket,
+				unanswered ? " (none tried after the first g4 did not answer for)" :
+				"");
 	}
 	/* 2. The manifest lists everything G4 holds of the session, unless
 	 * another store imported it while the uploads ran, or imports it

@@ -2388,6 +2388,130 @@ static void pressure_one_fails(int manifest)
 }
 
 /*
+ * The nightly demotion (kvtier-migrate) of six idle sessions of four
+ * objects each, with the partner not answering about n0 (its manifest,
+ * manifest 1, or its uploads, 0) and answering
+ * the others: the others go, n0's objects stay hot and count as failures,
+ * and the output names n0. How many times the partner was asked about n0.
+ */
+static unsigned demote_one_fails(int manifest)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = { .idle = 0, .jobs = 1, .retries = 1 };
+	unsigned *fault = manifest ? &plan.fail_gets : &plan.fail_puts;
+	char key[64], log[600];
+	uint64_t self = 0;
+	int saved;
+
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	snprintf(log, sizeof(log), "%s/stderr", env.dir);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	for (int i = 0; i < 24; i++) {
+		snprintf(key, sizeof(key), "n%d/b%d", i / 4, i % 4);
+		assert_int_equal(test_put(st, "kvs", key, 8192, 500 + (uint64_t)i), 0);
+	}
+	assert_int_equal(cat_store_id(store_cat(st), &self), 0);
+	if (manifest)
+		snprintf(plan.only, sizeof(plan.only), COLD_MANIFEST_PREFIX "kvs/n0.json");
+	else
+		snprintf(plan.only, sizeof(plan.only), ".kvtier/stores/%016" PRIx64 "/kvs/n0/",
+			 self);
+	plan.err = -EHOSTUNREACH;
+	plan.fail_gets = plan.fail_puts = plan.fail_heads = 1000;
+	saved = stderr_to(log);
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	stderr_back(saved);
+	assert_int_equal(rep.sessions, 5);
+	assert_int_equal(rep.objects, 20);
+	assert_int_equal(rep.failures, 4);
+	for (int i = 0; i < 24; i++) {
+		snprintf(key, sizeof(key), "n%d/b%d", i / 4, i % 4);
+		assert_int_equal(tier_of(st, "kvs", key) == KVT_TIER_COLD, i >= 4);
+	}
+	assert_true(lines_with(log, "session 'n0' of bucket 'kvs'") >= 1);
+	for (int i = 0; i < 24; i++) {
+		snprintf(key, sizeof(key), "n%d/b%d", i / 4, i % 4);
+		assert_int_equal(test_check(st, "kvs", key, 8192, 500 + (uint64_t)i), 0);
+	}
+	kvt_store_close(st);
+	test_env_release(&env);
+	return 1000 - *fault;
+}
+
+/*
+ * One session the partner fails in a nightly run does not stop the run:
+ * the next sessions are demoted, and the run says which session failed.
+ * Its uploads not answered, one object's tries are enough: the rest of
+ * the session is left for the next run. Each tried in turn through all
+ * its retries, a session of many objects whose copies timed out held the
+ * run for their number times the retries, and no line named the session.
+ */
+static void test_demote_one_session_fails(void **state)
+{
+	unsigned asked;
+
+	(void)state;
+	asked = demote_one_fails(1);
+	assert_int_equal(asked, 2);	/* the manifest read, tried again once */
+	asked = demote_one_fails(0);
+	fprintf(stderr, "n0's uploads failing: the partner asked %u times\n", asked);
+	assert_int_equal(asked, 2);	/* 8 before: each of 4 objects twice */
+}
+
+/*
+ * A recalled session demoted again proves each copy before it goes cold;
+ * the partner not answering for the first proof leaves the rest of the
+ * session untried, and untried, no copy of it is proven: none goes cold.
+ */
+static void test_demote_unanswered_unproven(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = session_opts("kvs", "r0");
+	uint64_t self = 0;
+	char key[64];
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	st = open_faulty(&env, &plan);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	for (int i = 0; i < 3; i++) {
+		snprintf(key, sizeof(key), "r0/b%d", i);
+		assert_int_equal(test_put(st, "kvs", key, 8192, 700 + (uint64_t)i), 0);
+	}
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 3);
+	assert_int_equal(kvt_g4_recall_session(st, "kvs", "r0", NULL, &rep), 0);
+	assert_int_equal(cat_store_id(store_cat(st), &self), 0);
+	snprintf(plan.only, sizeof(plan.only), ".kvtier/stores/%016" PRIx64 "/kvs/r0/", self);
+	plan.err = -EHOSTUNREACH;
+	plan.fail_heads = plan.fail_gets = 1000;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.failures, 3);
+	assert_int_equal(rep.objects, 0);
+	assert_int_equal(plan.fail_heads + plan.fail_gets, 1999);	/* one proof asked */
+	for (int i = 0; i < 3; i++) {
+		snprintf(key, sizeof(key), "r0/b%d", i);
+		assert_int_not_equal(tier_of(st, "kvs", key), KVT_TIER_COLD);
+	}
+	plan.fail_heads = plan.fail_gets = 0;
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 3);
+	for (int i = 0; i < 3; i++) {
+		snprintf(key, sizeof(key), "r0/b%d", i);
+		assert_int_equal(test_check(st, "kvs", key, 8192, 700 + (uint64_t)i), 0);
+	}
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/*
  * One session whose demotion the partner fails every time, while it
  * answers for the others, held up every other demotion under pressure: a
  * manifest read that timed out was taken for the partner's silence, the
@@ -5861,6 +5985,8 @@ int main(void)
 		cmocka_unit_test(test_reclaim_many_sessions_cost),
 		cmocka_unit_test(test_pressure_refused_store_wide),
 		cmocka_unit_test(test_pressure_one_session_fails),
+		cmocka_unit_test(test_demote_one_session_fails),
+		cmocka_unit_test(test_demote_unanswered_unproven),
 		cmocka_unit_test(test_store_id_new_unnamed_manifest),
 		cmocka_unit_test(test_two_stores_one_key),
 		cmocka_unit_test(test_two_stores_one_key_swept),

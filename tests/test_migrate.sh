@@ -330,6 +330,23 @@ kvt_expect 0 "$M" --idle 0s
 [ ! -e "$C8" ] || fail "the run after the dry run left the copy of s8/gone"
 [ ! -e "$G4/.kvtier/manifests/models/s8.json%" ] || fail "s8's manifest outlived its last object"
 
+step "a session whose copies G4 refuses fails the run, named; the other sessions go"
+# A file where the directory of sa's copies goes: its puts fail (ENOTDIR),
+# as a partner refusing that session's keys would, and it answers sb.
+echo one >"$T/in.one"
+for k in sa/a sa/b sb/a; do
+	kvt_expect 0 "$K" put models "$k" "$T/in.one"
+done
+: >"$G4/.kvtier/stores/$id/models/sa"
+kvt_expect 1 "$M" --idle 0s
+kvt_grep err "cannot demote 2 objects of session 'sa' of bucket 'models'; they stay hot for the next run"
+kvt_grep err "^kvtier-migrate: demote: [0-9]+ sessions, [0-9]+ objects, .*, 2 failures$"
+tier_is models sa/a demoting
+tier_is models sb/a cold
+rm "$G4/.kvtier/stores/$id/models/sa"
+kvt_expect 0 "$M" --idle 0s
+tier_is models sa/b cold
+
 step "a manifest of a newer format is refused, neither imported nor written over"
 # Nodes of one G4 are upgraded one at a time: one still on this kvtier meets
 # manifests a newer one wrote. Read as this format, they were imported as
