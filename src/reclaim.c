@@ -321,21 +321,34 @@ void reclaim_backoff_release(struct kvt_store *st)
  * object that no read could return. Proven: vo->g4_proven. Not: the copy
  * is forgotten (g4_vid = 0) and *lost set, the object is one G4 lacks,
  * demoted again before its segment is freed. The partner does not
- * answer: -ENOSPC, the segment stays whole, and *g4_down spares the other
- * victims of this call the wait. A writer's reclaim (!demote) does not wait
- * for the partner: -EINPROGRESS, the demoter proves it.
+ * answer: -ENOSPC, the segment stays whole; and for two copies in a row
+ * (one may time out alone, as one session's may: reclaim_judge()), or for
+ * any other failure, *g4_down spares the other victims of this call the
+ * wait. Spared at the first, the victims after a copy that always timed
+ * out stayed whole at every pass, each beginning with it again (test_cold:
+ * test_pressure_one_proof_fails). A writer's reclaim (!demote) does not
+ * wait for the partner: -EINPROGRESS, the demoter proves it.
  */
+enum { G4_UP, G4_DOWN, G4_ONE_SILENT };	/* *g4_down */
+
+/* Why reclaim passed a victim over in this call (passed[id], a mask). */
+#define PASSED_READER 1		/* its extents held by an open reader */
+#define PASSED_SILENT 2		/* a copy of one of its objects not answered for */
+
 static int reclaim_prove(struct kvt_store *st, struct cat *c, uint32_t id,
 			 struct victim_obj *vo, const char *bucket, const char *key,
-			 int demote, int *g4_down, int *lost)
+			 int demote, int *g4_down, uint8_t *passed, int *lost)
 {
 	int rc;
 
 	if (!demote)
 		return -EINPROGRESS;
-	if (*g4_down)
+	/* Asked once a call: each try of a copy that times out costs it. */
+	if (*g4_down == G4_DOWN || (passed && (passed[id] & PASSED_SILENT)))
 		return -ENOSPC;
 	rc = g4_victim_copy_holds(st, vo->id, vo->vid, bucket);
+	if (rc >= 0 || rc == -ENOENT)
+		*g4_down = G4_UP;	/* an answer */
 	if (rc == 1) {
 		vo->g4_proven = 1;
 		return 0;
@@ -345,7 +358,9 @@ static int reclaim_prove(struct kvt_store *st, struct cat *c, uint32_t id,
 	if (rc < 0) {
 		log_err(rc, "cannot prove g4's copy of '%s/%s': segment %u stays whole",
 			bucket, key, id);
-		*g4_down = 1;
+		*g4_down = g4_transient(rc) && *g4_down == G4_UP ? G4_ONE_SILENT : G4_DOWN;
+		if (passed)
+			passed[id] |= PASSED_SILENT;
 		return -ENOSPC;
 	}
 	/* g4_copy_holds() logged what G4 holds instead. */
@@ -367,7 +382,8 @@ static int reclaim_prove(struct kvt_store *st, struct cat *c, uint32_t id,
  */
 static int reclaim_find_unsynced(struct kvt_store *st, struct cat *c, uint32_t id,
 				 struct victim_list *list, const struct session_set *tried,
-				 int refused, struct session_set *need, int demote, int *g4_down)
+				 int refused, struct session_set *need, int demote, int *g4_down,
+				 uint8_t *passed)
 {
 	int rc = 0;
 
@@ -386,7 +402,8 @@ static int reclaim_find_unsynced(struct kvt_store *st, struct cat *c, uint32_t i
 			continue;
 		}
 		if (rc == 0 && in_g4)
-			rc = reclaim_prove(st, c, id, vo, bucket, key, demote, g4_down, &lost);
+			rc = reclaim_prove(st, c, id, vo, bucket, key, demote, g4_down, passed,
+					   &lost);
 		/* A copy that failed: uploaded again, even for plain cache, whose
 		 * copy G4 was to keep. */
 		if (rc == 0 && (lost || (!in_g4 && strcmp(key, session) != 0))) {
@@ -581,8 +598,9 @@ static int reclaim_segment(struct kvt_store *st, uint64_t nfree, int empty_only,
 		return rc;
 	/* An open reader's: the most recent, once per call, and never one
 	 * past the target (empty_only) ("Open readers"). */
-	if (passed && (empty_only || !passed[id]) && seg_hold_probe(st->lock_fd, id) < 0) {
-		passed[id] = 1;
+	if (passed && (empty_only || !(passed[id] & PASSED_READER)) &&
+	    seg_hold_probe(st->lock_fd, id) < 0) {
+		passed[id] |= PASSED_READER;
 		cat_touch_segment(t->cat, id, util_now_ns());
 		return -EALREADY;
 	}
@@ -610,7 +628,7 @@ static int reclaim_segment(struct kvt_store *st, uint64_t nfree, int empty_only,
 	}
 	if (rc == 0)
 		rc = reclaim_find_unsynced(st, t->cat, id, &list, tried, refused, need, demote,
-					   g4_down);
+					   g4_down, passed);
 	if (rc == 0 && need->n > 0)
 		rc = -EINPROGRESS;
 	for (size_t i = 0; rc == 0 && i < list.n; i++) {
@@ -751,10 +769,11 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 	struct session_set tried = { 0 }, todo = { 0 };
 	struct emptied done = { .n = 0 };
 	uint64_t counts[4], target, swept = 0;
-	int rc = 0, r, tries = 0, empty_only = 0, g4_down = 0;
+	int rc = 0, r, tries = 0, empty_only = 0, g4_down = G4_UP;
 	int refused = 0;	/* the store's refusal of a session's demotion */
 	struct quiet quiet = { 0 };	/* reclaim_judge()'s */
-	/* Victims passed over for their readers (NULL: no memory, none are). */
+	/* Victims passed over for their readers, or a proof not answered
+	 * (PASSED_*; NULL: no memory, none are). */
 	uint8_t *passed = calloc(st->nsegs, 1);
 
 	t->in_reclaim = 1;
@@ -851,7 +870,7 @@ static int reclaim_locked(struct kvt_store *st, struct store_thread *t, unsigned
 					refused = reclaim_judge(st, &quiet, k->bucket, k->session, r);
 					/* Nor would a proof get an answer (reclaim_prove()). */
 					if (refused && refused != -EREMCHG)
-						g4_down = 1;
+						g4_down = G4_DOWN;
 				}
 				/* Once per call: a failure leaves the segment whole. */
 				r = session_set_add(&tried, k->bucket, k->session);

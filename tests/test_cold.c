@@ -2388,6 +2388,72 @@ static void pressure_one_fails(int manifest)
 }
 
 /*
+ * A full store of recalled sessions, G4 holding each: reclaim proves each
+ * copy before its object goes cold. The partner not answering for q0's
+ * copy, the coldest, and answering the others: one proof unanswered was
+ * taken for the partner down, and the pass proved nothing else; the next
+ * began with q0 again, and no recalled object went cold.
+ */
+static void test_pressure_one_proof_fails(void **state)
+{
+	struct cold_fault_plan plan = { 0 };
+	struct test_env env;
+	struct kvt_store *st;
+	struct kvt_store_stat s;
+	struct kvt_g4_report rep;
+	struct kvt_g4_opts o = { .idle = 0 };
+	uint64_t self = 0;
+	char key[64], log[600];
+	int cold = 0, saved;
+
+	(void)state;
+	g4_env_init(&env, CAP, SEG);
+	env.cfg.store.high_watermark = 1.0;	/* no pass but this test's */
+	env.cfg.store.low_watermark = 0.99;
+	st = open_faulty(&env, &plan);
+	snprintf(log, sizeof(log), "%s/stderr", env.dir);
+	assert_int_equal(kvt_bucket_create(st, "kvs"), 0);
+	for (int i = 0; i < 40; i++) {
+		snprintf(key, sizeof(key), "q%d/blk", i);
+		assert_int_equal(test_put(st, "kvs", key, 1u << 20, 900 + (uint64_t)i), 0);
+	}
+	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
+	assert_int_equal(rep.objects, 40);
+	for (int i = 0; i < 40; i++) {
+		snprintf(key, sizeof(key), "q%d/blk", i);
+		assert_int_equal(test_check(st, "kvs", key, 1u << 20, 900 + (uint64_t)i), 0);
+	}
+	assert_int_equal(kvt_store_stat(st, &s), 0);
+	assert_int_equal(cat_store_id(store_cat(st), &self), 0);
+	snprintf(plan.only, sizeof(plan.only), ".kvtier/stores/%016" PRIx64 "/kvs/q0/", self);
+	plan.err = -EHOSTUNREACH;
+	plan.fail_heads = plan.fail_gets = 1000;
+	for (int pass = 0; pass < 2; pass++) {
+		saved = stderr_to(log);
+		assert_int_equal(kvt_store_reclaim(st, (unsigned)s.segments), -ENOSPC);
+		stderr_back(saved);
+		assert_int_equal(tier_of(st, "kvs", "q0/blk"), KVT_TIER_HOT);
+		/* Asked once a pass, however often its victim comes round. */
+		assert_int_equal(lines_with(log, "cannot prove g4's copy of 'kvs/q0/blk'"), 1);
+	}
+	/* All but q1 and q2, in q0's segment, which stays whole (q39's, still
+	 * open, is not counted). */
+	for (int i = 1; i < 39; i++) {
+		snprintf(key, sizeof(key), "q%d/blk", i);
+		cold += tier_of(st, "kvs", key) == KVT_TIER_COLD;
+	}
+	fprintf(stderr, "q0's copy not answering: %d of 38 other recalled objects cold\n", cold);
+	assert_int_equal(cold, 36);	/* 33 before */
+	plan.fail_heads = plan.fail_gets = 0;
+	for (int i = 0; i < 40; i++) {
+		snprintf(key, sizeof(key), "q%d/blk", i);
+		assert_int_equal(test_check(st, "kvs", key, 1u << 20, 900 + (uint64_t)i), 0);
+	}
+	kvt_store_close(st);
+	test_env_release(&env);
+}
+
+/*
  * The nightly demotion (kvtier-migrate) of six idle sessions of four
  * objects each, with the partner not answering about n0 (its manifest,
  * manifest 1, or its uploads, 0) and answering
@@ -5987,6 +6053,7 @@ int main(void)
 		cmocka_unit_test(test_pressure_one_session_fails),
 		cmocka_unit_test(test_demote_one_session_fails),
 		cmocka_unit_test(test_demote_unanswered_unproven),
+		cmocka_unit_test(test_pressure_one_proof_fails),
 		cmocka_unit_test(test_store_id_new_unnamed_manifest),
 		cmocka_unit_test(test_two_stores_one_key),
 		cmocka_unit_test(test_two_stores_one_key_swept),
