@@ -2265,6 +2265,18 @@ static void test_pressure_refused_store_wide(void **state)
 	pressure_refused(-ENXIO);
 }
 
+/* The faults of plan for the G4 copies st makes of session's objects in
+ * bucket kvs alone (cold_fault_plan.only). */
+static void fault_only_copies(struct kvt_store *st, struct cold_fault_plan *plan,
+			      const char *session)
+{
+	uint64_t self = 0;
+
+	assert_int_equal(cat_store_id(store_cat(st), &self), 0);
+	snprintf(plan->only, sizeof(plan->only), ".kvtier/stores/%016" PRIx64 "/kvs/%s/", self,
+		 session);
+}
+
 /* Counts the lines of the file at path that hold what. */
 static unsigned lines_with(const char *path, const char *what)
 {
@@ -2313,7 +2325,6 @@ static void pressure_one_fails(int manifest)
 	struct one_fails t = { .plan = { 0 } };
 	struct kvt_store_stat s;
 	unsigned asked, lines;
-	uint64_t self = 0;
 	char key[64];
 	int cold = 0;
 
@@ -2330,14 +2341,12 @@ static void pressure_one_fails(int manifest)
 		assert_int_equal(test_put(t.st, "kvs", key, 1u << 20, 300 + (uint64_t)i), 0);
 	}
 	assert_int_equal(kvt_store_stat(t.st, &s), 0);
-	assert_int_equal(cat_store_id(store_cat(t.st), &self), 0);
 	if (manifest) {
 		snprintf(t.plan.only, sizeof(t.plan.only), COLD_MANIFEST_PREFIX "kvs/p0.json");
 		t.plan.err = -EHOSTUNREACH;
 		t.fault = &t.plan.fail_gets;
 	} else {
-		snprintf(t.plan.only, sizeof(t.plan.only), ".kvtier/stores/%016" PRIx64 "/kvs/p0/",
-			 self);
+		fault_only_copies(t.st, &t.plan, "p0");
 		t.plan.err = -EAGAIN;
 		t.fault = &t.plan.fail_puts;
 	}
@@ -2402,7 +2411,6 @@ static void test_pressure_one_proof_fails(void **state)
 	struct kvt_store_stat s;
 	struct kvt_g4_report rep;
 	struct kvt_g4_opts o = { .idle = 0 };
-	uint64_t self = 0;
 	char key[64], log[600];
 	int cold = 0, saved;
 
@@ -2424,8 +2432,7 @@ static void test_pressure_one_proof_fails(void **state)
 		assert_int_equal(test_check(st, "kvs", key, 1u << 20, 900 + (uint64_t)i), 0);
 	}
 	assert_int_equal(kvt_store_stat(st, &s), 0);
-	assert_int_equal(cat_store_id(store_cat(st), &self), 0);
-	snprintf(plan.only, sizeof(plan.only), ".kvtier/stores/%016" PRIx64 "/kvs/q0/", self);
+	fault_only_copies(st, &plan, "q0");
 	plan.err = -EHOSTUNREACH;
 	plan.fail_heads = plan.fail_gets = 1000;
 	for (int pass = 0; pass < 2; pass++) {
@@ -2469,7 +2476,6 @@ static unsigned demote_one_fails(int manifest)
 	struct kvt_g4_opts o = { .idle = 0, .jobs = 1, .retries = 1 };
 	unsigned *fault = manifest ? &plan.fail_gets : &plan.fail_puts;
 	char key[64], log[600];
-	uint64_t self = 0;
 	int saved;
 
 	g4_env_init(&env, CAP, SEG);
@@ -2480,12 +2486,10 @@ static unsigned demote_one_fails(int manifest)
 		snprintf(key, sizeof(key), "n%d/b%d", i / 4, i % 4);
 		assert_int_equal(test_put(st, "kvs", key, 8192, 500 + (uint64_t)i), 0);
 	}
-	assert_int_equal(cat_store_id(store_cat(st), &self), 0);
 	if (manifest)
 		snprintf(plan.only, sizeof(plan.only), COLD_MANIFEST_PREFIX "kvs/n0.json");
 	else
-		snprintf(plan.only, sizeof(plan.only), ".kvtier/stores/%016" PRIx64 "/kvs/n0/",
-			 self);
+		fault_only_copies(st, &plan, "n0");
 	plan.err = -EHOSTUNREACH;
 	plan.fail_gets = plan.fail_puts = plan.fail_heads = 1000;
 	saved = stderr_to(log);
@@ -2540,7 +2544,6 @@ static void test_demote_unanswered_unproven(void **state)
 	struct kvt_store *st;
 	struct kvt_g4_report rep;
 	struct kvt_g4_opts o = session_opts("kvs", "r0");
-	uint64_t self = 0;
 	char key[64];
 
 	(void)state;
@@ -2554,8 +2557,7 @@ static void test_demote_unanswered_unproven(void **state)
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
 	assert_int_equal(rep.objects, 3);
 	assert_int_equal(kvt_g4_recall_session(st, "kvs", "r0", NULL, &rep), 0);
-	assert_int_equal(cat_store_id(store_cat(st), &self), 0);
-	snprintf(plan.only, sizeof(plan.only), ".kvtier/stores/%016" PRIx64 "/kvs/r0/", self);
+	fault_only_copies(st, &plan, "r0");
 	plan.err = -EHOSTUNREACH;
 	plan.fail_heads = plan.fail_gets = 1000;
 	assert_int_equal(kvt_g4_demote(st, &o, &rep), 0);
