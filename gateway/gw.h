@@ -336,8 +336,11 @@ void http_cut_slow_heads(struct gw_server *srv);
 
 /* A request header (case-insensitive), or NULL. */
 const char *http_hdr(const struct gw_req *rq, const char *name);
-/* Adds x-amz-request-id and friends, queues resp with status, destroys it. */
+/* Adds x-amz-request-id and friends, queues resp with status, destroys it;
+ * resp NULL (it could not be allocated) is http_send_nomem(). */
 void http_send(struct gw_req *rq, unsigned status, struct MHD_Response *resp);
+/* The response could not be allocated: 503 ServiceUnavailable no-memory. */
+void http_send_nomem(struct gw_req *rq);
 /* Waits for background prestages (s3_ops_kv.c) before the store closes. */
 void gw_prestage_wait(struct gw_server *srv);
 /* Body b (ownership taken) with Content-Type ctype. */

@@ -96,11 +96,29 @@ struct MHD_Response *http_response_empty(void)
 	return MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
 }
 
+/*
+ * An S3 error all the same: its body is small enough to fit where the
+ * response meant did not. Where even it cannot be built, nothing is sent: the
+ * access handler returns MHD_NO (a status set, nothing queued), which drops
+ * the connection (libmicrohttpd sends no answer of its own), and the access
+ * log and /metrics name the code as for one sent. Before, every such request
+ * was logged as a 500 with no code, and its connection dropped.
+ */
+void http_send_nomem(struct gw_req *rq)
+{
+	if (rq->queued)
+		return;
+	if (rq->err_code != S3_NO_MEMORY) {
+		http_send_error(rq, S3_NO_MEMORY, NULL);	/* back here if it fails */
+		return;
+	}
+	rq->status = s3_err_status(S3_NO_MEMORY);
+}
+
 void http_send(struct gw_req *rq, unsigned status, struct MHD_Response *resp)
 {
 	if (!resp) {
-		/* Out of memory: libmicrohttpd answers 500 itself when we return NO. */
-		rq->status = 500;
+		http_send_nomem(rq);
 		return;
 	}
 	if (rq->queued) {
@@ -137,14 +155,14 @@ void http_send_buf(struct gw_req *rq, unsigned status, const char *ctype, struct
 
 	if (gw_buf_failed(b)) {
 		gw_buf_release(b);
-		http_send(rq, 500, NULL);
+		http_send_nomem(rq);
 		return;
 	}
 	data = gw_buf_detach(b, &len);
 	resp = data ? MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE) : NULL;
 	if (!resp) {
 		free(data);
-		http_send(rq, 500, NULL);
+		http_send_nomem(rq);
 		return;
 	}
 	if (ctype)
@@ -171,6 +189,8 @@ void http_send_error(struct gw_req *rq, enum s3_code code, const char *msg)
 	size_t len;
 	char *data;
 
+	if (!rq->queued)
+		rq->err_code = code;	/* a second response is dropped, and not it */
 	gw_buf_init(&b);
 	gw_buf_puts(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error>");
 	xml_elem(&b, "Code", s3_err_name(code));
@@ -197,14 +217,14 @@ void http_send_error(struct gw_req *rq, enum s3_code code, const char *msg)
 	gw_buf_puts(&b, "</Error>");
 	if (gw_buf_failed(&b)) {
 		gw_buf_release(&b);
-		http_send(rq, 500, NULL);
+		http_send_nomem(rq);
 		return;
 	}
 	data = gw_buf_detach(&b, &len);
 	resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
 	if (!resp) {
 		free(data);
-		http_send(rq, 500, NULL);
+		http_send_nomem(rq);
 		return;
 	}
 	MHD_add_response_header(resp, "Content-Type", "application/xml");
@@ -217,8 +237,6 @@ void http_send_error(struct gw_req *rq, enum s3_code code, const char *msg)
 		log_info("request %s: %s %s: %u %s: %s", rq->id, rq->method, rq->raw_uri, status,
 			 s3_err_name(code), msg && *msg ? msg : s3_err_message(code));
 	rq->bytes_out += len;
-	if (!rq->queued)
-		rq->err_code = code;	/* a second response is dropped, and not it */
 	http_send(rq, status, resp);
 }
 
@@ -558,7 +576,7 @@ static void http_begin(struct gw_req *rq)
 
 	MHD_get_connection_values(rq->conn, MHD_HEADER_KIND, http_hdr_iter, &walk);
 	if (walk.failed) {
-		http_send(rq, 500, NULL);
+		http_send_nomem(rq);
 		return;
 	}
 	if (!rq->raw_uri) {
@@ -567,7 +585,7 @@ static void http_begin(struct gw_req *rq)
 	}
 	rc = s3_route_parse(&rq->route, rq->raw_uri, http_hdr(rq, "Host"), srv->opt.domain);
 	if (rc < 0) {
-		http_send_error(rq, rc == -ENOMEM ? S3_SERVICE_UNAVAILABLE : S3_INVALID_URI, NULL);
+		http_send_error(rq, rc == -ENOMEM ? S3_NO_MEMORY : S3_INVALID_URI, NULL);
 		return;
 	}
 	if (walk.bytes > GW_MAX_HEADER_BYTES) {
@@ -625,7 +643,7 @@ static void http_begin(struct gw_req *rq)
 	/* How the body arrives and what it must hash to. */
 	rq->chunked = rq->auth.payload >= AUTH_PAYLOAD_STREAMING;
 	if (rq->chunked && chunk_init(&rq->chunk, &rq->auth) < 0) {
-		http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+		http_send_error(rq, S3_NO_MEMORY, NULL);
 		return;
 	}
 	dlen = http_hdr(rq, "x-amz-decoded-content-length");
@@ -646,7 +664,7 @@ static void http_begin(struct gw_req *rq)
 	if (rq->auth.payload == AUTH_PAYLOAD_SHA256) {
 		rq->payload_sha = EVP_MD_CTX_new();
 		if (!rq->payload_sha || EVP_DigestInit_ex(rq->payload_sha, EVP_sha256(), NULL) != 1) {
-			http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+			http_send_error(rq, S3_NO_MEMORY, NULL);
 			return;
 		}
 	}
@@ -753,14 +771,14 @@ static enum s3_code http_payload(void *arg, const char *data, size_t len)
 		if (rq->body.len + len > rq->body_max)
 			return S3_MAX_MESSAGE_LENGTH_EXCEEDED;
 		if (gw_buf_append(&rq->body, data, len) < 0)
-			return S3_SERVICE_UNAVAILABLE;
+			return S3_NO_MEMORY;
 		break;
 	case GW_BODY_WRITER:
 		if (rq->payload_len > rq->srv->opt.max_object)
 			return S3_ENTITY_TOO_LARGE;
 		/* Staged; past GW_STAGE_MAX the access handler flushes it (http_flush). */
 		if (gw_buf_append(&rq->body, data, len) < 0)
-			return S3_SERVICE_UNAVAILABLE;
+			return S3_NO_MEMORY;
 		break;
 	}
 	return S3_OK;
@@ -1026,7 +1044,7 @@ enum MHD_Result http_access_cb(void *cls, struct MHD_Connection *conn, const cha
 		rq->conn = conn;
 		rq->method = method;
 		http_begin(rq);
-		return rq->status == 500 && !rq->queued ? MHD_NO : MHD_YES;
+		return rq->status && !rq->queued ? MHD_NO : MHD_YES;	/* http_send_nomem */
 	}
 	if (*upload_data_size > 0) {
 		http_body(rq, upload_data, *upload_data_size);

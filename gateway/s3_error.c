@@ -89,8 +89,14 @@ static const struct {
 		"Your request header section exceeds the maximum allowed size." },
 	[S3_REQUEST_TIME_TOO_SKEWED] = { "RequestTimeTooSkewed", 403,
 		"The difference between the request time and the current time is too large." },
-	[S3_SERVICE_UNAVAILABLE] = { "ServiceUnavailable", 503,
-		"Please reduce your request rate." },
+	/* -ENOMEM, and a response that could not be allocated (http_send_nomem):
+	 * not the store's InternalError (nothing is wrong with it or the
+	 * request) nor SlowDown (the client's rate may not be the cause); a
+	 * 503 with Retry-After, which clients retry, as S3 does when it is
+	 * short of a resource. */
+	[S3_NO_MEMORY] = { "ServiceUnavailable", 503,
+		"The server is out of memory for this request now. Please retry later.",
+		"no-memory" },
 	[S3_SIGNATURE_DOES_NOT_MATCH] = { "SignatureDoesNotMatch", 403,
 		"The request signature we calculated does not match the signature you provided. "
 		"Check your key and signing method." },
@@ -165,7 +171,7 @@ static const struct {
 	{ EBUSY, S3_CTX_ANY, S3_SLOW_DOWN },
 	/* -ESTALE: reclaim took the version being read; a retry reads the new one. */
 	{ ESTALE, S3_CTX_ANY, S3_SLOW_DOWN },
-	{ ENOMEM, S3_CTX_ANY, S3_SERVICE_UNAVAILABLE },
+	{ ENOMEM, S3_CTX_ANY, S3_NO_MEMORY },
 	/* -EROFS: the store's file system went read-only (kvt_store_readonly). */
 	{ EROFS, S3_CTX_ANY, S3_READ_ONLY },
 	/* -EHOSTUNREACH: a cold object's recall found G4 not answering. */

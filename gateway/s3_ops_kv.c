@@ -85,7 +85,7 @@ bad:
 	return S3_INVALID_ARGUMENT;
 nomem:
 	xml_keylist_release(out);
-	return S3_SERVICE_UNAVAILABLE;
+	return S3_NO_MEMORY;
 }
 
 /*
@@ -203,7 +203,7 @@ static void s3_kv_run(struct gw_req *rq, bool prestage)
 		if (!j || !j->bucket || !j->session) {
 			if (j)
 				prestage_job_free(j);
-			http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+			http_send_error(rq, S3_NO_MEMORY, NULL);
 			return;
 		}
 		if (!prestage_start(j)) {
@@ -299,7 +299,7 @@ static void s3_kv_run(struct gw_req *rq, bool prestage)
 	xml_keylist_release(&keys);
 	if (gw_buf_failed(&b)) {
 		gw_buf_release(&b);
-		http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+		http_send_error(rq, S3_NO_MEMORY, NULL);
 		return;
 	}
 	{
@@ -309,7 +309,7 @@ static void s3_kv_run(struct gw_req *rq, bool prestage)
 		resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
 		if (!resp) {
 			free(data);
-			http_send(rq, 500, NULL);
+			http_send_nomem(rq);
 			return;
 		}
 		rq->bytes_out += len;

@@ -98,7 +98,7 @@ static bool s3_upload_load(struct gw_req *rq, const char **idp, struct kvt_objec
 	o = kvt_reader_object(r);
 	key = malloc(o->size + 1);
 	if (!key || o->size > KVT_KEY_MAX) {
-		http_send_error(rq, key ? S3_INTERNAL_ERROR : S3_SERVICE_UNAVAILABLE, NULL);
+		http_send_error(rq, key ? S3_INTERNAL_ERROR : S3_NO_MEMORY, NULL);
 		goto out;
 	}
 	n = o->size ? kvt_reader_pread(r, key, o->size, 0) : 0;
@@ -227,7 +227,7 @@ static enum s3_code s3_uploads_reserve(struct gw_server *srv, const char *bucket
 	}
 	if (!c) {
 		if (UTIL_GROW(u->v, u->nv, u->cap) < 0) {
-			code = S3_SERVICE_UNAVAILABLE;
+			code = S3_NO_MEMORY;
 			goto out;
 		}
 		c = &u->v[u->nv++];
@@ -761,7 +761,7 @@ void s3_op_complete_multipart(struct gw_req *rq)
 	etags = calloc(pl.n, sizeof(*etags));
 	md5 = EVP_MD_CTX_new();
 	if (!keys || !etags || !md5 || EVP_DigestInit_ex(md5, EVP_md5(), NULL) != 1) {
-		http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+		http_send_error(rq, S3_NO_MEMORY, NULL);
 		goto out;
 	}
 	/* Order first, as S3: a list out of order is wrong whatever the parts are. */
@@ -778,7 +778,7 @@ void s3_op_complete_multipart(struct gw_req *rq)
 
 		keys[i] = malloc(KVT_BUCKET_MAX + S3_UPLOAD_ID_LEN + 16);
 		if (!keys[i]) {
-			http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+			http_send_error(rq, S3_NO_MEMORY, NULL);
 			goto out;
 		}
 		s3_part_key(keys[i], KVT_BUCKET_MAX + S3_UPLOAD_ID_LEN + 16, rq->route.bucket, id,
@@ -811,7 +811,7 @@ void s3_op_complete_multipart(struct gw_req *rq)
 		etags[i] = strdup(part->etag);
 		kvt_object_free(part);
 		if (!etags[i]) {
-			http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+			http_send_error(rq, S3_NO_MEMORY, NULL);
 			goto out;
 		}
 		EVP_DigestUpdate(md5, bin, 16);
@@ -834,7 +834,7 @@ void s3_op_complete_multipart(struct gw_req *rq)
 	if (!gw_buf_failed(&runs) && runs.len <= GW_PARTS_META_MAX) {
 		allmeta = calloc(meta->nmeta + 1, sizeof(*allmeta));
 		if (!allmeta) {
-			http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+			http_send_error(rq, S3_NO_MEMORY, NULL);
 			goto out;
 		}
 		if (meta->nmeta)
@@ -1234,7 +1234,7 @@ void s3_op_list_multipart_uploads(struct gw_req *rq)
 			continue;
 		cp = strndup(pick[i].e->key, pick[i].cp_len);
 		if (!cp) {
-			b.failed = true;	/* http_send_xml answers 500 */
+			b.failed = true;	/* http_send_xml answers no-memory */
 			break;
 		}
 		xml_open(&b, "CommonPrefixes");

@@ -220,7 +220,7 @@ static enum s3_code s3_collect_meta_code(struct gw_req *rq, const char **msg)
 					if (name)
 						sprintf(name, GW_SYSMETA_PREFIX "%s", s3_stored_headers[k]);
 					else
-						return S3_SERVICE_UNAVAILABLE;
+						return S3_NO_MEMORY;
 					break;
 				}
 			}
@@ -228,7 +228,7 @@ static enum s3_code s3_collect_meta_code(struct gw_req *rq, const char **msg)
 				continue;
 		}
 		if (!name)
-			return S3_SERVICE_UNAVAILABLE;
+			return S3_NO_MEMORY;
 		for (char *c = name; *c; c++)
 			if (*c >= 'A' && *c <= 'Z')
 				*c = (char)(*c - 'A' + 'a');
@@ -238,22 +238,22 @@ static enum s3_code s3_collect_meta_code(struct gw_req *rq, const char **msg)
 
 			if (!enc) {
 				free(name);
-				return S3_SERVICE_UNAVAILABLE;
+				return S3_NO_MEMORY;
 			}
 			rc = *enc ? s3_meta_add(rq, name, enc) : (free(name), 0);
 			free(enc);
 			if (rc < 0)
-				return S3_SERVICE_UNAVAILABLE;
+				return S3_NO_MEMORY;
 			continue;
 		}
 		if (s3_meta_add(rq, name, v) < 0)
-			return S3_SERVICE_UNAVAILABLE;
+			return S3_NO_MEMORY;
 	}
 	/* S3: names and values of user metadata together, at most 2 KB. */
 	if (user_bytes > KVT_META_MAX)
 		return S3_METADATA_TOO_LARGE;
 	if (ct && !(rq->content_type = strdup(ct)))
-		return S3_SERVICE_UNAVAILABLE;
+		return S3_NO_MEMORY;
 	rq->put.content_type = rq->content_type;
 	rq->put.meta = rq->meta;
 	rq->put.nmeta = rq->nmeta;
@@ -447,7 +447,7 @@ enum s3_code s3_copy_source(const char *v, char **bucket, char **key)
 		free(*bucket);
 		free(*key);
 		*bucket = *key = NULL;
-		return S3_SERVICE_UNAVAILABLE;
+		return S3_NO_MEMORY;
 	}
 	return S3_OK;
 }
@@ -768,7 +768,7 @@ static struct MHD_Response *s3_whole_response(struct gw_req *rq, struct kvt_read
 	ssize_t n;
 
 	if (!buf) {
-		http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+		http_send_error(rq, S3_NO_MEMORY, NULL);
 		return NULL;
 	}
 	n = kvt_reader_pread(r, buf, len, start);
@@ -782,7 +782,7 @@ static struct MHD_Response *s3_whole_response(struct gw_req *rq, struct kvt_read
 	resp = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
 	if (!resp) {
 		free(buf);
-		http_send(rq, 500, NULL);
+		http_send_nomem(rq);
 		return NULL;
 	}
 	rq->bytes_out += len;
@@ -828,7 +828,7 @@ static struct MHD_Response *s3_map_response(struct gw_req *rq, struct kvt_reader
 	mv = malloc(niov * sizeof(*mv));
 	if (!mv) {
 		kvt_map_free(m);
-		http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+		http_send_error(rq, S3_NO_MEMORY, NULL);
 		return NULL;
 	}
 	for (unsigned i = 0; i < niov; i++)
@@ -838,7 +838,7 @@ static struct MHD_Response *s3_map_response(struct gw_req *rq, struct kvt_reader
 	free(mv);
 	if (!resp) {
 		kvt_map_free(m);
-		http_send(rq, 500, NULL);
+		http_send_nomem(rq);
 		return NULL;
 	}
 	rq->bytes_out += len;
@@ -1051,7 +1051,7 @@ void s3_op_get_object(struct gw_req *rq)
 	} else {
 		s = calloc(1, sizeof(*s));
 		if (!s) {
-			http_send_error(rq, S3_SERVICE_UNAVAILABLE, NULL);
+			http_send_error(rq, S3_NO_MEMORY, NULL);
 			goto out;
 		}
 		s->r = r;
@@ -1064,14 +1064,14 @@ void s3_op_get_object(struct gw_req *rq)
 							 s3_stream_free);
 		if (!resp) {
 			free(s);
-			http_send(rq, 500, NULL);
+			http_send_nomem(rq);
 			goto out;
 		}
 		r = NULL;	/* the response owns it now */
 		rq->bytes_out += s->len;
 	}
 	if (!resp) {
-		http_send(rq, 500, NULL);
+		http_send_nomem(rq);
 		goto out;
 	}
 	s3_object_headers(rq, resp, o);
