@@ -1290,35 +1290,59 @@ out:
 }
 
 /*
- * What getxattr can read, and nothing else: a symbolic link has none here,
- * for Linux answers ENODATA to any user.* name of one without asking
- * (xattr_permission() in fs/xattr.c); a file not yet published has only
- * the pin and the session its writer may set before close (op_getxattr).
+ * Whether getxattr reads name x of n (op_getxattr), which is what listxattr
+ * lists and what setxattr's XATTR_CREATE (EEXIST) and XATTR_REPLACE (ENODATA)
+ * go by: a published file has them all; a file not yet published only the
+ * pin and the session its writer may set before close; a directory, the
+ * root and a symbolic link none (Linux answers ENODATA to any user.* name
+ * of a link without asking: xattr_permission() in fs/xattr.c).
+ * user.kvtier.prestage is never there: setting it is a request, not a value.
  */
+static int xattr_there(struct kvfs *kv, struct node *n, enum kvfs_xattr x)
+{
+	int pending, psession;
+
+	if (n->type != NODE_FILE)
+		return 0;
+	pthread_mutex_lock(&kv->lock);
+	pending = n->pending;
+	psession = n->psession && *n->psession;
+	pthread_mutex_unlock(&kv->lock);
+	switch (x) {
+	case KVFS_XATTR_TIER:
+	case KVFS_XATTR_ETAG:
+	case KVFS_XATTR_CHECKSUM:
+		return !pending;
+	case KVFS_XATTR_SESSION:
+		return !pending || psession;
+	case KVFS_XATTR_PIN:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	/* The session and the pin last: a pending file lists the tail. */
-	static const char names[] = XATTR_TIER "\0" XATTR_ETAG "\0" XATTR_CHECKSUM "\0"
-				    XATTR_SESSION "\0" XATTR_PIN "\0";
-	const char *list = names;
+	static const struct { const char *name; enum kvfs_xattr x; } names[] = {
+		{ XATTR_TIER, KVFS_XATTR_TIER }, { XATTR_ETAG, KVFS_XATTR_ETAG },
+		{ XATTR_CHECKSUM, KVFS_XATTR_CHECKSUM }, { XATTR_SESSION, KVFS_XATTR_SESSION },
+		{ XATTR_PIN, KVFS_XATTR_PIN },
+	};
+	char list[sizeof(XATTR_TIER XATTR_ETAG XATTR_CHECKSUM XATTR_SESSION XATTR_PIN) + 5];
 	struct kvfs *kv = req_kv(req);
 	struct node *n = node_get(kv, ino);
 	size_t len = 0;
-	int pending, psession;
 
 	if (!n) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	pthread_mutex_lock(&kv->lock);
-	pending = n->pending;
-	psession = n->psession && *n->psession;
-	pthread_mutex_unlock(&kv->lock);
-	if (n->type == NODE_FILE && !pending) {
-		len = sizeof(names) - 1;
-	} else if (n->type == NODE_FILE) {
-		len = sizeof(XATTR_PIN) + (psession ? sizeof(XATTR_SESSION) : 0);
-		list = names + sizeof(names) - 1 - len;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (xattr_there(kv, n, names[i].x)) {
+			memcpy(list + len, names[i].name, strlen(names[i].name) + 1);
+			len += strlen(names[i].name) + 1;
+		}
 	}
 	node_put(kv, n);
 	if (size == 0)
@@ -1499,14 +1523,32 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 		rc = node_path(kv, n, &bucket, &key);
 	if (rc < 0)
 		goto out;
-	/* A session and a pin are there on every file: there is none to create. */
-	if ((flags & XATTR_CREATE) && (x == KVFS_XATTR_SESSION || x == KVFS_XATTR_PIN)) {
-		rc = -EEXIST;
+	/*
+	 * Of a name that can be set here, what a file system answers:
+	 * XATTR_CREATE of one getxattr reads is EEXIST, XATTR_REPLACE of one
+	 * it does not ENODATA. So the prestage, never there, takes
+	 * XATTR_CREATE and refuses XATTR_REPLACE (it took both), and a
+	 * session of a file not yet published takes XATTR_CREATE until one
+	 * is set (it was EEXIST). A session or pin of a directory cannot be
+	 * set at all: EISDIR whatever the flags (XATTR_CREATE was EEXIST).
+	 */
+	if (n->type != NODE_FILE && (x == KVFS_XATTR_SESSION || x == KVFS_XATTR_PIN)) {
+		rc = -EISDIR;
 		goto out;
+	}
+	if (x == KVFS_XATTR_SESSION || x == KVFS_XATTR_PIN || x == KVFS_XATTR_PRESTAGE) {
+		int there = xattr_there(kv, n, x);
+
+		if ((flags & XATTR_CREATE) && there)
+			rc = -EEXIST;
+		else if ((flags & XATTR_REPLACE) && !there)
+			rc = -ENODATA;
+		if (rc < 0)
+			goto out;
 	}
 	switch (x) {
 	case KVFS_XATTR_SESSION:
-		rc = n->type != NODE_FILE ? -EISDIR : kvfs_xattr_session(value, size, &session);
+		rc = kvfs_xattr_session(value, size, &session);
 		if (rc == 0)
 			rc = xattr_session(kv, n, bucket, key, session);
 		break;

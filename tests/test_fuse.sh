@@ -485,6 +485,22 @@ for call, err in ((lambda: os.removexattr(p, "user.nothing"), 61),
         assert e.errno == err, (err, e)
 assert os.getxattr(p, "user.kvtier.session") == b"conv-moved"
 os.setxattr(p, "user.kvtier.session", b"conv-moved", os.XATTR_REPLACE)
+# The prestage is never there to read: XATTR_REPLACE is ENODATA, as for any
+# name that is not there, and XATTR_CREATE is a prestage (both were one).
+# A directory has no session or pin to set, whatever the flags: EISDIR
+# (XATTR_CREATE of a session was EEXIST).
+conv1 = os.path.join(d, "conv1")
+for call, err in ((lambda: os.setxattr(conv1, "user.kvtier.prestage", b"1", os.XATTR_REPLACE), 61),
+                  (lambda: os.setxattr(p, "user.kvtier.prestage", b"1", os.XATTR_REPLACE), 61),
+                  (lambda: os.setxattr(conv1, "user.kvtier.session", b"x", os.XATTR_CREATE), 21),
+                  (lambda: os.setxattr(conv1, "user.kvtier.pin", b"1", os.XATTR_REPLACE), 21)):
+    try:
+        call()
+        raise SystemExit("an xattr call that should fail errno %d succeeded" % err)
+    except OSError as e:
+        assert e.errno == err, (err, e)
+os.setxattr(conv1, "user.kvtier.prestage", b"1", os.XATTR_CREATE)
+os.setxattr(p, "user.kvtier.prestage", b"1", os.XATTR_CREATE)
 # setfattr -x gives a file back to its key's session (it was ENOTSUP: once
 # set, a session could not be cleared); also when set while open for writing.
 os.removexattr(p, "user.kvtier.session")
@@ -516,7 +532,19 @@ with open(q, "wb") as f:
     assert os.listxattr(q) == ["user.kvtier.pin"], os.listxattr(q)
     assert os.getxattr(q, "user.kvtier.pin") == b"0"
     # And the session, once set (it was set, yet read ENODATA until close).
-    os.setxattr(q, "user.kvtier.session", b"conv-pending")
+    # Before, it is not there: XATTR_REPLACE is ENODATA, XATTR_CREATE sets
+    # it (it was EEXIST), and then it is there (EEXIST).
+    try:
+        os.setxattr(q, "user.kvtier.session", b"conv-pending", os.XATTR_REPLACE)
+        raise SystemExit("XATTR_REPLACE of a session not yet set succeeded")
+    except OSError as e:
+        assert e.errno == 61, e   # ENODATA
+    os.setxattr(q, "user.kvtier.session", b"conv-pending", os.XATTR_CREATE)
+    try:
+        os.setxattr(q, "user.kvtier.session", b"conv-pending", os.XATTR_CREATE)
+        raise SystemExit("XATTR_CREATE of a session set before succeeded")
+    except OSError as e:
+        assert e.errno == 17, e   # EEXIST
     assert set(os.listxattr(q)) == {"user.kvtier.pin", "user.kvtier.session"}, os.listxattr(q)
     assert os.getxattr(q, "user.kvtier.session") == b"conv-pending"
     f.write(b"x")
