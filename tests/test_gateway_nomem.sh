@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/test_gateway_nomem.sh - kvtier-gateway when it cannot allocate a
-# response: the real gateway on loopback with tests/gateway/nomem-preload
+# response: the real gateway on loopback with tests/gw_nomem_preload
 # preloaded, which makes libmicrohttpd's MHD_create_response_from_buffer()
 # fail for every body holding the bytes "kvtnomem". The answer is an S3
 # error (503 ServiceUnavailable, reason no-memory) that the access log and
@@ -15,12 +15,12 @@ kvt_setup
 # shellcheck source=tests/gateway/lib.sh
 . "$top_srcdir/tests/gateway/lib.sh"
 T=$KVT_TMP
-NOMEM=$top_builddir/tests/gateway/nomem-preload
+NOMEM=$top_builddir/tests/gw_nomem_preload
 [ -f "$NOMEM" ] || fail "no $NOMEM (make check builds it)"
 command -v curl >/dev/null 2>&1 || skip "no curl"
 
 step "a gateway whose responses holding 'kvtnomem' cannot be allocated"
-# A sanitizer's runtime wants to be loaded first; nomem-preload intercepts no
+# A sanitizer's runtime wants to be loaded first; gw_nomem_preload intercepts no
 # allocation of its.
 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
 KVT_NOMEM_BODY=kvtnomem

@@ -1,5 +1,5 @@
 /*
- * tests/gateway/nomem.c - an LD_PRELOAD library for test_gateway_nomem.sh:
+ * tests/gw_nomem_preload.c - an LD_PRELOAD library for test_gateway_nomem.sh:
  * libmicrohttpd's MHD_create_response_from_buffer() fails, as it does when
  * it cannot allocate the response, for every body that holds the bytes of
  * $KVT_NOMEM_BODY. The gateway calls it through the PLT, so this one comes
