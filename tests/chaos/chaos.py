@@ -63,7 +63,7 @@ from botocore.exceptions import ResponseStreamingError
 BUCKET = "chaos"
 G4_BUCKET = "g4bucket"
 G4_PREFIX = "chaos"
-HDR = 160
+HDR = 400
 MAGIC = b"KVCHAOS1"
 
 
@@ -654,6 +654,9 @@ class FuseWorker(Worker):
             return False
 
     def read(self, k):
+        if self.rnd.random() < 0.1:
+            self.move(k)
+            return
         try:
             fd = os.open(k.name, os.O_RDONLY, dir_fd=self.sys.mnt_fd)
             try:
@@ -670,6 +673,33 @@ class FuseWorker(Worker):
             self.missing(k, "fuse")
         except OSError:
             self.stats.add("errors_fuse")
+
+    def move(self, k):
+        """Moves k to another session (user.kvtier.session), or back to the
+        one its key names: its bytes stay; a cold k keeps its G4 copy, and
+        the next migrator run of either session rewrites both manifests."""
+        to = self.rnd.choice(self.sys.sessions + [None])
+        try:
+            fd = os.open(k.name, os.O_RDONLY, dir_fd=self.sys.mnt_fd)
+            try:
+                if to is None:
+                    try:
+                        os.removexattr(fd, "user.kvtier.session")
+                    except OSError as e:
+                        if e.errno != 61:   # ENODATA: never set
+                            raise
+                else:
+                    os.setxattr(fd, "user.kvtier.session", to.encode())
+            finally:
+                os.close(fd)
+            self.stats.add("session_moves")
+            with k.lock:
+                k.note("session %s" % (to or "of its key"))
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            self.stats.add("errors_fuse")
+            self.stats.sample("fuse", "move: " + repr(e)[:150])
 
     def delete(self, k):
         try:
@@ -829,60 +859,91 @@ def read_partner_object(s3, key):
 
 def g4_objects(system):
     """Reads the partner bucket past the proxy. Returns the (key, version) of
-    every payload object, the (key, version) the sessions' manifests list
+    every payload copy, the (key, version) the sessions' manifests list
     (what the store holds verified in G4: reclaim turns those cold, never
-    drops them), the number of objects that do not verify though a manifest
-    lists them, and the number of failed uploads the partner kept."""
+    drops them), the number of copies that do not verify (or are gone)
+    though a manifest lists them, and the number of failed uploads the
+    partner kept.
+
+    A store names each version it uploads .kvtier/stores/STORE/BUCKET/KEY~VID
+    (.kvtier/stores/STORE/.versions/BUCKET/VID when the partner cannot hold
+    that name), and before that BUCKET/KEY: so every object under the url but
+    the manifests is a copy, and the payload's header says whose. A manifest
+    entry names its copy (g4_key, under the url; none: BUCKET/KEY). This
+    read only chaos/BUCKET/ once, which the per-store names left empty: the
+    damage check then saw no copy at all and passed."""
     s3 = boto3.client("s3", endpoint_url="http://127.0.0.1:%d" % system.s3_port,
                       aws_access_key_id="S3RVER", aws_secret_access_key="S3RVER",
                       region_name="us-east-1",
                       config=Config(signature_version="s3v4", s3={"addressing_style": "path"}))
-    found, listed, damaged = {}, set(), {}
-    in_manifest = {}
-    prefix = "%s/%s/" % (G4_PREFIX, BUCKET)
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=G4_BUCKET, Prefix=prefix):
+    copies = {}     # G4 name under the url -> (key, version), or None: does not verify
+    sizes = {}
+    root = G4_PREFIX + "/"
+    mprefix = ".kvtier/manifests/%s/" % BUCKET
+    manifests = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=G4_BUCKET, Prefix=root):
         for o in page.get("Contents", []):
-            key = o["Key"][len(prefix):]
-            if key.endswith("/"):
-                continue    # a directory the mount made, not a payload
-            data = read_partner_object(s3, o["Key"])
-            ver = check_payload(key, data)
-            if ver is None:
-                damaged[key] = len(data)
-            else:
-                found[key] = ver
-    mprefix = "%s/.kvtier/manifests/%s/" % (G4_PREFIX, BUCKET)
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=G4_BUCKET, Prefix=mprefix):
-        for o in page.get("Contents", []):
-            body = read_partner_object(s3, o["Key"])
-            try:
-                m = json.loads(body)
-            except ValueError:
-                # s3rver writes an object in place: a PUT cut by a kill or a
-                # fault can leave it empty (S3 itself is atomic). Manifests
-                # only annotate LOST lines here; kvtier's import refuses them.
-                log("G4 manifest %s unreadable (%d bytes)" % (o["Key"], len(body)))
+            name = o["Key"][len(root):]
+            if name.endswith("/") or re.search(r"/~[0-9a-f]{16}$", name):
+                continue    # a directory the mount made ("s01/"), not a payload
+            if name.startswith(".kvtier/manifests/"):
+                if name.startswith(mprefix):
+                    manifests.append(o["Key"])
                 continue
-            for e in m["objects"]:
-                in_manifest[e["key"]] = e.get("size")
-                if e["key"] in found:
-                    listed.add((e["key"], found[e["key"]]))
-    # A G4 object that does not verify is damage kvtier relies on only if a
+            data = read_partner_object(s3, o["Key"])
+            sizes[name] = len(data)
+            try:
+                key = data[:HDR].split(b" ")[1].decode()
+            except (IndexError, UnicodeDecodeError):
+                key = None
+            ver = check_payload(key, data) if key else None
+            copies[name] = (key, ver) if ver is not None else None
+    listed, in_manifest = set(), {}
+    for mkey in manifests:
+        body = read_partner_object(s3, mkey)
+        try:
+            m = json.loads(body)
+        except ValueError:
+            # s3rver writes an object in place: a PUT cut by a kill or a
+            # fault can leave it empty (S3 itself is atomic). Manifests
+            # only annotate LOST lines here; kvtier's import refuses them.
+            log("G4 manifest %s unreadable (%d bytes)" % (mkey, len(body)))
+            continue
+        for e in m["objects"]:
+            if e["key"].endswith("/"):
+                continue    # a directory, which holds no payload
+            name = e.get("g4_key") or "%s/%s" % (BUCKET, e["key"])
+            in_manifest[name] = (e["key"], e.get("size"), mkey)
+            c = copies.get(name)
+            if c and c[0] == e["key"]:
+                listed.add(c)
+    # A copy that does not verify is damage kvtier relies on only if a
     # manifest lists it with that size (demotion writes the manifest after
-    # verifying every upload). s3rver stores a PUT cut by a kill or a
-    # dropped connection as a short object with a 200 (it does not check
-    # Content-Length), over the last whole one; S3 would keep the old one.
-    # Those failed uploads, never recorded, are counted apart; every key is
-    # also read back through kvtier below.
+    # verifying every upload), and so is one a manifest lists that is gone.
+    # s3rver stores a PUT cut by a kill or a dropped connection as a short
+    # object with a 200 (it does not check Content-Length); S3 would keep
+    # nothing. Those failed uploads, never recorded, are counted apart; every
+    # key is also read back through kvtier below.
     bad = torn = 0
-    for key, size in sorted(damaged.items()):
-        if in_manifest.get(key) == size:
+    for name, c in sorted(copies.items()):
+        if c is not None:
+            continue
+        if name in in_manifest and in_manifest[name][1] == sizes[name]:
             bad += 1
-            log("G4 DAMAGED: %s (%d bytes), listed in a manifest" % (key, size))
+            log("G4 DAMAGED: %s (%d bytes), listed in %s" % (name, sizes[name],
+                                                            in_manifest[name][2]))
         else:
             torn += 1
-            log("G4 failed upload left by the partner: %s (%d bytes)" % (key, size))
-    return set(found.items()), listed, bad, torn
+            log("G4 failed upload left by the partner: %s (%d bytes)" % (name, sizes[name]))
+    for name, (key, size, mkey) in sorted(in_manifest.items()):
+        if name not in copies:
+            bad += 1
+            log("G4 MISSING: %s (%s, %s bytes), listed in %s" % (name, key, size, mkey))
+        elif copies[name] and copies[name][0] != key:
+            bad += 1
+            log("G4 DAMAGED: %s holds %s, listed in %s as %s" % (name, copies[name][0],
+                                                                 mkey, key))
+    return set(c for c in copies.values() if c), listed, bad, torn
 
 
 def final_check(system, stats, keys):
@@ -971,6 +1032,7 @@ def main():
 
         nsess = 6
         sessions = ["s%02d" % i for i in range(nsess)]
+        system.sessions = sessions
         deadline = time.time() + args.seconds
         workers, keys = [], []
         for kind, cls, n in (("s3a", S3Worker, 16), ("s3b", S3Worker, 16),
@@ -980,6 +1042,10 @@ def main():
             if kind.startswith("s3"):
                 # Plain cache: keys that are their own session.
                 ks += [Key("cache-%s-%d" % (kind, i), False) for i in range(6)]
+                # A last component too long for KEY~VID at the partner
+                # (over 238 bytes): the copy goes under the version's name.
+                ks += [Key("%s/%s-%d-%s" % (sessions[i], kind, i, "L" * 240), False)
+                       for i in range(2)]
             keys += ks
             workers.append(cls(kind, system, stats, ks, args.seed ^ hash(kind), deadline))
         fill = [Key("fill/f-%d" % i, True) for i in range(40)]
@@ -1025,6 +1091,7 @@ def main():
             "reads": c.get("reads", 0), "lookups": c.get("lookups", 0),
             "deletes": c.get("deletes", 0),
             "demotions": c.get("demotions", 0), "recalls": c.get("recalls", 0),
+            "session_moves": c.get("session_moves", 0),
             "migrate_failures": c.get("migrate_failures", 0),
             "kills": kills,
             "kills_by_process": {n[6:]: v for n, v in c.items() if n.startswith("kills_")},
@@ -1053,6 +1120,13 @@ def main():
                      "unreadable_at_end"):
             if report[name]:
                 problems.append("%s = %d" % (name, report[name]))
+        # The G4 check reads what it knows of the partner's layout: one that
+        # finds no copy after demotions ran reads the wrong place (it read
+        # BUCKET/KEY for a release after copies became per store and
+        # version, and passed on nothing).
+        if report["demotions"] > report["migrate_failures"] and not report["g4_objects"]:
+            problems.append("G4 holds no copy after %d demotions: the G4 check read nothing"
+                            % report["demotions"])
         if evictable > evicted:
             problems.append("%d objects missing but only %d evicted" % (evictable, evicted))
         if not fsck_ok:
