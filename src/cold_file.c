@@ -15,8 +15,17 @@
  * A put writes DIR/.kvtier/tmp/HOST.PID.RANDOM, fsyncs it, renames it into
  * place and fsyncs the directory: atomic and durable before the hot copy is
  * freed. A put killed half way leaves only its temporary file, which
- * cleanup() removes once its process is gone. A conditional put (put_if)
- * compares and renames, a conditional delete (del_if) compares and
+ * cleanup() removes once its process is gone.
+ *
+ * A delete removes the directories it leaves empty, deepest first, up to
+ * the tier's own (cf_prune()): every version of every object has a name of
+ * its own, many components deep, so a tier that kept them filled with
+ * empty directories that a listing or a backup walks. A put into a
+ * directory a delete in another process removes between its mkdir and its
+ * rename makes it again (cf_dir_open()): rmdir() takes only an empty
+ * directory, and a rename into one removed fails with ENOENT.
+ *
+ * A conditional put (put_if) compares and renames, a conditional delete (del_if) compares and
  * unlinks, under a lock file: see cf_cond_lock() for what that guarantees
  * between processes.
  */
@@ -105,23 +114,82 @@ static int cf_mkdirs_for(const char *path)
 	return rc;
 }
 
-static int cf_fsync_dir(const char *path)
+/*
+ * How many times a put makes its directory again after a delete in another
+ * process removed it (ENOENT): each time means a delete emptied it in the
+ * meantime, so running out takes that many deletes racing one put.
+ */
+#define CF_TRIES 16
+
+/*
+ * Opens path's directory in *dfd, making it and those above first. Another
+ * process's delete (cf_prune()) may remove any of them once it is empty,
+ * between two of util_mkdir_p()'s mkdirs or before the open: ENOENT, made
+ * again CF_TRIES times at most.
+ */
+static int cf_dir_open(const char *path, int *dfd)
 {
 	char *d = strdup(path), *slash;
-	int fd, rc = 0;
+	int rc = 0;
 
 	if (!d)
 		return -ENOMEM;
 	slash = strrchr(d, '/');
 	if (slash)
 		*slash = '\0';
-	fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd) < 0)
-		rc = -errno;
-	if (fd >= 0)
-		close(fd);
+	for (unsigned tries = 0; tries < CF_TRIES; tries++) {
+		rc = util_mkdir_p(d);
+		if (rc == 0) {
+			*dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			rc = *dfd < 0 ? -errno : 0;
+		}
+		if (rc != -ENOENT)
+			break;
+	}
+	if (rc < 0)
+		log_err(rc, "cannot make directories for '%s'", path);
 	free(d);
 	return rc;
+}
+
+/*
+ * Removes the directories above path (a file just removed) that are empty
+ * now, deepest first, but DIR and the tier's own: DIR/.kvtier, its
+ * tmp/, stores/ and manifests/, and each store's .kvtier/stores/STORE/,
+ * a handful that no key adds to, which an operator finds where the layout
+ * says. rmdir() takes an empty directory only, so the first one still
+ * holding something (ENOTEMPTY, EEXIST; EBUSY: a mount point, or an NFS
+ * file still open), or one another delete removed (ENOENT: it goes on
+ * up), stops it; so does any other refusal, logged: the delete is done.
+ */
+static void cf_prune(struct cold_file *cf, const char *path)
+{
+	size_t root = strlen(cf->dir) + 1;
+	char *d = strdup(path), *slash;
+
+	if (!d)
+		return;		/* the directories stay: nothing is lost */
+	while ((slash = strrchr(d + root, '/'))) {
+		const char *rel = d + root, *in;
+
+		*slash = '\0';
+		if (!strcmp(rel, ".kvtier"))
+			break;
+		if (!strncmp(rel, ".kvtier/", 8)) {
+			in = rel + 8;
+			if (!strncmp(in, "stores/", 7))
+				in += 7;
+			if (!strchr(in, '/'))
+				break;
+		}
+		if (rmdir(d) < 0) {
+			if (errno != ENOTEMPTY && errno != EEXIST && errno != ENOENT &&
+			    errno != EBUSY)
+				log_warn(-errno, "cannot remove the empty directory '%s'", d);
+			break;
+		}
+	}
+	free(d);
 }
 
 char *cold_file_name(const char *dir, const char *key)
@@ -145,9 +213,10 @@ static int cf_put(struct cold *c, const char *key, uint64_t size, const char *co
 	char *path = cf_path(cf, key), tmp[4096], *buf = malloc(CF_CHUNK);
 	uint64_t off = 0;
 	uint32_t crc = 0;
-	int fd = -1, rc;
+	int fd = -1, dfd = -1, rc;
 
 	(void)content_type;	/* the manifest keeps it; a file has none */
+	tmp[0] = '\0';
 	if (!path || !buf) {
 		rc = -ENOMEM;
 		goto out;
@@ -155,10 +224,8 @@ static int cf_put(struct cold *c, const char *key, uint64_t size, const char *co
 	snprintf(tmp, sizeof(tmp), "%s/.kvtier/tmp/%s.%ld.%016llx", cf->dir, cf->host,
 		 (long)getpid(), (unsigned long long)util_random64());
 	rc = cf_mkdirs_for(tmp);
-	if (rc == 0)
-		rc = cf_mkdirs_for(path);
 	if (rc < 0) {
-		log_err(rc, "cannot make directories for '%s'", path);
+		log_err(rc, "cannot make directories for '%s'", tmp);
 		goto out;
 	}
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -167,6 +234,11 @@ static int cf_put(struct cold *c, const char *key, uint64_t size, const char *co
 		log_err(rc, "cannot create '%s'", tmp);
 		goto out;
 	}
+	/* Before the bytes are pulled, so that a name the directory cannot
+	 * hold fails first. */
+	rc = cf_dir_open(path, &dfd);
+	if (rc < 0)
+		goto out;
 	while (off < size) {
 		size_t n = (size_t)MIN((uint64_t)CF_CHUNK, size - off);
 
@@ -195,13 +267,27 @@ static int cf_put(struct cold *c, const char *key, uint64_t size, const char *co
 	}
 	close(fd);
 	fd = -1;
-	if (rename(tmp, path) < 0) {
+	/* dfd is the directory itself: a delete that removed it since fails
+	 * this rename (ENOENT), and one that removes it after cannot make the
+	 * fsync below fail. */
+	for (unsigned tries = 1;; tries++) {
+		if (renameat(AT_FDCWD, tmp, dfd, strrchr(path, '/') + 1) == 0)
+			break;
 		rc = -errno;
-		log_err(rc, "cannot rename '%s' to '%s'", tmp, path);
-		goto out;
+		if (rc != -ENOENT || tries == CF_TRIES || access(tmp, F_OK) < 0) {
+			log_err(rc, "cannot rename '%s' to '%s'", tmp, path);
+			goto out;
+		}
+		close(dfd);
+		dfd = -1;
+		rc = cf_dir_open(path, &dfd);
+		if (rc < 0)
+			goto out;
 	}
 	tmp[0] = '\0';
-	rc = cf_fsync_dir(path);
+	rc = fsync(dfd) < 0 ? -errno : 0;
+	if (rc < 0)
+		log_err(rc, "cannot sync the directory of '%s'", path);
 	if (info) {
 		cf_etag(info->etag, crc, size);
 		/* Every byte pulled was written and is durable: a local file
@@ -211,8 +297,13 @@ static int cf_put(struct cold *c, const char *key, uint64_t size, const char *co
 out:
 	if (fd >= 0)
 		close(fd);
+	if (dfd >= 0)
+		close(dfd);
 	if (rc < 0 && tmp[0])
 		unlink(tmp);
+	/* Nor does a failed put leave the directories it made. */
+	if (rc < 0 && path)
+		cf_prune(cf, path);
 	free(path);
 	free(buf);
 	return rc;
@@ -371,6 +462,8 @@ static int cf_del(struct cold *c, const char *key)
 		return -ENOMEM;
 	if (unlink(path) < 0)
 		rc = -errno;
+	else
+		cf_prune((struct cold_file *)c, path);
 	free(path);
 	return rc;
 }

@@ -19,8 +19,9 @@
  *  - in the file cold tier, every valid "BUCKET/KEY" is stored as exactly one
  *    file inside the tier's directory, never outside (no "..", no absolute
  *    path, no NUL can move it), two different keys never share a file, and
- *    what is put reads back. The one refusal allowed is -ENAMETOOLONG, when
- *    an encoded component exceeds NAME_MAX;
+ *    what is put reads back, and deleting it leaves no directory behind.
+ *    The one refusal allowed is -ENAMETOOLONG, when an encoded component
+ *    exceeds NAME_MAX;
  *  - an attribute name is one of the six user.kvtier.* names exactly, or
  *    another user.kvtier.*, another user.*, or outside user.*;
  *  - a value of user.kvtier.session is taken exactly when it is 1..1024
@@ -219,10 +220,11 @@ static int fuzz_rm(const char *path, const struct stat *sb, int flag, struct FTW
 }
 
 /*
- * A delete leaves the key's directories (cold_file removes none), so each
+ * A delete left the key's directories (cold_file removed none), so each
  * input left some behind and fuzz_objects() walked them all, every input's
  * since the start: a campaign ran 200 inputs a second at first, 80 after
- * 30 s, 22 later on, each in nftw(). Every input starts from an empty tier.
+ * 30 s, 22 later on, each in nftw(). Every input starts from an empty tier,
+ * which fuzz_cold_put() checks its deletes leave so too.
  */
 static void fuzz_cold_clear(void)
 {
@@ -326,6 +328,8 @@ static void fuzz_cold_put(const char *key)
 	if (rc2 == 0)
 		fuzz_require(cold_del(fuzz_cold, g4b) == 0, "the second key can be deleted", key);
 	fuzz_require(fuzz_objects() == 0, "deleting both leaves nothing", key);
+	/* Not even a directory: only the tier's own .kvtier/ is left. */
+	fuzz_require(fuzz_entries(fuzz_dir) == 1, "deleting both leaves no directory", key);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
