@@ -195,17 +195,14 @@ gw_start parts 64M 1M --timeout 3 --min-part-size 1
 GW_PARTS_ENDPOINT=$GW_ENDPOINT
 
 step "the main store (384 MiB)"
-# --timeout 6: test_aborted_request_frees_connection waits 0.8 of it for 20
-# aborted uploads' connections to go, which took more than 2.4 s under TSan
-# on a loaded machine (CI, 2026-12-07: 7 sockets left of 3).
-gw_start main 384M 8M --timeout 6 --threads 4
+gw_start main 384M 8M --timeout 3 --threads 4
 main_pid=$GW_PID
 main_log=$GW_LOG
 export GW_ENDPOINT GW_SMALL_ENDPOINT GW_PARTS_ENDPOINT
 GW_ACCESS_LOG=$KVT_TMP/main.access
 GW_SMALL_ACCESS_LOG=$KVT_TMP/small.access
 export GW_ACCESS_LOG GW_SMALL_ACCESS_LOG
-GW_TIMEOUT=6
+GW_TIMEOUT=3
 GW_PID=$main_pid
 export GW_TIMEOUT GW_PID
 
