@@ -1354,6 +1354,11 @@ class BadInput(Base):
         pid = os.environ.get("GW_PID")
         if not pid:
             self.skipTest("GW_PID (the gateway's pid) not set")
+        if os.environ.get("TSAN_OPTIONS"):
+            # Two CI runs of the TSan suite (-j2) left 7 of 20, then with
+            # --timeout 6 12 of 20, open past 0.8 of --timeout; alone under
+            # TSan, and in the plain and ASan suites, it passes.
+            self.skipTest("a timing check, and TSan's slowdown under load is past its margin")
 
         def sockets():
             n = 0
